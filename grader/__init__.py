@@ -1,0 +1,1 @@
+"""The course autograder: run, score, batch, report, release."""

@@ -1,0 +1,165 @@
+"""Each lab's ``lab.toml``: the files students edit, and the talking points the tests give evidence for.
+
+The format, defined once for all labs (``lab01_fx_passes/lab.toml`` is a complete example)::
+
+    [lab]
+    id = "lab01"                      # short name used by nox sessions and the grader
+    package = "lab01_fx_passes"       # the lab's Python package (starter); solutions.<package> is the reference
+    title = "FX graph transformation passes"
+    editable = ["conv_bn.py", "dce.py"]   # the only files a student submission may change
+
+    [[talking_points]]
+    id = "conv-bn-math"
+    kind = "talking_point"            # or "interview"
+    text = "What is the mathematical equivalence behind conv+BN fusion?"
+    evidence = ["test_conv_bn_fused_matches_original"]   # test functions in the lab's test_lab.py
+
+The grader takes only ``editable`` files from a submission, and marks a talking point
+"evidence: passed" when every test named in ``evidence`` passed.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The course's labs, in teaching order.
+LAB_PACKAGES = ("lab01_fx_passes", "lab02_npu_backend", "lab03_triton_lowering")
+#: The repository root (the folder holding the lab packages).
+COURSE_ROOT = Path(__file__).resolve().parent.parent
+#: Name of the spec file in every lab folder.
+SPEC_FILE = "lab.toml"
+#: Name of the graded test file in every lab folder.
+TEST_FILE = "test_lab.py"
+TALKING_POINT_KINDS = ("talking_point", "interview")
+
+
+class LabSpecError(ValueError):
+    """A ``lab.toml`` is missing a key, has a wrong type, or names a test that does not exist."""
+
+
+@dataclass(frozen=True)
+class TalkingPoint:
+    """One talking point or interview question and the tests that give evidence for it."""
+
+    id: str
+    kind: str
+    text: str
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """Everything the harness and grader know about a lab, read from its ``lab.toml``."""
+
+    id: str
+    package: str
+    title: str
+    editable: tuple[str, ...]
+    talking_points: tuple[TalkingPoint, ...]
+    directory: Path
+
+    @property
+    def test_file(self) -> Path:
+        """The lab's graded test file."""
+        return self.directory / TEST_FILE
+
+
+def _require(table: dict, key: str, kind: type, where: str):
+    if key not in table:
+        raise LabSpecError(f"{where}: missing key {key!r}")
+    value = table[key]
+    if not isinstance(value, kind):
+        raise LabSpecError(f"{where}: {key!r} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _strings(table: dict, key: str, where: str) -> tuple[str, ...]:
+    values = _require(table, key, list, where)
+    if not values or not all(isinstance(v, str) and v for v in values):
+        raise LabSpecError(f"{where}: {key!r} must be a non-empty list of non-empty strings")
+    return tuple(values)
+
+
+def parse_lab_spec(data: dict, directory: Path, source: str = SPEC_FILE) -> LabSpec:
+    """Build a :class:`LabSpec` from parsed TOML, validating every field.
+
+    Raises:
+        LabSpecError: naming the file, the entry and the key that is wrong.
+    """
+    lab = _require(data, "lab", dict, source)
+    where = f"{source} [lab]"
+    points = []
+    for index, entry in enumerate(data.get("talking_points", [])):
+        at = f"{source} [[talking_points]] #{index + 1}"
+        kind = _require(entry, "kind", str, at)
+        if kind not in TALKING_POINT_KINDS:
+            raise LabSpecError(f"{at}: kind {kind!r} is not one of {TALKING_POINT_KINDS}")
+        points.append(
+            TalkingPoint(
+                id=_require(entry, "id", str, at),
+                kind=kind,
+                text=_require(entry, "text", str, at),
+                evidence=_strings(entry, "evidence", at),
+            )
+        )
+    ids = [p.id for p in points]
+    if len(ids) != len(set(ids)):
+        raise LabSpecError(f"{source}: talking point ids are not unique: {ids}")
+    return LabSpec(
+        id=_require(lab, "id", str, where),
+        package=_require(lab, "package", str, where),
+        title=_require(lab, "title", str, where),
+        editable=_strings(lab, "editable", where),
+        talking_points=tuple(points),
+        directory=directory,
+    )
+
+
+def load_lab_spec(package: str, root: Path = COURSE_ROOT) -> LabSpec:
+    """Read and validate ``<root>/<package>/lab.toml``."""
+    path = root / package / SPEC_FILE
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LabSpecError(f"{path}: no lab spec file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise LabSpecError(f"{path}: invalid TOML: {error}") from None
+    return parse_lab_spec(data, path.parent, source=str(path))
+
+
+def all_lab_specs(root: Path = COURSE_ROOT) -> list[LabSpec]:
+    """The specs of every lab of the course, in teaching order."""
+    return [load_lab_spec(package, root) for package in LAB_PACKAGES]
+
+
+def lab_spec_by_id(lab_id: str, root: Path = COURSE_ROOT) -> LabSpec:
+    """Find a lab by its short id (``lab01``) or package name."""
+    for spec in all_lab_specs(root):
+        if lab_id in (spec.id, spec.package):
+            return spec
+    known = ", ".join(spec.id for spec in all_lab_specs(root))
+    raise LabSpecError(f"unknown lab {lab_id!r}; known labs: {known}")
+
+
+def test_functions(test_file: Path) -> set[str]:
+    """Names of the ``test_*`` functions defined at module level or in classes of ``test_file``."""
+    tree = ast.parse(test_file.read_text(encoding="utf-8"), filename=str(test_file))
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
+    }
+
+
+def missing_evidence(spec: LabSpec) -> list[str]:
+    """Evidence entries of ``spec`` that name no test in its ``test_lab.py`` (empty when consistent)."""
+    defined = test_functions(spec.test_file)
+    return [
+        f"{point.id}: {test}" for point in spec.talking_points for test in point.evidence if test not in defined
+    ]
+
+
+test_functions.__test__ = False  # a helper, not a pytest test

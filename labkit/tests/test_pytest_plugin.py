@@ -1,0 +1,62 @@
+"""The harness every lab shares: points markers, GPU skipping, the impl switch."""
+
+import json
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def course(pytester):
+    pytester.makeconftest('pytest_plugins = ["labkit.pytest_plugin"]')
+    return pytester
+
+
+def test_graded_test_without_points_fails_collection(course):
+    course.makepyfile(test_lab="def test_unscored():\n    pass\n")
+    result = course.runpytest()
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*test_unscored*needs exactly one @pytest.mark.points(n)*"])
+
+
+def test_points_must_be_a_positive_int(course):
+    course.makepyfile(test_lab="import pytest\n@pytest.mark.points(0)\ndef test_zero():\n    pass\n")
+    assert course.runpytest().ret != 0
+
+
+def test_non_graded_files_need_no_points(course):
+    course.makepyfile(test_helpers="def test_anything():\n    pass\n")
+    course.runpytest().assert_outcomes(passed=1)
+
+
+def test_gpu_tests_skip_with_reason_without_cuda(course):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    course.makepyfile(
+        test_lab="import pytest\n@pytest.mark.points(2)\n@pytest.mark.gpu\ndef test_fast():\n    assert False\n"
+    )
+    result = course.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a CUDA GPU*pending*"])
+
+
+def test_json_report_metadata_carries_points_and_gpu(course):
+    course.makepyfile(
+        test_lab="import pytest\n@pytest.mark.points(3)\ndef test_a():\n    pass\n"
+    )
+    course.runpytest("--json-report", "--json-report-file=report.json")
+    report = json.loads((course.path / "report.json").read_text())
+    assert report["tests"][0]["metadata"] == {"points": 3, "gpu": False}
+
+
+def test_impl_option_sets_environment_for_the_run(course):
+    course.makepyfile(
+        test_lab=(
+            "import os, pytest\n"
+            "@pytest.mark.points(1)\n"
+            "def test_impl():\n    assert os.environ['LABKIT_IMPL'] == 'solution'\n"
+        )
+    )
+    course.runpytest("--impl=solution").assert_outcomes(passed=1)
