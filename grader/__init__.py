@@ -1,1 +1,11 @@
-"""The course autograder: run, score, batch, report, release."""
+"""The course autograder: ``python -m grader run|score|batch|report|release|selfcheck``.
+
+Layout (one module per verb, the machinery beside them):
+
+- verbs: :mod:`grader.run`, :mod:`grader.score`, :mod:`grader.batch`, :mod:`grader.report`,
+  :mod:`grader.release`, :mod:`grader.selfcheck`;
+- the course and its rubric: :mod:`grader.course`, :mod:`grader.rubric`;
+- isolation and execution: :mod:`grader.sandbox`, :mod:`grader.runner`, :mod:`grader.pytest_probe`;
+- data and rendering: :mod:`grader.artifacts`, :mod:`grader.results`, :mod:`grader.feedback`,
+  :mod:`grader.limits`.
+"""

@@ -1,0 +1,115 @@
+"""The layout of a graded submission's folder, and reading a lab's raw run back as plain data.
+
+::
+
+    OUT/
+      summary.json          the scored result (grader.results.SubmissionResult)
+      feedback.md           the student's feedback
+      results.json          Gradescope's format
+      rubric.json           the rubric this submission was scored against
+      submission.json       what the sandbox took and what it flagged (tampering, missing files)
+      raw/<lab>/run.json    how the lab's pytest process ended (grader.runner.RunRecord)
+      raw/<lab>/events.jsonl, report.json, output.txt
+
+Everything :mod:`grader.score` needs is in ``rubric.json``, ``submission.json`` and ``raw/``: a regrade
+(new scoring rules, a fixed rubric) reads these files and never runs a student's code again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SUMMARY_FILE = "summary.json"
+FEEDBACK_FILE = "feedback.md"
+GRADESCOPE_FILE = "results.json"
+RUBRIC_FILE = "rubric.json"
+SUBMISSION_FILE = "submission.json"
+RAW_DIR = "raw"
+RUN_FILE = "run.json"
+EVENTS_FILE = "events.jsonl"
+REPORT_FILE = "report.json"
+OUTPUT_FILE = "output.txt"
+#: How much of a run's console output the scorer quotes in a reason.
+OUTPUT_TAIL_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class LabRun:
+    """Everything one lab's pytest process left behind, as plain data: the scorer's input.
+
+    Attributes:
+        lab: the lab id.
+        exit_code: the process's exit status (negative: killed by that signal; None: unknown).
+        timed_out: the grader killed it at the per-lab wall-clock limit.
+        output_flooded: the grader killed it for printing too much.
+        wall_s: how long it ran.
+        canary: name of the canary test injected into this run.
+        events: the probe's event log, in order.
+        report: pytest-json-report's report, or None when the process died before writing it.
+        output_tail: the end of the console output.
+        lab_timeout_s: the per-lab limit the run had (for messages).
+    """
+
+    lab: str
+    exit_code: int | None
+    timed_out: bool
+    output_flooded: bool
+    wall_s: float
+    canary: str
+    events: tuple[dict[str, Any], ...]
+    report: dict[str, Any] | None
+    output_tail: str = ""
+    lab_timeout_s: float | None = None
+
+
+def read_events(path: Path) -> tuple[dict[str, Any], ...]:
+    """Parse a JSON-lines event log, skipping a torn last line (the process may have died mid-write)."""
+    if not path.is_file():
+        return ()
+    events = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return tuple(events)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when the file is missing, torn or not an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def load_lab_run(raw_dir: Path) -> LabRun | None:
+    """Read ``raw/<lab>/`` back; None when the lab was never run (no ``run.json``)."""
+    record = read_json(raw_dir / RUN_FILE)
+    if record is None:
+        return None
+    output = raw_dir / OUTPUT_FILE
+    tail = output.read_text(encoding="utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:] if output.is_file() else ""
+    return LabRun(
+        lab=record["lab"],
+        exit_code=record.get("exit_code"),
+        timed_out=bool(record.get("timed_out")),
+        output_flooded=bool(record.get("output_flooded")),
+        wall_s=float(record.get("wall_s", 0.0)),
+        canary=record["canary"],
+        events=read_events(raw_dir / EVENTS_FILE),
+        report=read_json(raw_dir / REPORT_FILE),
+        output_tail=tail,
+        lab_timeout_s=record.get("lab_timeout_s"),
+    )
+
+
+def load_lab_runs(out: Path, lab_ids: list[str]) -> dict[str, LabRun | None]:
+    """Every lab's run under ``out/raw`` (None for a lab that was not run)."""
+    return {lab: load_lab_run(out / RAW_DIR / lab) for lab in lab_ids}

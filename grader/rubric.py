@@ -1,0 +1,196 @@
+"""The rubric: every graded test and its points, read from the PRISTINE course, never from a submission.
+
+A submission can delete tests, crash before they run or fake a report; none of that changes what a
+lab is worth. So the grader collects each lab's own tests once (``pytest --collect-only`` with
+:mod:`grader.pytest_probe` writing node ids, points and GPU needs) and scores every run against that
+list: a test missing from a run scores 0 of its points.
+
+Collecting a real lab imports torch and the lab's harness (seconds), so rubrics are cached in
+``cache_dir`` under a hash of everything collection depends on: the lab folder, the course's support
+files and the probe plugin. A lab whose pristine tests do not collect has an ``error`` instead of tests,
+and every submission gets a clear "cannot be graded" line for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.labspec import LabSpec
+from grader import pytest_probe
+from grader.course import SUPPORT_PATHS, Course, is_noise
+from grader.limits import truncate_text
+from grader.runner import pytest_command, pytest_env
+
+RUBRIC_FILE = "rubric.json"
+#: Bumped when the rubric's shape changes, so stale caches are never read.
+RUBRIC_VERSION = 1
+DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course-grader"
+
+
+@dataclass(frozen=True)
+class RubricTest:
+    """One graded test case (a parametrized case is its own entry, with its own points)."""
+
+    nodeid: str
+    name: str
+    points: int
+    gpu: bool
+
+
+@dataclass(frozen=True)
+class TalkingPointSpec:
+    """A talking point or interview question and the test functions that give evidence for it."""
+
+    id: str
+    kind: str
+    text: str
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LabRubric:
+    """What one lab is worth. ``error`` is set (and ``tests`` empty) when the pristine tests did not collect."""
+
+    lab: str
+    package: str
+    title: str
+    tests: tuple[RubricTest, ...] = ()
+    talking_points: tuple[TalkingPointSpec, ...] = ()
+    error: str | None = None
+
+    @property
+    def max_score(self) -> int:
+        return sum(test.points for test in self.tests)
+
+    @property
+    def gpu_points(self) -> int:
+        return sum(test.points for test in self.tests if test.gpu)
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """The rubric of every lab being graded, in teaching order."""
+
+    labs: tuple[LabRubric, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": RUBRIC_VERSION, "labs": [asdict(lab) for lab in self.labs]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Rubric":
+        if data.get("version") != RUBRIC_VERSION:
+            raise ValueError(f"rubric version {data.get('version')!r}, expected {RUBRIC_VERSION}")
+        return cls(tuple(_lab_from_dict(lab) for lab in data["labs"]))
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> "Rubric":
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _lab_from_dict(data: dict[str, Any]) -> LabRubric:
+    return LabRubric(
+        lab=data["lab"],
+        package=data["package"],
+        title=data["title"],
+        tests=tuple(RubricTest(**test) for test in data["tests"]),
+        talking_points=tuple(
+            TalkingPointSpec(p["id"], p["kind"], p["text"], tuple(p["evidence"])) for p in data["talking_points"]
+        ),
+        error=data.get("error"),
+    )
+
+
+def _talking_points(spec: LabSpec) -> tuple[TalkingPointSpec, ...]:
+    return tuple(TalkingPointSpec(p.id, p.kind, p.text, p.evidence) for p in spec.talking_points)
+
+
+def rubric_key(course: Course, spec: LabSpec) -> str:
+    """Hash of every file the collection of ``spec``'s tests can depend on."""
+    digest = hashlib.sha256(f"rubric-v{RUBRIC_VERSION}".encode())
+    roots = [spec.directory, *(course.root / name for name in SUPPORT_PATHS), Path(pytest_probe.__file__)]
+    for root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+        for path in files:
+            if any(is_noise(Path(part)) for part in path.parts):
+                continue
+            digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def parse_collected(spec: LabSpec, collected: dict[str, Any]) -> LabRubric:
+    """Build a lab's rubric from the probe's ``--grader-rubric`` output (a pure function).
+
+    Raises:
+        ValueError: when a test has no valid points (the course plugin should have refused it).
+    """
+    tests = []
+    for entry in collected["tests"]:
+        points = entry["points"]
+        if not isinstance(points, int) or isinstance(points, bool) or points <= 0:
+            raise ValueError(f"{entry['nodeid']}: points {points!r} is not a positive int")
+        tests.append(RubricTest(entry["nodeid"], entry["name"], points, bool(entry["gpu"])))
+    if not tests:
+        raise ValueError(f"{spec.package}: no graded tests were collected")
+    return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec))
+
+
+def collect_lab_rubric(course: Course, spec: LabSpec, python: str = sys.executable,
+                       timeout_s: float = 600.0) -> LabRubric:
+    """Collect ``spec``'s pristine tests in a subprocess (never raises: failures become ``error``)."""
+    with tempfile.TemporaryDirectory(prefix="grader-rubric-") as scratch:
+        out = Path(scratch) / "collected.json"
+        command = pytest_command(python, spec.package, course.root, "--collect-only", "-q",
+                                 "--grader-rubric", str(out))
+        try:
+            done = subprocess.run(command, cwd=course.root, env=pytest_env(course.root, "off"),
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return LabRubric(spec.id, spec.package, spec.title, error=f"collecting the tests took over {timeout_s:.0f} s")
+        if done.returncode != 0 or not out.is_file():
+            output = truncate_text((done.stdout + done.stderr).strip(), 3000)
+            return LabRubric(spec.id, spec.package, spec.title,
+                             error=f"the course's own tests do not collect (pytest exit {done.returncode}):\n{output}")
+        try:
+            return parse_collected(spec, json.loads(out.read_text(encoding="utf-8")))
+        except (ValueError, KeyError) as error:
+            return LabRubric(spec.id, spec.package, spec.title, error=str(error))
+
+
+def build_rubric(course: Course, labs: list[LabSpec], cache_dir: Path | None = DEFAULT_CACHE_DIR,
+                 python: str = sys.executable) -> Rubric:
+    """The rubric of ``labs``, from the cache when the pristine files are unchanged.
+
+    Args:
+        course: the pristine course.
+        labs: the labs to grade.
+        cache_dir: where rubrics are cached; ``None`` disables the cache.
+        python: the interpreter that runs pytest (the course environment's).
+    """
+    rubrics = []
+    for spec in labs:
+        cached = cache_dir / f"{spec.package}-{rubric_key(course, spec)}.json" if cache_dir else None
+        if cached is not None and cached.is_file():
+            try:
+                rubrics.append(_lab_from_dict(json.loads(cached.read_text(encoding="utf-8"))))
+                continue
+            except (ValueError, KeyError, TypeError):
+                pass  # a damaged cache entry is recollected
+        lab = collect_lab_rubric(course, spec, python)
+        if cached is not None and lab.error is None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(asdict(lab)), encoding="utf-8")
+        rubrics.append(lab)
+    return Rubric(tuple(rubrics))
+

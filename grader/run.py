@@ -1,0 +1,166 @@
+"""The ``run`` verb: grade one submission, always leaving a result behind.
+
+``grade_submission`` is the per-submission runner that ``batch`` calls for every student. It never
+raises: a submission that cannot be read, a sandbox that cannot be built, even a bug in the grader,
+all end in a ``summary.json`` whose labs score 0 with the reason (Gradescope's rule: a results file is
+always written). Runners with the same signature (e.g. one running each submission in a container)
+can replace it in :func:`grader.batch.grade_all`.
+
+Flow: unpack -> sandbox (pristine course + editable files + canary) -> one pytest process per lab
+(:mod:`grader.runner`) -> score the saved artifacts (:func:`grader.score.rescore`, so the first score
+and any regrade are the same computation) -> ``summary.json``, ``feedback.md``, ``results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.labspec import COURSE_ROOT, LabSpec
+from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE
+from grader.course import Course, CourseError, load_course
+from grader.feedback import summary_line, write_outputs
+from grader.limits import truncate_text
+from grader.results import SubmissionResult
+from grader.rubric import DEFAULT_CACHE_DIR, Rubric, build_rubric
+from grader.runner import GPU_MODES, RunLimits, run_lab
+from grader.sandbox import SubmissionError, build_sandbox, new_canary_name, unpack_submission
+from grader.score import rescore, score_submission
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    """How submissions are graded (the same for every student of a batch).
+
+    Attributes:
+        gpu: ``auto`` (GPU tests run where CUDA exists, else pending), ``off`` (hide CUDA: all GPU
+            tests pending), ``on`` (a GPU is promised: a skipped GPU test fails).
+        limits: per-test and per-lab time limits, output caps.
+        python: the interpreter that runs pytest (the course environment's).
+        keep_sandbox: keep the sandbox under ``OUT/sandbox`` for debugging.
+    """
+
+    gpu: str = "auto"
+    limits: RunLimits = field(default_factory=RunLimits)
+    python: str = sys.executable
+    keep_sandbox: bool = False
+
+
+@dataclass(frozen=True)
+class GradingSetup:
+    """What every submission of a run or batch is graded against."""
+
+    course: Course
+    labs: list[LabSpec]
+    rubric: Rubric
+    options: GradeOptions
+
+
+def _meta(out: Path, **fields) -> None:
+    (out / SUBMISSION_FILE).write_text(json.dumps(fields, indent=1) + "\n", encoding="utf-8")
+
+
+def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name: str) -> None:
+    options = setup.options
+    canary = new_canary_name()
+    counts = {lab.lab: len(lab.tests) + 1 for lab in setup.rubric.labs}
+    sandbox = scratch / "course"
+    overlay = build_sandbox(setup.course, setup.labs, folder, sandbox, canary=canary, canary_counts=counts)
+    _meta(out, submission=name, gpu=options.gpu, flags=overlay.flags, notes=overlay.notes, taken=overlay.taken,
+          canary=canary)
+    packages = {spec.id: spec.package for spec in setup.labs}
+    for lab in setup.rubric.labs:
+        if lab.error is None:
+            run_lab(sandbox, lab.lab, packages[lab.lab], out / RAW_DIR / lab.lab, canary=canary, gpu=options.gpu,
+                    limits=options.limits, python=options.python)
+    if options.keep_sandbox:
+        shutil.copytree(sandbox, out / "sandbox", dirs_exist_ok=True)
+
+
+def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str | None = None) -> SubmissionResult:
+    """Grade ``submission`` (a folder or ``.zip``) into ``out``; never raises (see the module docstring)."""
+    name = name or submission.name.removesuffix(".zip")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / RAW_DIR, ignore_errors=True)
+    setup.rubric.write(out / RUBRIC_FILE)
+    try:
+        with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
+            folder = unpack_submission(submission, Path(scratch))
+            _run_labs(setup, folder, out, Path(scratch), name)
+        result = rescore(out)
+    except SubmissionError as error:
+        _meta(out, submission=name, gpu=setup.options.gpu, flags=[str(error)], not_run_reason=str(error),
+              not_run_status="not-run")
+        result = rescore(out)
+    except Exception as error:  # noqa: BLE001 - the grader's own bug must still leave a row
+        detail = truncate_text("".join(traceback.format_exception(error)), 3000)
+        reason = f"grader error (a bug in the grader, not in the submission): {error!r}"
+        flags = [reason]
+        _meta(out, submission=name, gpu=setup.options.gpu, flags=flags, notes=[detail], not_run_reason=reason,
+              not_run_status="grader-error")
+        shutil.rmtree(out / RAW_DIR, ignore_errors=True)
+        result = score_submission(setup.rubric, {}, submission=name, gpu=setup.options.gpu, flags=tuple(flags),
+                                  notes=(detail,), not_run_reason=reason, not_run_status="grader-error")
+    write_outputs(result, out)
+    return result
+
+
+# ---------------------------------------------------------------- options shared by the grading verbs
+
+def add_course_options(parser: argparse.ArgumentParser) -> None:
+    """``--course``, ``--labs``, ``--gpu``, timeouts and the rubric cache (run, batch, selfcheck)."""
+    parser.add_argument("--course", type=Path, default=COURSE_ROOT, help="the pristine course root (default: this repository)")
+    parser.add_argument("--labs", default=None, help="comma-separated lab ids or packages (default: every ready lab)")
+    parser.add_argument("--gpu", choices=GPU_MODES, default="auto", help="GPU tests: auto (pending without CUDA), on, off")
+    parser.add_argument("--test-timeout", type=float, default=RunLimits.test_timeout_s, help="seconds per test")
+    parser.add_argument("--lab-timeout", type=float, default=RunLimits.lab_timeout_s, help="seconds per lab (kills the process group)")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where pristine rubrics are cached")
+    parser.add_argument("--no-cache", action="store_true", help="collect the pristine rubric again")
+    parser.add_argument("--keep-sandbox", action="store_true", help="keep each sandbox under OUT/sandbox")
+
+
+def prepare(args: argparse.Namespace) -> GradingSetup:
+    """Load the course, pick the labs, build (or read the cached) rubric.
+
+    Raises:
+        CourseError: no ready lab, or an unknown ``--labs`` entry.
+    """
+    course = load_course(args.course)
+    for package, why in course.not_ready.items():
+        print(f"note: {package} is not ready to grade ({why}): skipped", file=sys.stderr)
+    labs = course.select(args.labs.split(",") if args.labs else None)
+    if not labs:
+        raise CourseError(f"no lab of {course.root} is ready to grade (each needs lab.toml and test_lab.py)")
+    print(f"collecting the pristine rubric of {', '.join(spec.id for spec in labs)} ...", file=sys.stderr)
+    rubric = build_rubric(course, labs, None if args.no_cache else args.cache_dir)
+    for lab in rubric.labs:
+        line = f"  {lab.lab}: {len(lab.tests)} tests, {lab.max_score} points ({lab.gpu_points} need a GPU)"
+        print(line if lab.error is None else f"  {lab.lab}: UNAVAILABLE: {lab.error.splitlines()[0]}", file=sys.stderr)
+    limits = RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout)
+    return GradingSetup(course, labs, rubric, GradeOptions(args.gpu, limits, keep_sandbox=args.keep_sandbox))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("submission", type=Path, help="a student's copy of the course (folder or .zip)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for summary.json, feedback and raw reports")
+    add_course_options(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        setup = prepare(args)
+    except CourseError as error:
+        print(f"grader run: {error}", file=sys.stderr)
+        return 2
+    result = grade_submission(args.submission, args.out, setup)
+    print(summary_line(result))
+    for flag in result.flags:
+        print(f"  FLAG {flag}")
+    print(f"wrote {args.out}/summary.json, feedback.md, results.json")
+    return 0

@@ -1,0 +1,264 @@
+"""Scoring: a pure function from (rubric, runs) to a result, and the ``score`` verb that re-scores.
+
+``score_submission(rubric, runs, ...)`` reads no file and starts no process, so a regrade is a
+recompute over the artifacts a run left (``python -m grader score OUT``), and 1,000 students score in
+well under a second.
+
+The rules, test by test (``rubric`` lists every test the pristine course has):
+
+- A test earns its points only if the probe's event log shows every phase passed **and**, when the
+  final pytest-json-report exists, the report agrees. A test that never reported (the process died
+  first) is ``not-run``; the one running when the process died is ``crashed``: neither is ever passed.
+- A GPU test that was skipped is ``pending`` (its points listed separately) unless ``gpu="on"``, where
+  a GPU was promised and a skip counts as a failure. Any other skip is worth 0.
+- Points and the maximum come from the rubric, never from the report.
+
+Lab by lab: a failed collection scores 0 of the full maximum (reason: the collection error); a crash
+or a timeout keeps the points of tests that finished before it; a canary that passed voids the run
+(0 points, flagged: the student's code altered pytest's results in-process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.artifacts import (
+    LabRun, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, load_lab_runs, read_json,
+)
+from grader.limits import truncate_text
+from grader.results import (
+    EVIDENCE_PASSED, EVIDENCE_PENDING, NOT_YET, PASSED, PENDING, LabResult, SubmissionResult,
+    TalkingPointResult, TestResult,
+)
+from grader.rubric import LabRubric, Rubric, RubricTest
+
+#: Longest failure message kept per test in a result.
+MESSAGE_CHARS = 600
+
+
+@dataclass
+class Observed:
+    """What the event log says about one test case."""
+
+    started: bool = False
+    finished: bool = False
+    phases: dict[str, tuple[str, str]] = field(default_factory=dict)  # when -> (outcome, message)
+
+
+def observe(events: tuple[dict[str, Any], ...]) -> dict[str, Observed]:
+    """Fold the event log into one :class:`Observed` per node id."""
+    seen: dict[str, Observed] = {}
+    for event in events:
+        nodeid = event.get("nodeid")
+        if not isinstance(nodeid, str):
+            continue
+        kind = event.get("event")
+        entry = seen.setdefault(nodeid, Observed())
+        if kind == "start":
+            entry.started = True
+        elif kind == "finish":
+            entry.finished = True
+        elif kind == "report":
+            entry.started = True
+            entry.phases[str(event.get("when"))] = (str(event.get("outcome")), str(event.get("message") or ""))
+    return seen
+
+
+def _event_kinds(events: tuple[dict[str, Any], ...]) -> set[str]:
+    return {str(event.get("event")) for event in events}
+
+
+def _report_outcomes(report: dict[str, Any] | None) -> dict[str, str] | None:
+    if report is None:
+        return None
+    return {test.get("nodeid"): test.get("outcome") for test in report.get("tests", []) if isinstance(test, dict)}
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """Say how a process ended, in words (``-11`` -> ``killed by SIGSEGV (segmentation fault)``)."""
+    if exit_code is None:
+        return "ended in an unknown way"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        extra = " (segmentation fault)" if name == "SIGSEGV" else ""
+        return f"was killed by {name}{extra}"
+    return f"exited with code {exit_code}"
+
+
+def is_canary(test_name: str, canary: str) -> bool:
+    return test_name.split("::")[-1].split("[")[0] == canary
+
+
+def canary_passed(run: LabRun) -> bool:
+    """True when any canary case was reported passed, by the event log or by the final report."""
+    for nodeid, entry in observe(run.events).items():
+        if is_canary(nodeid, run.canary) and entry.phases.get("call", ("", ""))[0] == "passed":
+            return True
+    outcomes = _report_outcomes(run.report) or {}
+    return any(is_canary(str(nodeid), run.canary) and outcome == "passed" for nodeid, outcome in outcomes.items())
+
+
+def lab_status(run: LabRun) -> tuple[str, str]:
+    """The lab's status and the reason, from how the process ended."""
+    kinds = _event_kinds(run.events)
+    collect_errors = [e for e in run.events if e.get("event") == "collect_error"]
+    if canary_passed(run):
+        return "void", ("the grader's canary test (which always fails) was reported passed: the submission's "
+                        "code altered pytest's results in-process; this run is void")
+    if collect_errors:
+        detail = "; ".join(f"{e.get('nodeid') or 'session'}: {e.get('message', '')}" for e in collect_errors)
+        return "collection-error", "the tests could not be collected: " + truncate_text(detail, MESSAGE_CHARS)
+    if run.timed_out:
+        limit = f" ({run.lab_timeout_s:g} s)" if run.lab_timeout_s else ""
+        return "timeout", f"the lab's tests ran over the per-lab time limit{limit} and were stopped"
+    if run.output_flooded:
+        return "crashed", "the tests printed far too much output and were stopped"
+    if "session_finish" not in kinds:
+        if "collected" not in kinds:
+            tail = truncate_text(run.output_tail.strip(), MESSAGE_CHARS)
+            return "collection-error", f"pytest did not get to run the tests (it {describe_exit(run.exit_code)}): {tail}"
+        return "crashed", (f"the test process {describe_exit(run.exit_code)} before pytest finished "
+                           "(os._exit, sys.exit, a crash in native code?)")
+    return "graded", ""
+
+
+def score_test(test: RubricTest, seen: Observed | None, reported: dict[str, str] | None, status: str,
+               gpu: str) -> TestResult:
+    """One rubric test's outcome (see the module docstring for the rules)."""
+
+    def result(outcome: str, message: str = "") -> TestResult:
+        points = test.points if outcome == PASSED else 0
+        return TestResult(test.nodeid, test.name, points, test.points, test.gpu, outcome,
+                          truncate_text(message, MESSAGE_CHARS))
+
+    if status == "void":
+        return result("void", "the run was voided (see the lab's reason)")
+    if seen is None or not seen.started:
+        why = {"timeout": "the lab timed out before this test", "collection-error": "the tests did not collect",
+               "crashed": "the test process died before this test"}.get(status, "this test was not run")
+        return result("not-run", why)
+    if not seen.finished and "teardown" not in seen.phases:
+        return result("timeout" if status == "timeout" else "crashed",
+                      "the test process died or was stopped during this test")
+    for when in ("setup", "call", "teardown"):
+        outcome, message = seen.phases.get(when, ("", ""))
+        if outcome == "failed":
+            if "Timeout" in message:
+                return result("timeout", message)
+            return result("failed" if when == "call" else "error", message)
+        if outcome == "skipped":
+            if test.gpu and gpu != "on":
+                return result(PENDING, "needs a CUDA GPU: graded when run on one")
+            if test.gpu:
+                return result("failed", f"skipped although --gpu on promised a GPU: {message}")
+            return result("skipped", f"skipped: {message}")
+    if seen.phases.get("call", ("",))[0] != "passed":
+        return result("crashed", "the test did not report a result")
+    if reported is not None and reported.get(test.nodeid) != "passed":
+        return result("failed", "the final pytest report does not confirm this pass")
+    return result(PASSED)
+
+
+def talking_point_results(lab: LabRubric, tests: tuple[TestResult, ...]) -> tuple[TalkingPointResult, ...]:
+    """Each talking point is "evidence: passed" when every case of every evidence test passed."""
+    points = []
+    for point in lab.talking_points:
+        cases = {test.nodeid.split("::", 1)[-1]: test.outcome for test in tests if test.name in point.evidence}
+        missing = [name for name in point.evidence if not any(t.name == name for t in tests)]
+        outcomes = set(cases.values())
+        if cases and not missing and outcomes == {PASSED}:
+            status = EVIDENCE_PASSED
+        elif cases and not missing and outcomes <= {PASSED, PENDING}:
+            status = EVIDENCE_PENDING
+        else:
+            status = NOT_YET
+        cases.update({name: "missing from the tests" for name in missing})
+        points.append(TalkingPointResult(point.id, point.kind, point.text, point.evidence, status, cases))
+    return tuple(points)
+
+
+def score_lab(lab: LabRubric, run: LabRun | None, gpu: str = "auto", not_run_reason: str = "",
+              not_run_status: str = "not-run") -> LabResult:
+    """Score one lab's run against its pristine rubric (pure).
+
+    ``not_run_status``/``not_run_reason`` describe a lab without a run (e.g. ``grader-error``).
+    """
+    if lab.error is not None:
+        return LabResult(lab.lab, lab.title, lab.package, 0, 0, 0, "unavailable",
+                         f"this lab cannot be graded: {lab.error}")
+    if run is None:
+        status, reason, seen, reported, wall = not_run_status, not_run_reason or "the lab was not run", {}, None, 0.0
+    else:
+        status, reason = lab_status(run)
+        seen, reported, wall = observe(run.events), _report_outcomes(run.report), run.wall_s
+    tests = tuple(score_test(test, seen.get(test.nodeid), reported, status, gpu) for test in lab.tests)
+    score = sum(test.points for test in tests)
+    pending = sum(test.max_points for test in tests if test.outcome == PENDING)
+    return LabResult(lab.lab, lab.title, lab.package, score, lab.max_score, pending, status, reason,
+                     round(wall, 3), tests, talking_point_results(lab, tests))
+
+
+def score_submission(rubric: Rubric, runs: dict[str, LabRun | None], *, submission: str, gpu: str = "auto",
+                     flags: tuple[str, ...] = (), notes: tuple[str, ...] = (),
+                     not_run_reason: str = "", not_run_status: str = "not-run") -> SubmissionResult:
+    """Score every lab of ``rubric`` (pure): runs missing from ``runs`` score 0 as ``not_run_status``."""
+    labs = tuple(score_lab(lab, runs.get(lab.lab), gpu, not_run_reason, not_run_status) for lab in rubric.labs)
+    void = [f"{lab.lab}: {lab.reason}" for lab in labs if lab.status == "void"]
+    return SubmissionResult(submission, gpu, labs, tuple(flags) + tuple(void), tuple(notes))
+
+
+def rescore(out: Path) -> SubmissionResult:
+    """Score a graded folder again from its saved rubric and raw runs (no student code runs).
+
+    Raises:
+        FileNotFoundError: when ``out`` holds no ``rubric.json`` (it is not a graded submission).
+    """
+    rubric_path = out / RUBRIC_FILE
+    if not rubric_path.is_file():
+        raise FileNotFoundError(f"{out} holds no {RUBRIC_FILE}: not a folder written by `grader run`")
+    rubric = Rubric.read(rubric_path)
+    meta = read_json(out / SUBMISSION_FILE) or {}
+    runs = load_lab_runs(out, [lab.lab for lab in rubric.labs])
+    return score_submission(rubric, runs, submission=meta.get("submission", out.name), gpu=meta.get("gpu", "auto"),
+                            flags=tuple(meta.get("flags", ())), notes=tuple(meta.get("notes", ())),
+                            not_run_reason=meta.get("not_run_reason", ""),
+                            not_run_status=meta.get("not_run_status", "not-run"))
+
+
+# ---------------------------------------------------------------- the `score` verb
+
+FORMATS = ("md", "json", "gradescope")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports_dir", type=Path, help="a folder written by `grader run` (or one student's batch folder)")
+    parser.add_argument("--format", choices=FORMATS, default="md", help="what to print (default: md)")
+    parser.add_argument("--write", action="store_true", help=f"also rewrite {SUMMARY_FILE} and the feedback files")
+
+
+def main(args: argparse.Namespace) -> int:
+    from grader.feedback import render, write_outputs
+
+    try:
+        result = rescore(args.reports_dir)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"grader score: {error}", file=sys.stderr)
+        return 2
+    if args.write:
+        write_outputs(result, args.reports_dir)
+    text = render(result, args.format)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def dumps(result: SubmissionResult) -> str:
+    return json.dumps(result.to_dict(), indent=1) + "\n"
