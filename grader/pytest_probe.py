@@ -65,8 +65,9 @@ def short_message(report: pytest.TestReport | pytest.CollectReport) -> str:
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, reason)
         return str(longrepr[2])[:MESSAGE_LIMIT]
     crash = getattr(longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(longrepr)
-    return text[:MESSAGE_LIMIT]
+    if crash is not None:
+        return crash.message[:MESSAGE_LIMIT]
+    return str(longrepr)[-MESSAGE_LIMIT:]  # a collection traceback: the error is at its end
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -122,10 +122,10 @@ def lab_status(run: LabRun) -> tuple[str, str]:
         return "timeout", f"the lab's tests ran over the per-lab time limit{limit} and were stopped"
     if run.output_flooded:
         return "crashed", "the tests printed far too much output and were stopped"
+    if "collected" not in kinds:
+        tail = run.output_tail.strip()[-MESSAGE_CHARS:]
+        return "collection-error", f"pytest stopped before running any test (it {describe_exit(run.exit_code)}): {tail}"
     if "session_finish" not in kinds:
-        if "collected" not in kinds:
-            tail = truncate_text(run.output_tail.strip(), MESSAGE_CHARS)
-            return "collection-error", f"pytest did not get to run the tests (it {describe_exit(run.exit_code)}): {tail}"
         return "crashed", (f"the test process {describe_exit(run.exit_code)} before pytest finished "
                            "(os._exit, sys.exit, a crash in native code?)")
     return "graded", ""
