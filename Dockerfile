@@ -1,0 +1,83 @@
+# The course image: the labs, their tests and the grader, installed with the exact versions that
+# pyproject.toml pins (the single source of truth; no version is repeated here). The grader is the
+# entry point, running as an unprivileged user.
+#
+# Build (online: packages come from the package index):
+#   docker build -t torch-compile-labs .
+# Build offline from a wheelhouse inside the build context (docker/build-wheelhouse.sh makes one):
+#   docker build --build-arg WHEELHOUSE=build/wheelhouse -t torch-compile-labs .
+# Build with no registry at all (base image from debootstrap: docker/build-base-image.sh):
+#   docker build --build-arg BASE_IMAGE=localhost/course-base:bookworm \
+#                --build-arg WHEELHOUSE=build/wheelhouse -t torch-compile-labs .
+#
+# Grade one submission (network off; the submission read-only):
+#   docker run --rm --gpus all --network none -v "$PWD/SUB":/submission:ro -v "$PWD/OUT":/out \
+#       torch-compile-labs run /submission --out /out
+
+# A CUDA runtime base. PyTorch's wheels bring their own CUDA libraries; the host needs only an NVIDIA
+# driver recent enough for them (and the NVIDIA container toolkit for --gpus).
+ARG BASE_IMAGE=nvidia/cuda:13.0.2-runtime-ubuntu24.04
+
+# ---- system: Python, its headers and a C++ compiler (installed only if the base lacks them) -------
+FROM ${BASE_IMAGE} AS system
+COPY docker/install-system-packages.sh /usr/local/sbin/install-system-packages.sh
+RUN sh /usr/local/sbin/install-system-packages.sh
+
+# ---- deps: a virtual environment with every requirement, from the index or from the wheelhouse ----
+# Its own stage, keyed on pyproject.toml and the wheelhouse only: editing the course does not reinstall
+# PyTorch, and the wheelhouse (several GB) never reaches the final image.
+FROM system AS deps
+# WHEELHOUSE: a folder of wheels, relative to the build context; empty = use the package index.
+ARG WHEELHOUSE=
+COPY pyproject.toml docker/pyproject_requirements.py /opt/requirements/
+# Without a wheelhouse, docker/ stands in for it: COPY needs a source, and pip ignores its files.
+COPY ${WHEELHOUSE:-docker} /opt/wheelhouse/
+RUN set -eu; \
+    if [ -n "$WHEELHOUSE" ]; then \
+        echo "installing offline from the wheelhouse $WHEELHOUSE"; \
+        export PIP_NO_INDEX=1 PIP_FIND_LINKS=/opt/wheelhouse; \
+    fi; \
+    python3 /opt/requirements/pyproject_requirements.py /opt/requirements/pyproject.toml \
+        > /opt/requirements/requirements.txt; \
+    python3 -m venv /opt/venv; \
+    /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check \
+        --requirement /opt/requirements/requirements.txt
+
+# ---- source: the course's files (the build context without the wheelhouse) --------------------------
+FROM system AS source
+ARG WHEELHOUSE=
+COPY . /opt/course
+RUN if [ -n "$WHEELHOUSE" ]; then rm -rf "/opt/course/$WHEELHOUSE"; fi; rm -rf /opt/course/build
+
+# ---- the image ---------------------------------------------------------------------------------------
+FROM system
+# The course and the environment belong to root and are read-only for the user who grades: a
+# submission cannot change the pristine tests or the grader it is graded by.
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=source /opt/course /opt/course
+# Every requirement is already in the environment, so installing the course itself needs no index.
+RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
+        --no-deps --no-build-isolation --editable /opt/course \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/python -m compileall -q /opt/course \
+    && useradd --create-home --uid 10001 --user-group course \
+    && chmod 1777 /home/course \
+    && mkdir -p /submission /out \
+    && chown course:course /out
+# Any uid may run the image (docker run --user "$(id -u):$(id -g)" keeps output files yours): HOME is
+# writable by all, for the compilers' caches (TorchInductor, Triton, matplotlib). Running the course's
+# tests in the read-only /opt/course writes no cache there (pytest's and hypothesis's go elsewhere), and
+# the nox sessions use the installed environment (COURSE_PYTHON) instead of creating their own.
+ENV PATH=/opt/venv/bin:$PATH \
+    HOME=/home/course \
+    COURSE_PYTHON=/opt/venv/bin/python \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTEST_ADDOPTS="-p no:cacheprovider" \
+    HYPOTHESIS_STORAGE_DIRECTORY=/tmp/hypothesis \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+WORKDIR /opt/course
+USER course
+ENTRYPOINT ["python", "-m", "grader"]
+CMD ["--help"]
