@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from grader.container import ContainerError, add_container_options, runner_from_args
 from grader.course import CourseError, is_noise
 from grader.feedback import write_outputs
 from grader.results import SubmissionResult
@@ -119,13 +120,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     parser.add_argument("--only", default=None, help="comma-separated student ids to grade")
     add_course_options(parser)
+    add_container_options(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     try:
         setup = prepare(args)
         submissions = discover_submissions(args.submissions_dir)
-    except CourseError as error:
+        runner = runner_from_args(args) or grade_submission
+    except (CourseError, ContainerError) as error:
         print(f"grader batch: {error}", file=sys.stderr)
         return 2
     if args.only:
@@ -135,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"grader batch: no submissions in {args.submissions_dir}", file=sys.stderr)
         return 2
     start = time.monotonic()
-    rows = grade_all(submissions, args.out, setup, jobs=args.jobs, show_progress=sys.stderr.isatty())
+    rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner, show_progress=sys.stderr.isatty())
     for row in rows:
         statuses = " ".join(f"{lab}={status}" for lab, status in row.statuses.items())
         flags = f" flags={row.flags}" if row.flags else ""

@@ -1,3 +1,175 @@
-"""placeholder"""
-def add_arguments(parser): pass
-def main(args): return 0
+"""The ``release`` verb: build the student distribution and prove it is safe to hand out.
+
+The distribution is the course minus instructor material: no ``solutions/``, no project tests
+(``labkit/tests``, ``grader/tests``: they check the solutions), no benchmarks of the grader, no CI or
+container files, nothing under a folder named ``instructor``. The grader itself ships (without its
+tests) so students can check their standing with ``python -m grader run . --out mygrade``.
+
+Verification (skipped with ``--no-verify``), each step failing loudly:
+
+1. nothing in the release names the solutions package in an import;
+2. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
+   files must be declared as package data);
+3. every lab's tests collect from the *installed* copy, as many as the pristine rubric lists;
+4. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from grader.course import SOLUTIONS_DIR, SUPPORT_PATHS, Course, CourseError, ignore_noise, load_course
+from grader.run import GradeOptions, GradingSetup, add_course_options, grade_submission
+from grader.rubric import build_rubric
+from grader.runner import RunLimits, pytest_env
+
+#: Root files shipped to students when the course has them.
+STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE")
+#: Paths (relative to the course root) never shipped; any folder named ``instructor`` is dropped too.
+INSTRUCTOR_ONLY = (SOLUTIONS_DIR, "labkit/tests", "grader/tests", "grader/benchmark.py", ".ci", "docker", "Dockerfile")
+#: Student-facing packages shipped besides the labs and the harness.
+STUDENT_PACKAGES = ("grader",)
+SOLUTION_IMPORT = re.compile(rf"^\s*(from|import)\s+{SOLUTIONS_DIR}\b", re.MULTILINE)
+
+
+class ReleaseError(RuntimeError):
+    """The distribution failed a verification step (the message says which and why)."""
+
+
+def _ignore_for(course_root: Path):
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        dropped = set(ignore_noise(folder, names))
+        for name in names:
+            rel = (Path(folder) / name).relative_to(course_root).as_posix()
+            if rel in INSTRUCTOR_ONLY or name == "instructor":
+                dropped.add(name)
+        return sorted(dropped)
+
+    return ignore
+
+
+def build_release(course: Course, out: Path) -> list[str]:
+    """Copy the student distribution of ``course`` into ``out`` (emptied first); return its top-level entries."""
+    if out.resolve() == course.root or course.root in out.resolve().parents:
+        raise CourseError(f"--out {out} must be outside the course root {course.root}")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    ignore = _ignore_for(course.root)
+    folders = [*SUPPORT_PATHS, *STUDENT_PACKAGES, *(spec.package for spec in course.labs), *course.not_ready]
+    for name in dict.fromkeys(folders):
+        source = course.root / name
+        if source.is_dir():
+            shutil.copytree(source, out / name, ignore=ignore)
+        elif source.is_file():
+            shutil.copy2(source, out / name)
+    for name in STUDENT_ROOT_FILES:
+        if (course.root / name).is_file():
+            shutil.copy2(course.root / name, out / name)
+    return sorted(path.name for path in out.iterdir())
+
+
+def check_no_solution_imports(release: Path) -> None:
+    """Step 1: no shipped module imports the reference solutions."""
+    offenders = [str(path.relative_to(release)) for path in release.rglob("*.py")
+                 if SOLUTION_IMPORT.search(path.read_text(encoding="utf-8", errors="replace"))]
+    if (release / SOLUTIONS_DIR).exists():
+        offenders.append(f"{SOLUTIONS_DIR}/ itself")
+    if offenders:
+        raise ReleaseError("the release refers to the reference solutions: " + ", ".join(offenders))
+
+
+def install_release(release: Path, target: Path, python: str = sys.executable) -> None:
+    """Step 2: build and install the release into ``target`` (no dependencies, no network)."""
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--disable-pip-version-check",
+         "--target", str(target), str(release)],
+        capture_output=True, text=True, timeout=600,
+    )
+    if done.returncode != 0:
+        raise ReleaseError(f"the release does not install:\n{(done.stdout + done.stderr)[-3000:]}")
+    shutil.rmtree(release / "build", ignore_errors=True)  # setuptools' scratch folder
+    for info in release.glob("*.egg-info"):
+        shutil.rmtree(info, ignore_errors=True)
+
+
+def count_installed_tests(site: Path, packages: list[str], python: str = sys.executable) -> int:
+    """Step 3: collect the labs' tests from the installed copy; return how many were collected."""
+    with tempfile.TemporaryDirectory(prefix="grader-collect-") as empty:
+        done = subprocess.run(
+            [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "labkit.pytest_plugin",
+             "-c", os.devnull, "--rootdir", empty, "--pyargs", *packages],
+            cwd=empty, env=pytest_env(site, "off"), capture_output=True, text=True, timeout=600,
+        )
+    if done.returncode != 0:
+        raise ReleaseError(f"the installed tests do not collect (pytest exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    return sum(1 for line in done.stdout.splitlines() if "::" in line)
+
+
+def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print) -> None:
+    """Run the four checks of the module docstring on the built release.
+
+    Raises:
+        ReleaseError: at the first failed check.
+    """
+    check_no_solution_imports(release)
+    log("  ok: no module imports the reference solutions")
+    course = load_course(release)
+    labs = course.select(None)
+    if not labs:
+        raise ReleaseError("the release has no lab ready to grade")
+    rubric = build_rubric(course, labs, cache_dir, options.python)
+    broken = [f"{lab.lab}: {lab.error}" for lab in rubric.labs if lab.error]
+    if broken:
+        raise ReleaseError("labs whose tests do not collect in the release: " + "; ".join(broken))
+    with tempfile.TemporaryDirectory(prefix="grader-release-") as scratch:
+        site = Path(scratch) / "site"
+        install_release(release, site, options.python)
+        log(f"  ok: the release installs ({', '.join(sorted(p.name for p in site.iterdir() if p.is_dir() and '.' not in p.name))})")
+        collected = count_installed_tests(site, [spec.package for spec in labs], options.python)
+        expected = sum(len(lab.tests) for lab in rubric.labs)
+        if collected != expected:
+            raise ReleaseError(f"the installed copy collects {collected} tests, the course has {expected}")
+        log(f"  ok: the installed copy collects all {collected} graded tests")
+        result = grade_submission(release, Path(scratch) / "starter-grade", GradingSetup(course, labs, rubric, options),
+                                  name="untouched starter")
+    scored = [f"{lab.lab} {lab.score}/{lab.max_score} ({lab.status})" for lab in result.labs if lab.score or lab.status != "graded"]
+    if scored:
+        passing = [t.nodeid for lab in result.labs for t in lab.tests if t.points]
+        raise ReleaseError("the untouched starters must score 0 and be graded normally: " + ", ".join(scored)
+                           + (f"; tests passing on the starter: {', '.join(passing)}" if passing else ""))
+    log(f"  ok: the untouched starters score 0 on {', '.join(lab.lab for lab in result.labs)}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="folder for the student distribution (replaced)")
+    parser.add_argument("--no-verify", action="store_true", help="only build, skip the install/collect/score checks")
+    add_course_options(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        course = load_course(args.course)
+        entries = build_release(course, args.out)
+    except CourseError as error:
+        print(f"grader release: {error}", file=sys.stderr)
+        return 2
+    print(f"built the student distribution in {args.out}: {', '.join(entries)}")
+    for package, why in course.not_ready.items():
+        print(f"  note: {package} ships as it is but is not ready to grade ({why})")
+    if args.no_verify:
+        return 0
+    options = GradeOptions(gpu="off", limits=RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout))
+    try:
+        verify_release(args.out, options=options, cache_dir=None if args.no_cache else args.cache_dir)
+    except (ReleaseError, CourseError) as error:
+        print(f"grader release: VERIFICATION FAILED: {error}", file=sys.stderr)
+        return 1
+    print("the release is verified")
+    return 0

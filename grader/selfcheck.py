@@ -1,3 +1,90 @@
-"""placeholder"""
-def add_arguments(parser): pass
-def main(args): return 0
+"""The ``selfcheck`` verb (``nox -s grade``): grade the reference solutions and the untouched starters.
+
+This is the course's main job: it proves, end to end through the real grading path (sandbox,
+subprocess per lab, scoring), that each lab is gradable:
+
+- the **reference**: ``solutions/<package>/<editable files>`` dropped over the starters must earn every
+  CPU point (GPU tests may be pending);
+- the **untouched starter**: the course as students receive it must score 0.
+
+Both summaries are printed. Labs that are not written yet (no ``lab.toml`` or ``test_lab.py``) are
+listed and skipped; the exit status is 1 only when a ready lab breaks one of the two rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from grader.batch import grade_all
+from grader.course import CourseError, make_reference_submission
+from grader.feedback import summary_line
+from grader.results import PASSED, SubmissionResult
+from grader.run import add_course_options, prepare
+from grader.score import rescore
+
+REFERENCE, STARTER = "reference", "starter"
+
+
+def problems_of(reference: SubmissionResult, starter: SubmissionResult) -> list[str]:
+    """Every way the two results break the rules of the module docstring (pure)."""
+    problems = []
+    for lab in reference.labs:
+        if lab.status == "unavailable":
+            problems.append(f"{lab.lab}: {lab.reason.splitlines()[0]}")
+        elif lab.status != "graded" or lab.score + lab.pending != lab.max_score:
+            failing = [f"{t.nodeid.split('::', 1)[-1]} ({t.outcome}: {t.message.splitlines()[0] if t.message else ''})"
+                       for t in lab.tests if t.outcome not in (PASSED, "pending")]
+            problems.append(f"{lab.lab}: the reference scores {lab.score}/{lab.max_score} ({lab.status}"
+                            f"{': ' + lab.reason if lab.reason else ''}); failing: {'; '.join(failing) or 'none'}")
+    for lab in starter.labs:
+        if lab.status == "unavailable":
+            continue
+        if lab.score:
+            passing = [t.nodeid.split("::", 1)[-1] for t in lab.tests if t.points]
+            problems.append(f"{lab.lab}: the untouched starter scores {lab.score}/{lab.max_score}: "
+                            f"graded tests pass without student code: {', '.join(passing)}")
+        elif lab.status != "graded":
+            problems.append(f"{lab.lab}: the untouched starter is not graded normally ({lab.status}: {lab.reason})")
+    return problems
+
+
+def _print_result(title: str, result: SubmissionResult) -> None:
+    print(f"\n== {title}: {summary_line(result)}")
+    for lab in result.labs:
+        pending = f" (+{lab.pending} pending GPU)" if lab.pending else ""
+        print(f"   {lab.lab} {lab.title}: {lab.score}/{lab.max_score}{pending} [{lab.status}] in {lab.wall_s:.1f} s")
+        if lab.reason:
+            print(f"      {lab.reason.splitlines()[0][:200]}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=None, help="keep both graded folders here (default: a temp folder)")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="grade the two submissions at once (default 2)")
+    add_course_options(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        setup = prepare(args)
+    except CourseError as error:
+        print(f"grader selfcheck: nothing to grade yet: {error}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="grader-selfcheck-") as scratch:
+        out = args.out or Path(scratch) / "graded"
+        reference = make_reference_submission(setup.course, Path(scratch) / REFERENCE)
+        submissions = [(REFERENCE, reference), (STARTER, setup.course.root)]
+        grade_all(submissions, out, setup, jobs=args.jobs, show_progress=sys.stderr.isatty())
+        results = {name: rescore(out / name) for name, _ in submissions}
+    _print_result("reference solutions", results[REFERENCE])
+    _print_result("untouched starters", results[STARTER])
+    for package, why in setup.course.not_ready.items():
+        print(f"\nnote: {package} was skipped: {why}")
+    problems = problems_of(results[REFERENCE], results[STARTER])
+    if problems:
+        print("\nPROBLEMS:\n  " + "\n  ".join(problems))
+        return 1
+    print("\nok: the reference earns every CPU point and the untouched starters score 0")
+    return 0
