@@ -85,6 +85,12 @@ def tests(session: nox.Session) -> None:
     )
 
 
+@nox.session(venv_backend="none")
+def grade(session: nox.Session) -> None:
+    """The main job: grade the reference solutions and the untouched starters, print both summaries."""
+    run_in_course_env(session, "-m", "grader", "selfcheck", *session.posargs)
+
+
 def _bench_session(lab_id: str, package: str) -> None:
     @nox.session(name=f"bench-{lab_id}", venv_backend="none")
     def bench(session: nox.Session) -> None:
