@@ -6,6 +6,9 @@ entry's name (without ``.zip``) is the student's id. Each student is graded into
 a runner spends its time waiting on the pytest processes it started, and each submission's labs run in
 their own process groups, so students never share a process.
 
+``--container IMAGE`` swaps the runner for :class:`grader.container.ContainerRunner`: each submission is
+graded in its own container of the course image (network off, resource and wall-clock limits).
+
 A runner that raises (a bug, a container that would not start) still produces the student's row: a
 ``summary.json`` with every lab at 0 and status ``grader-error``. ``OUT/batch.json`` lists every row.
 """
