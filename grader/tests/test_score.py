@@ -1,0 +1,192 @@
+"""Scoring is a pure function: these tests build runs by hand (no subprocess) and check each rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grader.artifacts import LabRun, read_events
+from grader.pytest_probe import interleave_canaries
+from grader.results import EVIDENCE_PASSED, EVIDENCE_PENDING, NOT_YET, SubmissionResult
+from grader.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec
+from grader.score import describe_exit, score_lab, score_submission
+
+CANARY = "test_c4n4ry"
+RUBRIC = LabRubric(
+    lab="labX", package="labX_demo", title="Demo",
+    tests=(
+        RubricTest("labX_demo/test_lab.py::test_a", "test_a", 2, False),
+        RubricTest("labX_demo/test_lab.py::test_b[1]", "test_b", 1, False),
+        RubricTest("labX_demo/test_lab.py::test_b[2]", "test_b", 1, False),
+        RubricTest("labX_demo/test_lab.py::test_gpu", "test_gpu", 3, True),
+    ),
+    talking_points=(
+        TalkingPointSpec("a", "talking_point", "A?", ("test_a",)),
+        TalkingPointSpec("b", "interview", "B?", ("test_b",)),
+        TalkingPointSpec("g", "interview", "G?", ("test_a", "test_gpu")),
+        TalkingPointSpec("stale", "interview", "S?", ("test_gone",)),
+    ),
+)
+
+
+def passed(nodeid: str) -> list[dict]:
+    return [{"event": "start", "nodeid": nodeid},
+            *({"event": "report", "nodeid": nodeid, "when": w, "outcome": "passed"} for w in ("setup", "call", "teardown")),
+            {"event": "finish", "nodeid": nodeid}]
+
+
+def failed(nodeid: str, message: str = "AssertionError", when: str = "call") -> list[dict]:
+    phases = [{"event": "report", "nodeid": nodeid, "when": "setup", "outcome": "passed" if when != "setup" else "failed",
+               "message": message if when == "setup" else ""}]
+    if when == "call":
+        phases.append({"event": "report", "nodeid": nodeid, "when": "call", "outcome": "failed", "message": message})
+    return [{"event": "start", "nodeid": nodeid}, *phases,
+            {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed"}, {"event": "finish", "nodeid": nodeid}]
+
+
+def skipped(nodeid: str, reason: str) -> list[dict]:
+    return [{"event": "start", "nodeid": nodeid},
+            {"event": "report", "nodeid": nodeid, "when": "setup", "outcome": "skipped", "message": reason},
+            {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed"}, {"event": "finish", "nodeid": nodeid}]
+
+
+def node(name: str) -> str:
+    return f"labX_demo/test_lab.py::{name}"
+
+
+def run_of(*events: list[dict], finished: bool = True, report_passed: list[str] | None = None, exit_code: int = 1,
+           **extra) -> LabRun:
+    log = [{"event": "configure"}, {"event": "collected", "nodeids": []}]
+    for chunk in events:
+        log.extend(chunk)
+    if finished:
+        log.append({"event": "session_finish", "exitstatus": exit_code})
+    report = None
+    if report_passed is not None:
+        report = {"tests": [{"nodeid": n, "outcome": "passed"} for n in report_passed]}
+    return LabRun(lab="labX", exit_code=exit_code, timed_out=extra.get("timed_out", False), output_flooded=False,
+                  wall_s=1.0, canary=CANARY, events=tuple(log), report=report, output_tail=extra.get("tail", ""))
+
+
+ALL_CPU = [node("test_a"), node("test_b[1]"), node("test_b[2]")]
+
+
+def outcomes(lab) -> dict[str, str]:
+    return {test.nodeid.split("::")[1]: test.outcome for test in lab.tests}
+
+
+def test_a_finished_run_scores_passes_and_lists_gpu_points_as_pending():
+    run = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), report_passed=ALL_CPU)
+    lab = score_lab(RUBRIC, run, gpu="auto")
+    assert (lab.score, lab.max_score, lab.pending, lab.status) == (4, 7, 3, "graded")
+    assert outcomes(lab)["test_gpu"] == "pending"
+
+
+def test_with_gpu_on_a_skipped_gpu_test_fails():
+    run = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "no CUDA"), report_passed=ALL_CPU)
+    lab = score_lab(RUBRIC, run, gpu="on")
+    assert (lab.score, lab.pending) == (4, 0)
+    assert outcomes(lab)["test_gpu"] == "failed"
+
+
+def test_a_cpu_test_skipped_by_student_code_is_worth_nothing():
+    run = run_of(skipped(node("test_a"), "student called pytest.skip"), report_passed=[])
+    assert outcomes(score_lab(RUBRIC, run))["test_a"] == "skipped"
+
+
+def test_a_pass_the_final_report_does_not_confirm_is_not_a_pass():
+    run = run_of(*(passed(n) for n in ALL_CPU), report_passed=[node("test_a")])
+    lab = score_lab(RUBRIC, run)
+    assert lab.score == 2 and outcomes(lab)["test_b[1]"] == "failed"
+
+
+def test_a_crash_keeps_earlier_passes_and_never_passes_the_rest():
+    run = run_of(passed(node("test_a")), [{"event": "start", "nodeid": node("test_b[1]")}], finished=False,
+                 report_passed=None, exit_code=-11)
+    lab = score_lab(RUBRIC, run)
+    assert lab.status == "crashed" and "SIGSEGV" in lab.reason
+    assert outcomes(lab) == {"test_a": "passed", "test_b[1]": "crashed", "test_b[2]": "not-run", "test_gpu": "not-run"}
+    assert (lab.score, lab.max_score, lab.pending) == (2, 7, 0)
+
+
+def test_a_lab_timeout_marks_the_running_test_as_timeout():
+    run = run_of(passed(node("test_a")), [{"event": "start", "nodeid": node("test_b[1]")}], finished=False,
+                 timed_out=True, exit_code=-9)
+    lab = score_lab(RUBRIC, run)
+    assert lab.status == "timeout" and outcomes(lab)["test_b[1]"] == "timeout" and lab.score == 2
+
+
+def test_a_per_test_timeout_is_reported_as_timeout():
+    run = run_of(failed(node("test_a"), "Failed: Timeout (>2.0s) from pytest-timeout."), report_passed=[])
+    assert outcomes(score_lab(RUBRIC, run))["test_a"] == "timeout"
+
+
+def test_setup_failures_are_errors():
+    run = run_of(failed(node("test_a"), "ImportError", when="setup"), report_passed=[])
+    assert outcomes(score_lab(RUBRIC, run))["test_a"] == "error"
+
+
+def test_a_passing_canary_voids_the_run_even_if_only_the_report_says_so():
+    canary = f"labX_demo/test_lab.py::{CANARY}[0]"
+    run = run_of(*(passed(n) for n in ALL_CPU), report_passed=[*ALL_CPU, canary])
+    lab = score_lab(RUBRIC, run)
+    assert (lab.score, lab.status) == (0, "void")
+    result = score_submission(Rubric((RUBRIC,)), {"labX": run}, submission="s")
+    assert any("canary" in flag for flag in result.flags)
+
+
+def test_a_collection_error_scores_zero_of_the_full_maximum():
+    log = ({"event": "configure"}, {"event": "collect_error", "nodeid": "labX_demo/test_lab.py", "message": "SyntaxError: x"},
+           {"event": "collected", "nodeids": []}, {"event": "session_finish", "exitstatus": 2})
+    run = LabRun("labX", 2, False, False, 0.5, CANARY, log, None)
+    lab = score_lab(RUBRIC, run)
+    assert (lab.score, lab.max_score, lab.status) == (0, 7, "collection-error") and "SyntaxError" in lab.reason
+
+
+def test_pytest_dying_before_collection_is_a_collection_error_with_the_output():
+    run = LabRun("labX", 3, False, False, 0.5, CANARY, ({"event": "configure"},), None, output_tail="SystemExit: 3")
+    lab = score_lab(RUBRIC, run)
+    assert lab.status == "collection-error" and "SystemExit: 3" in lab.reason
+
+
+def test_an_unavailable_rubric_and_a_missing_run_each_give_a_reason():
+    broken = LabRubric("labY", "labY_demo", "Broken", error="tests do not collect")
+    result = score_submission(Rubric((RUBRIC, broken)), {}, submission="s", not_run_reason="sandbox failed")
+    assert [(lab.status, lab.score, lab.max_score) for lab in result.labs] == [("not-run", 0, 7), ("unavailable", 0, 0)]
+    assert result.lab("labX").reason == "sandbox failed" and "do not collect" in result.lab("labY").reason
+
+
+def test_talking_points_need_every_case_of_every_evidence_test():
+    run = run_of(passed(node("test_a")), passed(node("test_b[1]")), failed(node("test_b[2]")),
+                 skipped(node("test_gpu"), "no CUDA"), report_passed=[node("test_a"), node("test_b[1]")])
+    points = {p.id: p.status for p in score_lab(RUBRIC, run).talking_points}
+    assert points == {"a": EVIDENCE_PASSED, "b": NOT_YET, "g": EVIDENCE_PENDING, "stale": NOT_YET}
+
+
+def test_results_round_trip_through_json():
+    run = run_of(*(passed(n) for n in ALL_CPU), report_passed=ALL_CPU)
+    result = score_submission(Rubric((RUBRIC,)), {"labX": run}, submission="s", flags=("f",), notes=("n",))
+    assert SubmissionResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    assert Rubric.from_dict(json.loads(json.dumps(Rubric((RUBRIC,)).to_dict()))) == Rubric((RUBRIC,))
+
+
+def test_a_torn_last_event_line_is_skipped(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"event": "start", "nodeid": "a"}\n{"event": "rep')
+    assert read_events(path) == ({"event": "start", "nodeid": "a"},)
+
+
+@pytest.mark.parametrize("code, words", [(-11, "SIGSEGV"), (-9, "SIGKILL"), (0, "code 0"), (None, "unknown")])
+def test_exits_are_described_in_words(code, words):
+    assert words in describe_exit(code)
+
+
+class _Item:
+    def __init__(self, name: str) -> None:
+        self.originalname = self.name = name
+
+
+def test_canaries_are_interleaved_after_every_real_test():
+    items = [_Item("test_a"), _Item("test_b"), _Item("c"), _Item("c"), _Item("c")]
+    assert [item.name for item in interleave_canaries(items, "c")] == ["test_a", "c", "test_b", "c", "c"]
