@@ -8,10 +8,10 @@ tests) so students can check their standing with ``python -m grader run . --out 
 Verification (skipped with ``--no-verify``), each step failing loudly:
 
 1. nothing in the release names the solutions package in an import;
-2. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
+2. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug);
+3. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
    files must be declared as package data);
-3. every lab's tests collect from the *installed* copy, as many as the pristine rubric lists;
-4. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug).
+4. every lab's tests collect from the *installed* copy, as many as the pristine rubric lists.
 """
 
 from __future__ import annotations
@@ -129,6 +129,15 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
     if broken:
         raise ReleaseError("labs whose tests do not collect in the release: " + "; ".join(broken))
     with tempfile.TemporaryDirectory(prefix="grader-release-") as scratch:
+        result = grade_submission(release, Path(scratch) / "starter-grade", GradingSetup(course, labs, rubric, options),
+                                  name="untouched starter")
+        scored = [f"{lab.lab} {lab.score}/{lab.max_score} ({lab.status})" for lab in result.labs
+                  if lab.score or lab.status != "graded"]
+        if scored:
+            passing = [t.nodeid for lab in result.labs for t in lab.tests if t.points]
+            raise ReleaseError("the untouched starters must score 0 and be graded normally: " + ", ".join(scored)
+                               + (f"; tests passing on the starter: {', '.join(passing)}" if passing else ""))
+        log(f"  ok: the untouched starters score 0 on {', '.join(lab.lab for lab in result.labs)}")
         site = Path(scratch) / "site"
         install_release(release, site, options.python)
         log(f"  ok: the release installs ({', '.join(sorted(p.name for p in site.iterdir() if p.is_dir() and '.' not in p.name))})")
@@ -137,14 +146,6 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
         if collected != expected:
             raise ReleaseError(f"the installed copy collects {collected} tests, the course has {expected}")
         log(f"  ok: the installed copy collects all {collected} graded tests")
-        result = grade_submission(release, Path(scratch) / "starter-grade", GradingSetup(course, labs, rubric, options),
-                                  name="untouched starter")
-    scored = [f"{lab.lab} {lab.score}/{lab.max_score} ({lab.status})" for lab in result.labs if lab.score or lab.status != "graded"]
-    if scored:
-        passing = [t.nodeid for lab in result.labs for t in lab.tests if t.points]
-        raise ReleaseError("the untouched starters must score 0 and be graded normally: " + ", ".join(scored)
-                           + (f"; tests passing on the starter: {', '.join(passing)}" if passing else ""))
-    log(f"  ok: the untouched starters score 0 on {', '.join(lab.lab for lab in result.labs)}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
