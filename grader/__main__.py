@@ -18,6 +18,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "report": ("grader.report", "the instructor's class report (CSV, HTML, JSON) from a batch folder"),
     "release": ("grader.release", "build and verify the student distribution (no solutions)"),
     "selfcheck": ("grader.selfcheck", "grade the reference solutions and the untouched starters"),
+    "gradescope-bundle": ("grader.gradescope_bundle", "a Gradescope autograder zip (setup.sh, run_autograder)"),
 }
 
 
