@@ -23,13 +23,20 @@ FROM ${BASE_IMAGE} AS system
 COPY docker/install-system-packages.sh /usr/local/sbin/install-system-packages.sh
 RUN sh /usr/local/sbin/install-system-packages.sh
 
+# ---- requirements: the list to install, read from pyproject.toml ------------------------------------
+FROM system AS requirements
+COPY pyproject.toml docker/pyproject_requirements.py /opt/requirements/
+RUN python3 /opt/requirements/pyproject_requirements.py /opt/requirements/pyproject.toml \
+        > /opt/requirements/requirements.txt
+
 # ---- deps: a virtual environment with every requirement, from the index or from the wheelhouse ----
-# Its own stage, keyed on pyproject.toml and the wheelhouse only: editing the course does not reinstall
-# PyTorch, and the wheelhouse (several GB) never reaches the final image.
+# Its own stage, keyed on the requirement list and the wheelhouse only: editing the course (or another
+# part of pyproject.toml) does not reinstall PyTorch, and the wheelhouse (several GB) never reaches
+# the final image.
 FROM system AS deps
 # WHEELHOUSE: a folder of wheels, relative to the build context; empty = use the package index.
 ARG WHEELHOUSE=
-COPY pyproject.toml docker/pyproject_requirements.py /opt/requirements/
+COPY --from=requirements /opt/requirements/requirements.txt /opt/requirements/requirements.txt
 # Without a wheelhouse, docker/ stands in for it: COPY needs a source, and pip ignores its files.
 COPY ${WHEELHOUSE:-docker} /opt/wheelhouse/
 RUN set -eu; \
@@ -37,8 +44,6 @@ RUN set -eu; \
         echo "installing offline from the wheelhouse $WHEELHOUSE"; \
         export PIP_NO_INDEX=1 PIP_FIND_LINKS=/opt/wheelhouse; \
     fi; \
-    python3 /opt/requirements/pyproject_requirements.py /opt/requirements/pyproject.toml \
-        > /opt/requirements/requirements.txt; \
     python3 -m venv /opt/venv; \
     /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check \
         --requirement /opt/requirements/requirements.txt
@@ -59,7 +64,6 @@ COPY --from=source /opt/course /opt/course
 RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
         --no-deps --no-build-isolation --editable /opt/course \
     && /opt/venv/bin/pip check \
-    && /opt/venv/bin/python -m compileall -q /opt/course \
     && useradd --create-home --uid 10001 --user-group course \
     && chmod 1777 /home/course \
     && mkdir -p /submission /out \

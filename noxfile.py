@@ -6,6 +6,8 @@ Instructors:    nox -s grade                      (grade the reference and the u
 Course CI:      nox -s tests                      (the project's own test suite)
 Benchmarks:     nox -s bench-lab01 bench-lab02 bench-lab03
 GPU:            nox -s gpu                        (GPU tests + lab 3 benchmark; skips without CUDA)
+Container:      nox -s image image-cpu image-gpu  (build the image; run sessions inside it)
+                nox -s docker-test                (offline image build + grading in containers; slow)
 
 All sessions share ONE environment (``.nox/course-env``): PyTorch is ~5 GB, so it is installed once
 and reinstalled only when ``pyproject.toml`` changes. Arguments after ``--`` go to pytest (or to the
@@ -16,6 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,7 +41,13 @@ def _bin(name: str) -> str:
 
 
 def course_python(session: nox.Session) -> str:
-    """Create the shared environment on first use (or when pyproject.toml changed) and return its python."""
+    """Create the shared environment on first use (or when pyproject.toml changed) and return its python.
+
+    Where the course is already installed (the container image sets ``COURSE_PYTHON``), use that
+    interpreter as it is.
+    """
+    if os.environ.get("COURSE_PYTHON"):
+        return os.environ["COURSE_PYTHON"]
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
     stamp = SHARED_ENV / f".installed-{digest}"
     python = _bin("python")
@@ -116,3 +127,93 @@ def gpu(session: nox.Session) -> None:
         session.skip("no CUDA device on this machine: the GPU checks are graded as pending")
     run_in_course_env(session, "-m", "pytest", *LABS.values(), "--impl=solution", "-m", "gpu", "-rs", *session.posargs)
     run_in_course_env(session, "-m", "lab03_triton_lowering.benchmark", env={"LABKIT_IMPL": "solution"})
+
+
+# ---------------------------------------------------------------- the container image (Dockerfile)
+# The engine is $GRADER_CONTAINER_ENGINE (e.g. "podman --runtime runc"), else docker or podman, whichever
+# answers; the image's name is $COURSE_IMAGE. BASE_IMAGE and WHEELHOUSE pass through as build args.
+COURSE_IMAGE = os.environ.get("COURSE_IMAGE", "torch-compile-labs:latest")
+OFFLINE_BASE_IMAGE = "localhost/course-base:bookworm"
+OFFLINE_WHEELHOUSE = "build/wheelhouse"  # relative to the build context (.dockerignore lets it in)
+CONTAINER_TEST_DIR = ROOT / "build" / "docker-test"
+
+
+def container_engine(session: nox.Session) -> list[str]:
+    """The container engine's command, or skip the session saying why."""
+    sys.path.insert(0, str(ROOT))
+    from grader.container import ContainerError, find_engine
+
+    try:
+        return find_engine()
+    except ContainerError as error:
+        session.skip(f"no container engine on this machine ({error}): the image sessions need docker or podman")
+    raise AssertionError("unreachable")
+
+
+def build_image(session: nox.Session, engine: list[str], tag: str, build_args: dict[str, str]) -> None:
+    flags = [f"--build-arg={name}={value}" for name, value in build_args.items() if value]
+    session.run(*engine, "build", *flags, "--tag", tag, str(ROOT), external=True)
+
+
+def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *, gpus: bool = False) -> None:
+    """Run ``nox nox_args`` inside the image, network off (the image has the course installed)."""
+    from grader.container import ContainerLimits, gpu_args, isolation_args
+
+    limits = ContainerLimits(memory=os.environ.get("CONTAINER_MEMORY", "12g"), cpus=float(os.cpu_count() or 1))
+    session.run(*engine, "run", "--rm", *isolation_args(limits), *(gpu_args(engine) if gpus else []),
+                "--entrypoint", "nox", COURSE_IMAGE, *nox_args, external=True)
+
+
+def has_nvidia_gpu() -> bool:
+    """True when the host's NVIDIA driver lists at least one GPU."""
+    if not shutil.which("nvidia-smi"):
+        return False
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return listed.returncode == 0 and "GPU" in listed.stdout
+
+
+@nox.session(venv_backend="none")
+def image(session: nox.Session) -> None:
+    """Build the course image ($COURSE_IMAGE; build args from $BASE_IMAGE and $WHEELHOUSE when set)."""
+    engine = container_engine(session)
+    build_image(session, engine, COURSE_IMAGE,
+                {"BASE_IMAGE": os.environ.get("BASE_IMAGE", ""), "WHEELHOUSE": os.environ.get("WHEELHOUSE", "")})
+
+
+@nox.session(name="image-cpu", venv_backend="none")
+def image_cpu(session: nox.Session) -> None:
+    """Run CPU sessions inside the image, network off (default: tests; or -- -s lab01 lab02 ...)."""
+    run_in_image(session, container_engine(session), session.posargs or ["-s", "tests"])
+
+
+@nox.session(name="image-gpu", venv_backend="none")
+def image_gpu(session: nox.Session) -> None:
+    """Run the gpu session inside the image with every GPU passed in. Skips without an NVIDIA GPU."""
+    engine = container_engine(session)
+    if not has_nvidia_gpu():
+        session.skip("no NVIDIA GPU on this machine (nvidia-smi finds none): the GPU sessions need one")
+    run_in_image(session, engine, session.posargs or ["-s", "gpu"], gpus=True)
+
+
+@nox.session(name="docker-test", venv_backend="none")
+def docker_test(session: nox.Session) -> None:
+    """The image built and graded with no registry and no network (slow: not part of CI).
+
+    A Debian base image from debootstrap, a wheelhouse from pyproject.toml, the image built offline from
+    both (same Dockerfile, other build args), then the reference solutions and the untouched starters
+    graded, each in its own container with the network off. Set BASE_IMAGE to skip debootstrap.
+    """
+    engine = container_engine(session)
+    base = os.environ.get("BASE_IMAGE", "")
+    if not base:
+        if not shutil.which("debootstrap"):
+            session.skip("debootstrap is not installed (apt-get install debootstrap), and BASE_IMAGE is not set")
+        base = OFFLINE_BASE_IMAGE
+        session.run("bash", "docker/build-base-image.sh", base, external=True,
+                    env={"CONTAINER_ENGINE": shlex.join(engine)})
+    python = course_python(session)
+    session.run("bash", "docker/build-wheelhouse.sh", OFFLINE_WHEELHOUSE, external=True, env={"PYTHON": python})
+    tag = os.environ.get("COURSE_IMAGE", "localhost/torch-compile-labs:offline")
+    build_image(session, engine, tag, {"BASE_IMAGE": base, "WHEELHOUSE": OFFLINE_WHEELHOUSE})
+    run_in_course_env(session, "-m", "grader", "selfcheck", "--container", tag, "--engine", shlex.join(engine),
+                      "--out", str(CONTAINER_TEST_DIR), *session.posargs)

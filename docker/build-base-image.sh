@@ -3,6 +3,7 @@
 # testing the Dockerfile where no registry is reachable.
 #
 #   docker/build-base-image.sh [IMAGE_NAME]        (default: localhost/course-base:bookworm)
+#   REBUILD_BASE_IMAGE=1 docker/build-base-image.sh  (import again even if the image exists)
 #
 # debootstrap fetches Debian packages from a Debian mirror (or a local mirror given in
 # DEBIAN_MIRROR), builds a root filesystem with Python 3.11, its venv module and headers, and a C++
@@ -20,7 +21,7 @@ WORK="${BASE_IMAGE_WORKDIR:-$HERE/../build/container}"
 ENGINE="${CONTAINER_ENGINE:-$(command -v podman || command -v docker || true)}"
 PACKAGES="python3,python3-venv,python3-dev,g++,ca-certificates"
 
-if [[ -z "$ENGINE" ]]; then
+if [[ -z "${ENGINE// }" ]]; then
     echo "error: neither podman nor docker is installed" >&2
     exit 2
 fi
@@ -30,6 +31,12 @@ if ! command -v debootstrap >/dev/null; then
 fi
 
 ROOTFS="$WORK/rootfs-$SUITE"
+# Importing makes a new image id, which would invalidate every cached layer built on it: keep the
+# image there is unless REBUILD_BASE_IMAGE=1.
+if [[ "${REBUILD_BASE_IMAGE:-0}" != 1 ]] && $ENGINE image inspect "$IMAGE" >/dev/null 2>&1; then
+    echo "base image $IMAGE exists (REBUILD_BASE_IMAGE=1 rebuilds it)"
+    exit 0
+fi
 mkdir -p "$WORK"
 if [[ ! -f "$ROOTFS/.complete" ]]; then
     rm -rf "$ROOTFS"
@@ -40,7 +47,8 @@ if [[ ! -f "$ROOTFS/.complete" ]]; then
     touch "$ROOTFS/.complete"
 fi
 
-echo "importing $ROOTFS as $IMAGE with $(basename "$ENGINE")"
+echo "importing $ROOTFS as $IMAGE with $ENGINE"
+# $ENGINE unquoted: it may carry global options ("podman --runtime runc").
 tar --numeric-owner --exclude=./.complete -C "$ROOTFS" -c . \
-    | "$ENGINE" import --change 'CMD ["/bin/bash"]' - "$IMAGE"
+    | $ENGINE import --change 'CMD ["/bin/bash"]' - "$IMAGE"
 echo "base image ready: $IMAGE"

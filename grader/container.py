@@ -19,7 +19,8 @@ regrade uses. A container that ran out of memory, or ended without a result, sti
 
 Docker and podman both work; the engine is found automatically (the first of ``docker``, ``podman``
 whose service answers) or named with ``--engine`` / ``GRADER_CONTAINER_ENGINE``, with any global
-options it needs (``--engine "podman --runtime runc"``). Only the standard library is used here.
+options it needs (``--engine "podman --runtime runc"``). This module imports only the standard library
+and the grader's plain-data modules: the noxfile's image sessions use it without the course installed.
 """
 
 from __future__ import annotations
@@ -157,19 +158,29 @@ def user_args(engine: list[str]) -> list[str]:
     return ["--user", f"{os.getuid()}:{os.getgid()}"]
 
 
-def run_command(engine: list[str], image: str, *, name: str, submission: Path, out: Path,
-                limits: ContainerLimits, grader_args: list[str], gpus: bool) -> list[str]:
-    """The ``run`` command grading ``submission`` (a folder or a ``.zip``) into ``out`` in ``image``."""
-    inside = CONTAINER_SUBMISSION + (".zip" if submission.is_file() else "")
+def isolation_args(limits: ContainerLimits) -> list[str]:
+    """``run`` options for an untrusted workload: no network, no capabilities, bounded resources.
+
+    The thread counts follow the CPU limit: PyTorch and Inductor otherwise size their pools by the
+    host's cores, which a container with 2 CPUs on a 64-core host would thrash.
+    """
     threads = str(max(1, int(limits.cpus)))
     return [
-        *engine, "run", "--name", name, "--network", "none",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--memory", limits.memory, "--memory-swap", limits.memory, "--cpus", f"{limits.cpus:g}",
         "--pids-limit", str(limits.pids),
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
         "--ulimit", f"nproc={limits.processes}:{limits.processes}",
         "--env", f"OMP_NUM_THREADS={threads}", "--env", f"TORCHINDUCTOR_COMPILE_THREADS={threads}",
+    ]
+
+
+def run_command(engine: list[str], image: str, *, name: str, submission: Path, out: Path,
+                limits: ContainerLimits, grader_args: list[str], gpus: bool) -> list[str]:
+    """The ``run`` command grading ``submission`` (a folder or a ``.zip``) into ``out`` in ``image``."""
+    inside = CONTAINER_SUBMISSION + (".zip" if submission.is_file() else "")
+    return [
+        *engine, "run", "--name", name, *isolation_args(limits),
         *(gpu_args(engine) if gpus else []), *user_args(engine),
         "--mount", f"type=bind,source={submission.resolve()},target={inside},readonly",
         "--mount", f"type=bind,source={out.resolve()},target={CONTAINER_OUT}",

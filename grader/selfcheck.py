@@ -7,7 +7,8 @@ subprocess per lab, scoring), that each lab is gradable:
   CPU point (GPU tests may be pending);
 - the **untouched starter**: the course as students receive it must score 0.
 
-Both summaries are printed. Labs that are not written yet (no ``lab.toml`` or ``test_lab.py``) are
+Both summaries are printed. With ``--container IMAGE`` each is graded in its own container of the course
+image (network off), which checks the image too. Labs that are not written yet (no ``lab.toml`` or ``test_lab.py``) are
 listed and skipped; the exit status is 1 only when a ready lab breaks one of the two rules.
 """
 
@@ -19,10 +20,11 @@ import tempfile
 from pathlib import Path
 
 from grader.batch import grade_all
+from grader.container import ContainerError, add_container_options, runner_from_args
 from grader.course import CourseError, make_reference_submission
 from grader.feedback import summary_line
 from grader.results import PASSED, SubmissionResult
-from grader.run import add_course_options, prepare
+from grader.run import add_course_options, grade_submission, prepare
 from grader.score import rescore
 
 REFERENCE, STARTER = "reference", "starter"
@@ -64,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep both graded folders here (default: a temp folder)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="grade the two submissions at once (default 2)")
     add_course_options(parser)
+    add_container_options(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -72,11 +75,16 @@ def main(args: argparse.Namespace) -> int:
     except CourseError as error:
         print(f"grader selfcheck: nothing to grade yet: {error}")
         return 0
+    try:
+        runner = runner_from_args(args) or grade_submission
+    except ContainerError as error:
+        print(f"grader selfcheck: {error}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="grader-selfcheck-") as scratch:
         out = args.out or Path(scratch) / "graded"
         reference = make_reference_submission(setup.course, Path(scratch) / REFERENCE)
         submissions = [(REFERENCE, reference), (STARTER, setup.course.root)]
-        grade_all(submissions, out, setup, jobs=args.jobs, show_progress=sys.stderr.isatty())
+        grade_all(submissions, out, setup, jobs=args.jobs, runner=runner, show_progress=sys.stderr.isatty())
         results = {name: rescore(out / name) for name, _ in submissions}
     _print_result("reference solutions", results[REFERENCE])
     _print_result("untouched starters", results[STARTER])
