@@ -1,0 +1,194 @@
+"""Coverage bookkeeping: which nodes ran on the NPU, which fell back to CPU, and why.
+
+The backend produces one :class:`GraphCoverage` per FX graph it compiles (Dynamo may hand it
+several graphs when the model has graph breaks) and hands it to :func:`record`. A
+:class:`PartitionReport` aggregates them: node counts, FLOPs, fallback reasons per op, partitions
+and graph breaks. This is the lab's version of Torch-TensorRT's "N total operators, M supported"
+summary and ExecuTorch's ``get_delegation_info`` table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: The dialects a graph can be in: Dynamo's torch-level graphs, or aten graphs from AOTAutograd.
+DIALECTS = ("torch", "aten")
+
+
+class NpuCoverageWarning(UserWarning):
+    """A graph full of compute ran with no node on the NPU: usually a support table of the wrong dialect."""
+
+
+class NpuTrainingUnsupported(RuntimeError):
+    """Raised by a backend that cannot give correct gradients, instead of returning wrong ones."""
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    """Where one compute node of an FX graph runs.
+
+    Attributes:
+        name: the node's name in the graph.
+        op: a readable name of its target (see :func:`lab02_npu_backend.graphs.target_name`).
+        on_npu: True when the node is inside an NPU partition (not merely "supported").
+        reason: why it falls back to CPU (``None`` when ``on_npu``).
+        flops: floating-point operations of the node on the example inputs (0 when unknown).
+    """
+
+    name: str
+    op: str
+    on_npu: bool
+    reason: str | None = None
+    flops: int = 0
+
+
+@dataclass(frozen=True)
+class GraphCoverage:
+    """The decisions for every compute node of one FX graph, and how many NPU partitions it became."""
+
+    dialect: str
+    decisions: tuple[NodeDecision, ...]
+    num_partitions: int
+
+    @property
+    def npu_nodes(self) -> int:
+        return sum(d.on_npu for d in self.decisions)
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """One graph break Dynamo reported (``torch._dynamo.explain``)."""
+
+    reason: str
+    location: str = ""
+
+
+@dataclass(frozen=True)
+class OpCoverage:
+    """Per-op totals: how many nodes of this op ran on the NPU, how many fell back, and the reasons."""
+
+    op: str
+    npu: int
+    cpu: int
+    reasons: tuple[str, ...]
+
+
+@dataclass
+class PartitionReport:
+    """Coverage of a whole compiled model, aggregated over every graph Dynamo produced."""
+
+    model: str
+    dialect: str
+    graphs: int
+    total_nodes: int
+    npu_nodes: int
+    cpu_nodes: int
+    npu_fraction: float
+    npu_flop_fraction: float
+    total_flops: int
+    num_partitions: int
+    by_op: dict[str, OpCoverage]
+    fallbacks: list[NodeDecision] = field(default_factory=list)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+
+    @classmethod
+    def from_graphs(
+        cls,
+        graphs: list[GraphCoverage],
+        graph_breaks: list[GraphBreak] | None = None,
+        *,
+        model: str = "model",
+    ) -> PartitionReport:
+        """Aggregate per-graph coverage into one report.
+
+        Raises:
+            ValueError: when ``graphs`` is empty (nothing was compiled: the backend never ran).
+        """
+        if not graphs:
+            raise ValueError("no compiled graphs to report on: did the backend run (and record its coverage)?")
+        dialects = sorted({g.dialect for g in graphs})
+        decisions = [d for g in graphs for d in g.decisions]
+        npu = sum(d.on_npu for d in decisions)
+        total_flops = sum(d.flops for d in decisions)
+        npu_flops = sum(d.flops for d in decisions if d.on_npu)
+        counts: dict[str, Counter] = {}
+        reasons: dict[str, list[str]] = {}
+        for d in decisions:
+            counts.setdefault(d.op, Counter())["npu" if d.on_npu else "cpu"] += 1
+            if d.reason and d.reason not in reasons.setdefault(d.op, []):
+                reasons[d.op].append(d.reason)
+        by_op = {
+            op: OpCoverage(op, c["npu"], c["cpu"], tuple(reasons.get(op, ())))
+            for op, c in sorted(counts.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+        }
+        return cls(
+            model=model,
+            dialect="+".join(dialects),
+            graphs=len(graphs),
+            total_nodes=len(decisions),
+            npu_nodes=npu,
+            cpu_nodes=len(decisions) - npu,
+            npu_fraction=npu / len(decisions) if decisions else 1.0,
+            npu_flop_fraction=npu_flops / total_flops if total_flops else 1.0,
+            total_flops=total_flops,
+            num_partitions=sum(g.num_partitions for g in graphs),
+            by_op=by_op,
+            fallbacks=[d for d in decisions if not d.on_npu],
+            graph_breaks=list(graph_breaks or []),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (every field; ``by_op`` keyed by op name)."""
+        data = asdict(self)
+        data["by_op"] = {op: asdict(c) | {"reasons": list(c.reasons)} for op, c in self.by_op.items()}
+        return data
+
+    def to_markdown(self) -> str:
+        """A human-readable summary: totals, then one row per op, then fallbacks and graph breaks."""
+        lines = [
+            f"## NPU coverage: {self.model} ({self.dialect} graphs)",
+            "",
+            f"- compute nodes: **{self.total_nodes}** in {self.graphs} graph(s), "
+            f"{len(self.graph_breaks)} graph break(s)",
+            f"- on NPU: **{self.npu_nodes}** ({self.npu_fraction:.1%} by node count, "
+            f"{self.npu_flop_fraction:.1%} by FLOPs) in {self.num_partitions} partition(s)",
+            f"- CPU fallback: **{self.cpu_nodes}**",
+            "",
+            "| op | NPU | CPU | fallback reason |",
+            "| --- | ---: | ---: | --- |",
+        ]
+        for c in self.by_op.values():
+            lines.append(f"| `{c.op}` | {c.npu} | {c.cpu} | {'; '.join(c.reasons)} |")
+        if self.graph_breaks:
+            lines += ["", "Graph breaks:"]
+            lines += [f"- {b.reason}" + (f" ({b.location})" if b.location else "") for b in self.graph_breaks]
+        return "\n".join(lines) + "\n"
+
+
+_collectors: list[list[GraphCoverage]] = []
+
+
+def record(coverage: GraphCoverage) -> None:
+    """Hand one compiled graph's coverage to every active :func:`collect` block (no-op otherwise)."""
+    for collected in _collectors:
+        collected.append(coverage)
+
+
+def collecting() -> bool:
+    """Whether some :func:`collect` block is listening (the backend may skip costly FLOP counting otherwise)."""
+    return bool(_collectors)
+
+
+@contextlib.contextmanager
+def collect() -> Iterator[list[GraphCoverage]]:
+    """Collect the :class:`GraphCoverage` of every graph compiled inside the ``with`` block."""
+    collected: list[GraphCoverage] = []
+    _collectors.append(collected)
+    try:
+        yield collected
+    finally:
+        _collectors.remove(collected)

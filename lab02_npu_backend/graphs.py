@@ -1,0 +1,170 @@
+"""Facts about FX graphs that every part of the lab agrees on.
+
+- :func:`target_name`: a readable name for a node's target, used in reports and error messages.
+- :func:`node_value`: the example value (a FakeTensor, or a tuple of them) Dynamo or AOTAutograd
+  recorded for a node, to read shapes and dtypes without running anything.
+- :func:`is_compute_node`: which nodes count in coverage numbers. Placeholders, outputs, and
+  bookkeeping (``getitem`` that unpacks a tuple, size arithmetic on ints) are not compute.
+- :func:`graph_dialect`: is a graph torch-level (Dynamo) or aten (AOTAutograd, ``make_fx``)?
+- :func:`node_flops`: floating-point operations per node, counted by PyTorch's ``FlopCounterMode``
+  while the graph runs on fake tensors (nothing is computed).
+- :func:`capture_graphs`: the graphs a backend receives for a model, in both dialects, from one trace.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+
+CALL_OPS = ("call_function", "call_method", "call_module")
+
+
+def target_name(node: fx.Node) -> str:
+    """A short readable name: ``linear``, ``aten.addmm.default``, ``Tensor.view``, ``getitem``."""
+    target = node.target
+    if node.op == "call_method":
+        return f"Tensor.{target}"
+    if node.op == "call_module":
+        return f"module:{target}"
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def node_value(node: Any) -> Any:
+    """The example value recorded for ``node`` (``meta['val']`` or ``meta['example_value']``), or None."""
+    if not isinstance(node, fx.Node):
+        return node
+    meta = node.meta
+    return meta.get("val", meta.get("example_value"))
+
+
+def _has_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_has_tensor(v) for v in value)
+    return False
+
+
+def is_tuple_unpack(node: fx.Node) -> bool:
+    """``getitem(x, i)`` where ``x`` is a tuple or list (not tensor indexing)."""
+    if node.op != "call_function" or node.target is not operator.getitem:
+        return False
+    source = node.args[0]
+    return isinstance(source, fx.Node) and isinstance(node_value(source), (tuple, list))
+
+
+def is_compute_node(node: fx.Node) -> bool:
+    """Whether ``node`` counts as compute: a call that produces a tensor and is not tuple unpacking.
+
+    Nodes without a recorded example value count as compute (better to over-count than to hide one).
+    """
+    if node.op not in CALL_OPS or is_tuple_unpack(node):
+        return False
+    value = node_value(node)
+    return value is None or _has_tensor(value)
+
+
+def compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """The compute nodes of a graph, in graph order."""
+    return [node for node in gm.graph.nodes if is_compute_node(node)]
+
+
+def graph_dialect(gm: fx.GraphModule) -> str:
+    """``"aten"`` when every ``call_function`` target is an aten op (or ``getitem``), else ``"torch"``."""
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
+    if any(n.op in ("call_method", "call_module") for n in gm.graph.nodes):
+        return "torch"
+    if targets and all(isinstance(t, torch._ops.OpOverload) for t in targets):
+        return "aten"
+    return "torch"
+
+
+class _FlopInterpreter(fx.Interpreter):
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.flops: dict[str, int] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        if n.op not in CALL_OPS:
+            return super().run_node(n)
+        with FlopCounterMode(display=False) as counter:
+            result = super().run_node(n)
+        self.flops[n.name] = int(counter.get_total_flops())
+        return result
+
+
+def node_flops(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[str, int]:
+    """FLOPs of each call node on ``example_inputs``, counted on fake tensors (no real compute).
+
+    FlopCounterMode counts matrix multiplies, convolutions and attention (the ops that dominate);
+    elementwise ops count 0. Returns an empty dict when the graph cannot run on fake tensors (for
+    example symbolic sizes), so FLOP fractions are then reported as unknown-but-harmless.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+            interpreter = _FlopInterpreter(gm)
+            with torch.no_grad():
+                interpreter.run(*fake)
+        return interpreter.flops
+    except Exception:  # noqa: BLE001 - FLOPs are informative only; never fail a compile over them
+        return {}
+
+
+@dataclass
+class CapturedGraphs:
+    """The graphs a backend would receive for one model call, in both dialects.
+
+    ``torch[i]`` is the i-th Dynamo graph; ``aten[i]`` is the forward graph AOTAutograd made of it
+    (its nodes' ``meta['from_node']`` name the ``torch[i]`` node they came from).
+    """
+
+    torch: list[fx.GraphModule] = field(default_factory=list)
+    torch_inputs: list[list[Any]] = field(default_factory=list)
+    aten: list[fx.GraphModule] = field(default_factory=list)
+    aten_inputs: list[list[Any]] = field(default_factory=list)
+
+
+def capture_graphs(model: Any, *example_inputs: Any, dynamic: bool | None = False) -> CapturedGraphs:
+    """Trace ``model(*example_inputs)`` once (under ``no_grad``) and keep the graphs of both dialects.
+
+    The model is run eagerly by the capture backends, so this also checks the model runs.
+    """
+    from torch._dynamo.backends.common import aot_autograd
+
+    captured = CapturedGraphs()
+
+    def keep_aten(gm: fx.GraphModule, inputs: list[Any]) -> Any:
+        captured.aten.append(gm)
+        captured.aten_inputs.append(list(inputs))
+        return gm.forward
+
+    to_aten = aot_autograd(fw_compiler=keep_aten)
+
+    def keep_torch(gm: fx.GraphModule, inputs: list[Any]) -> Any:
+        captured.torch.append(gm)
+        captured.torch_inputs.append(list(inputs))
+        return to_aten(gm, inputs)
+
+    with torch.no_grad():
+        torch.compile(model, backend=keep_torch, dynamic=dynamic)(*example_inputs)
+    return captured
+
+
+def source_node_name(node: fx.Node) -> str | None:
+    """For an aten node made by AOTAutograd: the name of the Dynamo node it came from (``from_node``)."""
+    sources = node.meta.get("from_node")
+    if not sources:
+        return None
+    return getattr(sources[0], "name", None)

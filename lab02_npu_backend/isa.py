@@ -1,0 +1,190 @@
+"""The NPU's instruction set (ISA), loaded from ``isa.json`` and checked before anything uses it.
+
+The ISA is the contract between the compiler (lowering) and the hardware (simulator): a program
+may name only these ops, with these operands, attributes and dtypes. It is *data* so that the
+support tables, the lowering and the simulator all read the same facts, and so that a change of
+hardware is a change of one file.
+
+A broken ISA file must never half-load: :func:`load_isa` validates it against ``isa.schema.json``
+(JSON Schema) and a few rules the schema cannot express, and raises :class:`IsaError` naming the
+file and the problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: The ISA shipped with the lab, and its schema.
+ISA_PATH = Path(__file__).with_name("isa.json")
+SCHEMA_PATH = Path(__file__).with_name("isa.schema.json")
+
+#: ISA dtype names and the torch dtypes they denote.
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "bool": torch.bool,
+}
+#: The reverse of :data:`DTYPES`.
+DTYPE_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
+#: Python types an attribute value of each ISA attribute type may have.
+ATTRIBUTE_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (float, int),
+    "bool": (bool,),
+    "string": (str,),
+    "int_list": (list,),
+}
+
+
+class IsaError(ValueError):
+    """The ISA file is missing, is not JSON, or breaks the schema; the message says where."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One input of an op: ``kind`` is ``tensor``, ``tensor_or_scalar`` or ``tensor_list``."""
+
+    name: str
+    kind: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute of an op (``type`` is a key of :data:`ATTRIBUTE_TYPES`)."""
+
+    name: str
+    type: str
+    required: bool = False
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything the ISA says about one op."""
+
+    name: str
+    operands: tuple[Operand, ...]
+    attributes: dict[str, Attribute]
+    dtypes: frozenset[torch.dtype]
+    semantics: str
+
+    def supports_dtype(self, dtype: torch.dtype) -> bool:
+        """Whether this op may read and write tensors of ``dtype``."""
+        return dtype in self.dtypes
+
+
+@dataclass(frozen=True)
+class Isa:
+    """A loaded, validated instruction set."""
+
+    name: str
+    version: int
+    ops: dict[str, OpSpec]
+    source: Path
+
+    def __contains__(self, op: str) -> bool:
+        return op in self.ops
+
+    def __getitem__(self, op: str) -> OpSpec:
+        try:
+            return self.ops[op]
+        except KeyError:
+            raise KeyError(f"op {op!r} is not in the {self.name} ISA ({', '.join(self.ops)})") from None
+
+
+def _schema_errors(document: Any) -> list[str]:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    messages = []
+    for error in errors:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        op_name = _op_name_at(document, list(error.absolute_path))
+        messages.append(f"at {where}{op_name}: {error.message}")
+    return messages
+
+
+def _op_name_at(document: Any, path: list) -> str:
+    """`` (op 'matmul')`` when ``path`` points inside an op that has a readable name."""
+    if len(path) >= 2 and path[0] == "ops" and isinstance(path[1], int):
+        try:
+            name = document["ops"][path[1]].get("name")
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return ""
+        return f" (op {name!r})" if isinstance(name, str) else ""
+    return ""
+
+
+def _build(document: dict[str, Any], source: Path) -> Isa:
+    ops: dict[str, OpSpec] = {}
+    for entry in document["ops"]:
+        name = entry["name"]
+        if name in ops:
+            raise IsaError(f"{source}: op {name!r} is defined twice")
+        attributes = {}
+        for attr_name, attr in entry["attributes"].items():
+            attribute = Attribute(
+                attr_name,
+                attr["type"],
+                attr.get("required", False),
+                attr.get("default"),
+                tuple(attr["choices"]) if "choices" in attr else None,
+            )
+            if attribute.default is not None and not isinstance(attribute.default, ATTRIBUTE_TYPES[attribute.type]):
+                raise IsaError(
+                    f"{source}: op {name!r} attribute {attr_name!r}: default {attribute.default!r} "
+                    f"is not of type {attribute.type}"
+                )
+            attributes[attr_name] = attribute
+        operand_names = [operand["name"] for operand in entry["operands"]]
+        if len(operand_names) != len(set(operand_names)):
+            raise IsaError(f"{source}: op {name!r} has duplicate operand names {operand_names}")
+        ops[name] = OpSpec(
+            name=name,
+            operands=tuple(Operand(o["name"], o["kind"], o.get("optional", False)) for o in entry["operands"]),
+            attributes=attributes,
+            dtypes=frozenset(DTYPES[d] for d in entry["dtypes"]),
+            semantics=entry["semantics"],
+        )
+    return Isa(document["name"], document["version"], ops, source)
+
+
+def load_isa(path: str | Path | None = None) -> Isa:
+    """Read, validate and return an ISA (the lab's ``isa.json`` by default).
+
+    Raises:
+        IsaError: naming the file and what is wrong: not found, invalid JSON (with line and column),
+            every schema violation (with the JSON path and op name), or a duplicate op.
+    """
+    source = Path(path) if path is not None else ISA_PATH
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise IsaError(f"{source}: ISA file not found") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise IsaError(f"{source}: not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+    problems = _schema_errors(document)
+    if problems:
+        raise IsaError(f"{source}: does not match isa.schema.json:\n  " + "\n  ".join(problems))
+    return _build(document, source)
+
+
+@functools.cache
+def default_isa() -> Isa:
+    """The lab's ISA, loaded once per process."""
+    return load_isa()

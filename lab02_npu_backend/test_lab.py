@@ -1,0 +1,567 @@
+"""Graded tests for lab 02: the npu_simulator torch.compile backend.
+
+Run with ``nox -s lab02`` (your code) or ``nox -s lab02 -- --impl=solution`` (the reference).
+Every standard model is compiled once per module (fixtures), so the whole file runs in minutes.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from labkit.numerics import output_error, outputs_close
+from lab02_npu_backend import coverage
+from lab02_npu_backend.coverage import NpuCoverageWarning, NpuTrainingUnsupported
+from lab02_npu_backend.graphs import capture_graphs, compute_nodes, source_node_name
+from lab02_npu_backend.ir import ProgramError
+from lab02_npu_backend.isa import ISA_PATH, IsaError
+from lab02_npu_backend.models import STANDARD_MODELS, build_model
+
+TOLERANCE = 1e-4
+NPU_FRACTION_BAR = 0.85
+LLAMA_TARGET = 0.95
+REQUIRED_REPORT_KEYS = {"total_nodes", "npu_nodes", "cpu_nodes", "npu_fraction", "by_op", "graph_breaks"}
+
+
+def compile_and_run(backend, model, *inputs, **compile_kwargs):
+    """Compile ``model`` with ``backend`` from a clean Dynamo cache, run it once, return (output, coverage)."""
+    torch._dynamo.reset()
+    with coverage.collect() as graphs:
+        output = torch.compile(model, backend=backend, **compile_kwargs)(*inputs)
+    return output, graphs
+
+
+@pytest.fixture(scope="module")
+def compiled_models(lab):
+    """name -> (eager-backend output, npu output, coverage of the npu compile), each model compiled once."""
+    results = {}
+    for name in STANDARD_MODELS:
+        case = build_model(name)
+        with torch.no_grad():
+            expected, _ = compile_and_run("eager", case.model, *case.example_inputs)
+            actual, graphs = compile_and_run(lab.npu_backend, case.model, *case.example_inputs)
+        results[name] = (expected, actual, graphs)
+    return results
+
+
+@pytest.fixture(scope="module")
+def reports(lab):
+    """name -> PartitionReport, computed lazily (once per model)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            case = build_model(name)
+            cache[name] = lab.partition_report(case.model, *case.example_inputs, name=name)
+        return cache[name]
+
+    return get
+
+
+# ---------------------------------------------------------------------------------------- registration
+@pytest.mark.points(2)
+def test_backend_is_registered_and_routes_to_your_backend(lab):
+    first = lab.register_backend()
+    again = lab.register_backend()  # registering twice must not raise
+    assert first is again
+    assert lab.BACKEND_NAME == "npu_simulator"
+    assert "npu_simulator" in torch._dynamo.list_backends()
+    case = build_model("mlp")
+    with torch.no_grad():
+        output, graphs = compile_and_run("npu_simulator", case.model, *case.example_inputs)
+        assert outputs_close(output, case.model(*case.example_inputs), rtol=TOLERANCE, atol=TOLERANCE)
+    assert graphs and graphs[0].npu_nodes > 0, "backend='npu_simulator' did not reach your backend"
+
+
+ENTRY_POINT_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    assert not any("lab02_npu_backend" in name for name in sys.modules), "the lab was imported too early"
+    with torch.no_grad():
+        out = torch.compile(model, backend="npu_simulator")(x)
+        assert torch.allclose(out, model(x), rtol=1e-4, atol=1e-4), "wrong output"
+    assert any(name.endswith("lab02_npu_backend.backend") for name in sys.modules), "lab backend never loaded"
+    from lab02_npu_backend.coverage import collect
+
+    torch._dynamo.reset()
+    with torch.no_grad(), collect() as graphs:
+        torch.compile(model, backend="npu_simulator")(x)
+    print("npu nodes", sum(g.npu_nodes for g in graphs))
+    """
+)
+
+
+@pytest.mark.points(2)
+def test_entry_point_compiles_without_importing_the_lab(lab):
+    from importlib.metadata import entry_points
+
+    points = {ep.name: ep.value for ep in entry_points(group="torch_dynamo_backends")}
+    assert points.get("npu_simulator") == "lab02_npu_backend.registration:npu_simulator", (
+        "pyproject.toml must declare the npu_simulator entry point (pip install -e . to refresh it)"
+    )
+    env = {**os.environ, "LABKIT_IMPL": os.environ.get("LABKIT_IMPL", "student")}
+    run = subprocess.run(
+        [sys.executable, "-c", ENTRY_POINT_SCRIPT], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert int(run.stdout.split("npu nodes")[-1]) > 0
+
+
+# ---------------------------------------------------------------------------------------- correctness
+@pytest.mark.points(3)
+@pytest.mark.parametrize("name", STANDARD_MODELS)
+def test_standard_model_matches_eager(compiled_models, name):
+    expected, actual, graphs = compiled_models[name]
+    error = output_error(actual, expected)
+    assert outputs_close(actual, expected, rtol=TOLERANCE, atol=TOLERANCE), f"{name}: {error}"
+    assert sum(g.npu_nodes for g in graphs) > 0, f"{name}: nothing ran on the NPU"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("name", STANDARD_MODELS)
+def test_training_call_gives_correct_gradients(lab, name):
+    """Gradients through the backend equal eager's (NPU forward, CPU backward), or a clear refusal."""
+    case = build_model(name)
+    compiled_model, eager_model = case.model.train(), copy.deepcopy(case.model).train()
+    torch._dynamo.reset()
+    try:
+        output = torch.compile(compiled_model, backend=lab.npu_backend)(*case.example_inputs)
+    except NpuTrainingUnsupported:
+        return  # refusing clearly is allowed; wrong numbers are not
+    expected = eager_model(*case.example_inputs)
+    assert outputs_close(output, expected, rtol=TOLERANCE, atol=TOLERANCE)
+    output.pow(2).mean().backward()
+    expected.pow(2).mean().backward()
+    for (param_name, param), reference in zip(compiled_model.named_parameters(), eager_model.parameters()):
+        assert param.grad is not None, f"{name}: no gradient for {param_name}"
+        assert outputs_close(param.grad, reference.grad, rtol=1e-3, atol=TOLERANCE), (
+            f"{name}: gradient of {param_name} differs: {output_error(param.grad, reference.grad)}"
+        )
+
+
+# ---------------------------------------------------------------------------------------- coverage
+@pytest.mark.points(3)
+@pytest.mark.parametrize("name", STANDARD_MODELS)
+def test_npu_fraction_meets_the_bar(reports, name):
+    report = reports(name)
+    assert report.total_nodes > 0 and report.npu_nodes + report.cpu_nodes == report.total_nodes
+    assert report.npu_fraction >= NPU_FRACTION_BAR, report.to_markdown()
+
+
+@pytest.mark.points(2)
+def test_llama_tiny_reaches_the_95_percent_target(reports):
+    report = reports("llama-tiny")
+    assert report.npu_fraction >= LLAMA_TARGET, report.to_markdown()
+    assert report.npu_flop_fraction >= LLAMA_TARGET, report.to_markdown()
+    fallback_ops = {decision.op for decision in report.fallbacks}
+    assert "embedding" in fallback_ops, "embedding is not in the ISA: it must be reported as a CPU fallback"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("name", STANDARD_MODELS)
+def test_dialects_classify_compute_nodes_alike(lab, name):
+    """Each Dynamo node is NPU-supported by the torch table iff the aten nodes it became are, by the aten table."""
+    case = build_model(name)
+    torch._dynamo.reset()
+    captured = capture_graphs(case.model, *case.example_inputs)
+    torch_support, aten_support = lab.support_for_dialect("torch"), lab.support_for_dialect("aten")
+    torch_verdict = {n.name: torch_support.is_node_supported({}, n) for n in compute_nodes(captured.torch[0])}
+    aten_verdicts = collections.defaultdict(list)
+    for node in compute_nodes(captured.aten[0]):
+        aten_verdicts[source_node_name(node)].append(aten_support.is_node_supported({}, node))
+    compared = {source: all(v) for source, v in aten_verdicts.items() if source in torch_verdict}
+    # Some Dynamo nodes vanish in aten (eval dropout), so not all have a counterpart.
+    assert len(compared) >= 0.5 * len(torch_verdict), "too few aten nodes trace back to Dynamo nodes"
+    disagreements = {
+        source: (torch_verdict[source], aten) for source, aten in compared.items() if torch_verdict[source] != aten
+    }
+    assert not disagreements, f"(torch table, aten table) verdicts differ: {disagreements}"
+    assert sum(compared.values()) > 0, "neither table supports anything: the test proves nothing"
+
+
+@pytest.mark.points(2)
+def test_zero_npu_warning_fires_on_a_mismatched_table(lab):
+    case = build_model("llama-tiny")
+    torch._dynamo.reset()
+    captured = capture_graphs(case.model, *case.example_inputs)
+    mismatched = [
+        (copy.deepcopy(captured.torch[0]), lab.NpuOperatorSupport(lab.ATEN_SUPPORT)),
+        (copy.deepcopy(captured.aten[0]), lab.NpuOperatorSupport(lab.TORCH_SUPPORT)),
+    ]
+    for gm, support in mismatched:
+        with pytest.warns(NpuCoverageWarning, match="dialect"):
+            result = lab.partition_for_npu(gm, support)
+        assert result.coverage.npu_nodes == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NpuCoverageWarning)
+        result = lab.partition_for_npu(captured.torch[0], lab.support_for_dialect("torch"))
+    assert result.coverage.npu_nodes > 0 and result.npu_submodules
+
+
+# ---------------------------------------------------------------------------------------- bad input
+def _int_and_float(a, b, x):
+    return (a @ b) + 1, torch.relu(x @ x)
+
+
+def _complex_and_float(z, x):
+    return z @ z, torch.relu(x) * 2
+
+
+def _float64_and_float(d, x):
+    return torch.nn.functional.gelu(d), x - 1
+
+
+FALLBACK_CASES = {
+    "int64-matmul": (_int_and_float, lambda: (torch.randint(-5, 5, (4, 4)), torch.randint(-5, 5, (4, 4)), torch.randn(4, 4))),
+    "complex64": (_complex_and_float, lambda: (torch.randn(3, 3, dtype=torch.complex64), torch.randn(3, 3))),
+    "float64": (_float64_and_float, lambda: (torch.randn(5, dtype=torch.float64), torch.randn(5))),
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("case", sorted(FALLBACK_CASES))
+def test_unsupported_dtypes_fall_back_to_cpu(lab, case):
+    fn, make_inputs = FALLBACK_CASES[case]
+    inputs = make_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NpuCoverageWarning)
+        output, graphs = compile_and_run(lab.npu_backend, fn, *inputs)
+    assert outputs_close(output, fn(*inputs), rtol=TOLERANCE, atol=TOLERANCE)
+    decisions = [d for g in graphs for d in g.decisions]
+    fallbacks = [d for d in decisions if not d.on_npu]
+    assert fallbacks and all(d.reason for d in fallbacks), "unsupported dtypes must fall back, with a reason"
+    assert any("dtype" in d.reason for d in fallbacks)
+    assert any(d.on_npu for d in decisions), "the float32 part of the graph should still run on the NPU"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("name", ["mlp", "llama-tiny"])
+def test_dynamic_shapes_work_or_fall_back_cleanly(lab, name):
+    case = build_model(name)
+    other = build_model(name, batch=3, seq=20)
+    torch._dynamo.reset()
+    with torch.no_grad(), coverage.collect() as graphs:
+        compiled = torch.compile(case.model, backend=lab.npu_backend, dynamic=True)
+        for inputs in (case.example_inputs, other.example_inputs):
+            assert outputs_close(compiled(*inputs), case.model(*inputs), rtol=TOLERANCE, atol=TOLERANCE)
+    assert graphs, "the backend never ran"
+
+
+# ---------------------------------------------------------------------------------------- ISA and simulator
+def linear_program(dtype: str = "float32") -> dict:
+    """``y = x @ w.T + b`` as an NPU program, written by hand."""
+    return {
+        "format": "npu-program",
+        "version": 1,
+        "name": "linear",
+        "tensors": {
+            "x": {"shape": [2, 3], "dtype": dtype},
+            "w": {"shape": [4, 3], "dtype": dtype},
+            "b": {"shape": [4], "dtype": dtype},
+            "w_t": {"shape": [3, 4], "dtype": dtype},
+            "xw": {"shape": [2, 4], "dtype": dtype},
+            "y": {"shape": [2, 4], "dtype": dtype},
+        },
+        "inputs": ["x", "w", "b"],
+        "outputs": ["y"],
+        "instructions": [
+            {"op": "permute", "inputs": ["w"], "output": "w_t", "attrs": {"dims": [1, 0]}},
+            {"op": "matmul", "inputs": ["x", "w_t"], "output": "xw", "attrs": {}},
+            {"op": "add", "inputs": ["xw", "b"], "output": "y", "attrs": {}},
+        ],
+    }
+
+
+def linear_inputs():
+    torch.manual_seed(0)
+    return [torch.randn(2, 3), torch.randn(4, 3), torch.randn(4)]
+
+
+def _corrupt(text: str, corruption: str) -> str:
+    isa = json.loads(text)
+    if corruption == "truncated-json":
+        return text[: len(text) // 2]
+    if corruption == "op-without-dtypes":
+        del isa["ops"][0]["dtypes"]
+    elif corruption == "unknown-dtype":
+        isa["ops"][2]["dtypes"].append("float8")
+    elif corruption == "duplicate-op":
+        isa["ops"].append(copy.deepcopy(isa["ops"][0]))
+    elif corruption == "bad-attribute-type":
+        isa["ops"][5]["attributes"]["dims"]["type"] = "tensor"
+    return json.dumps(isa)
+
+
+ISA_CORRUPTIONS = {
+    "truncated-json": "not valid JSON",
+    "op-without-dtypes": r"'dtypes' is a required property",
+    "unknown-dtype": r"float8",
+    "duplicate-op": r"op 'matmul' is defined twice",
+    "bad-attribute-type": r"op 'mean'",
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("corruption", sorted(ISA_CORRUPTIONS))
+def test_corrupted_isa_is_rejected_naming_the_problem(lab, tmp_path, corruption):
+    text = ISA_PATH.read_text(encoding="utf-8")
+    good = tmp_path / "good_isa.json"
+    good.write_text(text, encoding="utf-8")
+    result = lab.NpuSimulator(good).run(linear_program(), linear_inputs())
+    x, w, b = linear_inputs()
+    assert outputs_close(result[0], x @ w.T + b, rtol=1e-6, atol=1e-6)
+    bad = tmp_path / "isa.json"
+    bad.write_text(_corrupt(text, corruption), encoding="utf-8")
+    with pytest.raises(IsaError, match=ISA_CORRUPTIONS[corruption]) as raised:
+        lab.NpuSimulator(bad)
+    assert str(bad) in str(raised.value), "the error must name the file"
+
+
+def _mutate(program: dict, mutation: str) -> dict:
+    program = copy.deepcopy(program)
+    instructions = program["instructions"]
+    if mutation == "unknown-op":
+        instructions[1]["op"] = "fused_magic"
+    elif mutation == "missing-operand":
+        instructions[1]["inputs"] = ["x"]
+    elif mutation == "undeclared-tensor":
+        instructions[2]["inputs"] = ["xw", "bias"]
+    elif mutation == "read-before-write":
+        instructions[0], instructions[1] = instructions[1], instructions[0]
+    elif mutation == "written-twice":
+        instructions[2]["output"] = "xw"
+    elif mutation == "missing-attribute":
+        instructions[0]["attrs"] = {}
+    elif mutation == "unknown-attribute":
+        instructions[1]["attrs"] = {"transpose_b": True}
+    elif mutation == "wrong-attribute-type":
+        instructions[0]["attrs"] = {"dims": "1,0"}
+    elif mutation == "unsupported-dtype":
+        for tensor in program["tensors"].values():
+            tensor["dtype"] = "int64"
+    elif mutation == "mixed-dtypes":
+        program["tensors"]["y"]["dtype"] = "float16"
+    elif mutation == "not-an-instruction":
+        instructions[2] = ["add", "xw", "b"]
+    return program
+
+
+PROGRAM_MUTATIONS = {
+    "unknown-op": r"instruction 1 \(fused_magic.*unknown op 'fused_magic'",
+    "missing-operand": r"instruction 1 \(matmul.*required",
+    "undeclared-tensor": r"instruction 2 \(add.*'bias'",
+    "read-before-write": r"instruction 0 \(matmul.*before",
+    "written-twice": r"instruction 2 \(add.*already",
+    "missing-attribute": r"instruction 0 \(permute.*'dims'",
+    "unknown-attribute": r"instruction 1 \(matmul.*transpose_b",
+    "wrong-attribute-type": r"instruction 0 \(permute.*'dims'",
+    "unsupported-dtype": r"instruction 1 \(matmul.*int64",
+    "mixed-dtypes": r"instruction 2 \(add.*dtype",
+    "not-an-instruction": r"instruction 2",
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("mutation", sorted(PROGRAM_MUTATIONS))
+def test_simulator_rejects_malformed_programs_naming_the_instruction(lab, mutation):
+    simulator = lab.NpuSimulator()
+    assert len(simulator.run(linear_program(), linear_inputs())) == 1
+    with pytest.raises(ProgramError, match=PROGRAM_MUTATIONS[mutation]):
+        simulator.validate(_mutate(linear_program(), mutation))
+
+
+@pytest.mark.points(1)
+def test_simulator_checks_declared_shapes_and_is_deterministic(lab):
+    simulator = lab.NpuSimulator()
+    first = simulator.run(linear_program(), linear_inputs())[0]
+    second = simulator.run(linear_program(), linear_inputs())[0]
+    assert torch.equal(first, second) and first.dtype == torch.float32
+    lying = linear_program()
+    lying["tensors"]["xw"]["shape"] = [4, 2]
+    with pytest.raises(ProgramError, match=r"instruction 1 \(matmul"):
+        simulator.run(lying, linear_inputs())
+    with pytest.raises(ProgramError, match="input 'x'"):
+        simulator.run(linear_program(), [torch.randn(2, 3, dtype=torch.float64), *linear_inputs()[1:]])
+
+
+# Every ISA op, checked against PyTorch on a generated shape: (op, attrs, inputs(shape), reference).
+def _isa_cases(n: int, m: int):
+    x, y = torch.randn(2, n, m), torch.randn(2, n, m)
+    return {
+        "matmul": ({}, [x, torch.randn(m, n)], lambda a, b: a @ b),
+        "conv2d": ({"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1},
+                   [torch.randn(1, 2, n + 2, m + 2), torch.randn(3, 2, 3, 3), torch.randn(3)],
+                   lambda a, w, b: torch.nn.functional.conv2d(a, w, b, padding=1)),
+        "add": ({}, [x, y], torch.add),
+        "mul": ({}, [x, torch.randn(m)], torch.mul),
+        "rsqrt": ({}, [x.abs() + 0.5], torch.rsqrt),
+        "mean": ({"dims": [1, 2], "keepdim": True}, [x], lambda a: a.mean((1, 2), keepdim=True)),
+        "softmax": ({"dim": 2, "causal": True}, [x],
+                    lambda a: a.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf")).softmax(2)),
+        "layernorm": ({"normalized_ndim": 1, "eps": 1e-5}, [x, torch.randn(m), torch.randn(m)],
+                      lambda a, w, b: torch.nn.functional.layer_norm(a, (m,), w, b, 1e-5)),
+        "rmsnorm": ({"normalized_ndim": 1, "eps": 1e-6}, [x, torch.randn(m)],
+                    lambda a, w: a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * w),
+        "activation": ({"function": "gelu_tanh"}, [x], lambda a: torch.nn.functional.gelu(a, approximate="tanh")),
+        "reshape": ({"shape": [n, 2 * m]}, [x], lambda a: a.reshape(n, 2 * m)),
+        "permute": ({"dims": [2, 0, 1]}, [x], lambda a: a.permute(2, 0, 1)),
+        "slice": ({"dim": 1, "start": 1, "end": n, "step": 2}, [x], lambda a: a[:, 1:n:2]),
+        "concat": ({"dim": 1}, [[x, y]], lambda ab: torch.cat(ab, 1)),
+        "expand": ({"shape": [3, 2, n, m]}, [x], lambda a: a.expand(3, 2, n, m)),
+    }
+
+
+def _single_op_program(op, attrs, inputs, expected):
+    tensors, names = {}, []
+    for i, value in enumerate(inputs):
+        group = value if isinstance(value, list) else [value]
+        group_names = []
+        for j, tensor in enumerate(group):
+            name = f"in{i}_{j}"
+            tensors[name] = {"shape": list(tensor.shape), "dtype": "float32"}
+            group_names.append(name)
+        names.append(group_names if isinstance(value, list) else group_names[0])
+    tensors["out"] = {"shape": list(expected.shape), "dtype": "float32"}
+    flat_names = [n for group in names for n in (group if isinstance(group, list) else [group])]
+    program = {"format": "npu-program", "version": 1, "name": op, "tensors": tensors, "inputs": flat_names,
+               "outputs": ["out"], "instructions": [{"op": op, "inputs": names, "output": "out", "attrs": attrs}]}
+    flat_inputs = [t for v in inputs for t in (v if isinstance(v, list) else [v])]
+    return program, flat_inputs
+
+
+@pytest.mark.points(2)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 6), m=st.integers(2, 7))
+def test_simulator_runs_every_isa_op_like_pytorch(lab, n, m):
+    simulator = lab.NpuSimulator()
+    cases = _isa_cases(n, m)
+    assert set(cases) == set(simulator.isa.ops)
+    for op, (attrs, inputs, reference) in cases.items():
+        expected = reference(*inputs)
+        program, flat_inputs = _single_op_program(op, attrs, inputs, expected)
+        (actual,) = simulator.run(program, flat_inputs)
+        assert outputs_close(actual, expected, rtol=1e-5, atol=1e-5), f"{op}: {output_error(actual, expected)}"
+
+
+# ---------------------------------------------------------------------------------------- lowering
+def _dynamo_graph(fn, *inputs):
+    torch._dynamo.reset()
+    captured = capture_graphs(fn, *inputs)
+    return captured.torch[0], captured.torch_inputs[0]
+
+
+def _ops(program):
+    return collections.Counter(instruction["op"] for instruction in program["instructions"])
+
+
+class RMSNormChain(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def _causal_attention(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _neg_sub_div(x, y):
+    return (-x - y) / 4
+
+
+LOWERING_CASES = {
+    "rmsnorm-chain": (RMSNormChain(16), lambda: (torch.randn(2, 5, 16),), {"rmsnorm": 1}, {"rsqrt", "mean"}),
+    "causal-attention": (_causal_attention, lambda: tuple(torch.randn(2, 3, 6, 8) for _ in range(3)),
+                         {"matmul": 2, "softmax": 1}, set()),
+    "neg-sub-div": (_neg_sub_div, lambda: (torch.randn(3, 4), torch.randn(3, 4)), {"mul": 3, "add": 1}, set()),
+}
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("case", sorted(LOWERING_CASES))
+def test_lowering_decomposes_into_isa_primitives(lab, case):
+    fn, make_inputs, expected_ops, absent_ops = LOWERING_CASES[case]
+    inputs = make_inputs()
+    gm, graph_inputs = _dynamo_graph(fn, *inputs)
+    program = lab.lower_to_program(gm, graph_inputs, name=case)
+    json.dumps(program)  # a program is plain JSON
+    ops = _ops(program)
+    for op, count in expected_ops.items():
+        assert ops[op] == count, f"expected {count} x {op}, got {dict(ops)}"
+    assert not absent_ops & set(ops), f"{absent_ops & set(ops)} should have been fused away: {dict(ops)}"
+    if case == "causal-attention":
+        softmax = next(i for i in program["instructions"] if i["op"] == "softmax")
+        assert softmax["attrs"].get("causal") is True
+    outputs = lab.NpuSimulator().run(program, [x for x in graph_inputs if isinstance(x, torch.Tensor)])
+    with torch.no_grad():
+        expected = fn(*inputs)
+    assert outputs_close(outputs[0], expected, rtol=TOLERANCE, atol=TOLERANCE)
+
+
+@pytest.mark.points(2)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=3, max_size=3),
+    start=st.integers(-3, 3),
+    stop=st.one_of(st.none(), st.integers(-2, 5)),
+    step=st.integers(1, 2),
+    index=st.integers(0, 2),
+)
+def test_indexing_and_layout_lower_exactly(lab, shape, start, stop, step, index):
+    """Generated slicing, integer indexing, ``None`` and transposes compile and match eager bit for bit."""
+    index = index % shape[0]
+
+    def fn(x):
+        y = x[index, start:stop:step, None]
+        return torch.cat((y.transpose(0, 1), -y.transpose(0, 1)), dim=-1).flatten(1) * 2
+
+    x = torch.randn(*shape)
+    output, graphs = compile_and_run(lab.npu_backend, fn, x)
+    assert torch.equal(output, fn(x))
+    assert graphs and graphs[0].npu_nodes == len(graphs[0].decisions), [d for d in graphs[0].decisions if not d.on_npu]
+
+
+# ---------------------------------------------------------------------------------------- report
+class WithGraphBreak(nn.Module):
+    """A graph break in the middle, and an op outside the ISA (max pooling) on each side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(16, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool1d(torch.relu(self.first(x)), 1)
+        torch._dynamo.graph_break()
+        return self.second(x).softmax(-1)
+
+
+@pytest.mark.points(2)
+def test_partition_report_dict_and_markdown(lab):
+    model, x = WithGraphBreak().eval(), torch.randn(4, 16)
+    report = lab.partition_report(model, x, name="with-graph-break")
+    data = report.to_dict()
+    assert REQUIRED_REPORT_KEYS <= set(data)
+    json.loads(json.dumps(data))
+    assert report.graphs == 2 and len(data["graph_breaks"]) >= 1 and data["graph_breaks"][0]["reason"]
+    assert data["total_nodes"] == data["npu_nodes"] + data["cpu_nodes"] == 5
+    assert data["by_op"]["max_pool1d"]["cpu"] == 1 and data["by_op"]["max_pool1d"]["reasons"]
+    assert data["by_op"]["linear"]["npu"] == 2
+    assert abs(data["npu_fraction"] - 4 / 5) < 1e-9
+    markdown = report.to_markdown()
+    assert "with-graph-break" in markdown and "| `max_pool1d` | 0 | 1 |" in markdown

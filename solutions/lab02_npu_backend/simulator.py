@@ -1,0 +1,294 @@
+"""Simulate: execute an NPU program, after checking it against the ISA.
+
+The simulator plays the hardware. It trusts nothing: before a program runs, :meth:`NpuSimulator.load`
+validates every instruction against the ISA (known op, operand kinds, attributes and their types,
+single assignment, supported dtypes, no implicit dtype conversion) and raises a ``ProgramError``
+naming the first instruction that breaks a rule. Validation happens once per program; running is
+then a tight loop over pre-bound kernels, checking each result's shape and dtype against the
+program's declarations so that a wrong kernel or a wrong lowering can never pass silently.
+
+Each ISA op's meaning is one entry of :data:`KERNELS`, written with PyTorch CPU ops (deterministic).
+The lowering reuses the same kernels on ``meta`` tensors to infer shapes, so an op has exactly one
+definition in the whole lab.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label
+from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, OpSpec, default_isa, load_isa
+
+#: A kernel: (operands, attributes with defaults filled in) -> result tensor.
+Kernel = Callable[[list[Any], dict[str, Any]], torch.Tensor]
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def _softmax(ops: list[Any], attrs: dict[str, Any]) -> torch.Tensor:
+    x, dim = ops[0], attrs["dim"]
+    if attrs["causal"]:
+        if dim not in (-1, x.ndim - 1) or x.ndim < 2:
+            raise ValueError("causal softmax must run along the last dimension of a >= 2-D tensor")
+        queries, keys = x.shape[-2], x.shape[-1]
+        future = torch.ones(queries, keys, dtype=torch.bool, device=x.device).triu(1)
+        x = x.masked_fill(future, float("-inf"))
+    return torch.softmax(x, dim)
+
+
+def _trailing(x: torch.Tensor, ndim: int) -> list[int]:
+    return list(x.shape[x.ndim - ndim:])
+
+
+#: The meaning of every ISA op.
+KERNELS: dict[str, Kernel] = {
+    "matmul": lambda ops, a: torch.matmul(ops[0], ops[1]),
+    "conv2d": lambda ops, a: F.conv2d(ops[0], ops[1], ops[2], a["stride"], a["padding"], a["dilation"], a["groups"]),
+    "add": lambda ops, a: torch.add(ops[0], ops[1]),
+    "mul": lambda ops, a: torch.mul(ops[0], ops[1]),
+    "rsqrt": lambda ops, a: torch.rsqrt(ops[0]),
+    "mean": lambda ops, a: torch.mean(ops[0], a["dims"], a["keepdim"]),
+    "softmax": _softmax,
+    "layernorm": lambda ops, a: F.layer_norm(ops[0], _trailing(ops[0], a["normalized_ndim"]), ops[1], ops[2], a["eps"]),
+    "rmsnorm": lambda ops, a: F.rms_norm(ops[0], _trailing(ops[0], a["normalized_ndim"]), ops[1], a["eps"]),
+    "activation": lambda ops, a: _ACTIVATIONS[a["function"]](ops[0]),
+    "reshape": lambda ops, a: torch.reshape(ops[0], a["shape"]),
+    "permute": lambda ops, a: ops[0].permute(a["dims"]),
+    "slice": lambda ops, a: torch.ops.aten.slice.Tensor(ops[0], a["dim"], a["start"], a["end"], a["step"]),
+    "concat": lambda ops, a: torch.cat(ops[0], a["dim"]),
+    "expand": lambda ops, a: ops[0].expand(a["shape"]),
+}
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One validated instruction, bound to its kernel."""
+
+    label: str
+    kernel: Kernel
+    operands: tuple[Any, ...]  # ("t", name) | ("s", number) | ("l", names) | ("n", None)
+    attrs: dict[str, Any]
+    output: str
+    shape: torch.Size
+    dtype: torch.dtype
+
+
+class LoadedProgram:
+    """A validated program, ready to run: ``loaded(*input_tensors) -> list of output tensors``."""
+
+    def __init__(self, program: Program, steps: list[_Step], inputs: list[tuple[str, torch.Size, torch.dtype]]) -> None:
+        self.program = program
+        self.name = program["name"]
+        self._steps = steps
+        self._inputs = inputs
+        self._outputs = list(program["outputs"])
+
+    @property
+    def num_instructions(self) -> int:
+        return len(self._steps)
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        if len(inputs) != len(self._inputs):
+            raise ProgramError(f"{self.name}: expected {len(self._inputs)} inputs, got {len(inputs)}")
+        env: dict[str, Any] = {}
+        for tensor, (name, shape, dtype) in zip(inputs, self._inputs):
+            if not isinstance(tensor, torch.Tensor) or tensor.shape != shape or tensor.dtype != dtype:
+                got = f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise ProgramError(f"{self.name}: input {name!r} must be {dtype}{list(shape)}, got {got}")
+            env[name] = tensor
+        for step in self._steps:
+            operands = [
+                env[value] if kind == "t" else [env[n] for n in value] if kind == "l" else value
+                for kind, value in step.operands
+            ]
+            try:
+                result = step.kernel(operands, step.attrs)
+            except Exception as error:  # a kernel failure is a program bug: name the instruction
+                raise ProgramError(f"{self.name}: {step.label} failed: {error}") from error
+            if result.dtype != step.dtype or result.shape != step.shape:
+                raise ProgramError(
+                    f"{self.name}: {step.label} produced {result.dtype}{list(result.shape)}, "
+                    f"but the program declares {step.dtype}{list(step.shape)}"
+                )
+            env[step.output] = result
+        return [env[name] for name in self._outputs]
+
+
+class NpuSimulator:
+    """Validates and runs NPU programs against an ISA.
+
+    Args:
+        isa: a loaded :class:`~lab02_npu_backend.isa.Isa`, a path to an ISA JSON file (loaded and
+            validated now: a broken file raises ``IsaError``), or ``None`` for the lab's ``isa.json``.
+
+    Raises:
+        IsaError: the ISA file is missing or invalid.
+        ValueError: the ISA names an op the simulator has no kernel for.
+    """
+
+    def __init__(self, isa: Isa | str | Path | None = None) -> None:
+        if isa is None:
+            isa = default_isa()
+        elif not isinstance(isa, Isa):
+            isa = load_isa(isa)
+        missing = sorted(set(isa.ops) - set(KERNELS))
+        if missing:
+            raise ValueError(f"the simulator has no kernel for ISA ops {missing}")
+        self.isa = isa
+
+    def validate(self, program: Any) -> None:
+        """Raise ``ProgramError`` (naming the instruction) unless ``program`` is a valid program."""
+        self.load(program)
+
+    def run(self, program: Program, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Validate ``program`` and run it once on ``inputs``."""
+        return self.load(program)(*inputs)
+
+    def load(self, program: Any) -> LoadedProgram:
+        """Validate ``program`` and bind its instructions to kernels, ready to run many times."""
+        name = _program_name(program)
+        tensors = _tensor_table(program, name)
+        defined: set[str] = set()
+        inputs = []
+        for tensor in program["inputs"]:
+            if tensor not in tensors:
+                raise ProgramError(f"{name}: input {tensor!r} is not declared in 'tensors'")
+            if tensor in defined:
+                raise ProgramError(f"{name}: input {tensor!r} is listed twice")
+            defined.add(tensor)
+            inputs.append((tensor, *tensors[tensor]))
+        steps = [
+            self._check_instruction(name, index, instruction, tensors, defined)
+            for index, instruction in enumerate(program["instructions"])
+        ]
+        for tensor in program["outputs"]:
+            if tensor not in defined:
+                raise ProgramError(f"{name}: output {tensor!r} is never written")
+        return LoadedProgram(program, steps, inputs)
+
+    def _check_instruction(
+        self, name: str, index: int, instruction: Any, tensors: dict[str, tuple[torch.Size, torch.dtype]], defined: set[str]
+    ) -> _Step:
+        label = instruction_label(index, instruction)
+
+        def fail(message: str) -> ProgramError:
+            return ProgramError(f"{name}: {label}: {message}")
+
+        if not isinstance(instruction, dict) or set(instruction) != {"op", "inputs", "output", "attrs"}:
+            raise fail("an instruction is an object with exactly the keys op, inputs, output, attrs")
+        op = instruction["op"]
+        if op not in self.isa:
+            raise fail(f"unknown op {op!r}; the ISA has {', '.join(self.isa.ops)}")
+        spec = self.isa[op]
+        operands = self._check_operands(spec, instruction["inputs"], tensors, defined, fail)
+        attrs = _check_attrs(spec, instruction["attrs"], fail)
+        output = instruction["output"]
+        if not isinstance(output, str) or output not in tensors:
+            raise fail(f"output {output!r} is not declared in 'tensors'")
+        if output in defined:
+            raise fail(f"output {output!r} is already written (each tensor is written once)")
+        shape, dtype = tensors[output]
+        used = {tensors[v][1] for kind, value in operands if kind == "t" for v in [value]}
+        used |= {tensors[n][1] for kind, value in operands if kind == "l" for n in value}
+        for each in used | {dtype}:
+            if not spec.supports_dtype(each):
+                raise fail(f"dtype {str(each).removeprefix('torch.')} is not supported by {op}")
+        if len(used | {dtype}) > 1:
+            raise fail("operands and result must share one dtype (the NPU never converts dtypes implicitly)")
+        defined.add(output)
+        return _Step(label, KERNELS[op], tuple(operands), attrs, output, shape, dtype)
+
+    @staticmethod
+    def _check_operands(spec: OpSpec, values: Any, tensors: dict, defined: set[str], fail) -> list[tuple[str, Any]]:
+        if not isinstance(values, list) or len(values) > len(spec.operands):
+            raise fail(f"{spec.name} takes at most {len(spec.operands)} operands, as a list")
+        operands = []
+        for position, operand in enumerate(spec.operands):
+            value = values[position] if position < len(values) else None
+
+            def tensor_name(v: Any) -> str:
+                if not isinstance(v, str) or v not in tensors:
+                    raise fail(f"operand {operand.name!r}: {v!r} is not a declared tensor")
+                if v not in defined:
+                    raise fail(f"operand {operand.name!r}: tensor {v!r} is read before it is written")
+                return v
+
+            if value is None:
+                if not operand.optional:
+                    raise fail(f"operand {operand.name!r} is required")
+                operands.append(("n", None))
+            elif operand.kind == "tensor_list":
+                if not isinstance(value, list) or not value:
+                    raise fail(f"operand {operand.name!r} must be a non-empty list of tensors")
+                operands.append(("l", tuple(tensor_name(v) for v in value)))
+            elif operand.kind == "tensor_or_scalar" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                operands.append(("s", value))
+            else:
+                operands.append(("t", tensor_name(value)))
+        return operands
+
+
+def _program_name(program: Any) -> str:
+    if not isinstance(program, dict):
+        raise ProgramError(f"a program is a JSON object, got {type(program).__name__}")
+    missing = {"format", "version", "name", "tensors", "inputs", "outputs", "instructions"} - set(program)
+    if missing:
+        raise ProgramError(f"program is missing keys {sorted(missing)}")
+    if program["format"] != PROGRAM_FORMAT or program["version"] != PROGRAM_VERSION:
+        raise ProgramError(f"expected format {PROGRAM_FORMAT!r} version {PROGRAM_VERSION}")
+    for key in ("inputs", "outputs", "instructions"):
+        if not isinstance(program[key], list):
+            raise ProgramError(f"program {key!r} must be a list")
+    return str(program["name"])
+
+
+def _tensor_table(program: Program, name: str) -> dict[str, tuple[torch.Size, torch.dtype]]:
+    if not isinstance(program["tensors"], dict):
+        raise ProgramError(f"{name}: 'tensors' must map names to {{shape, dtype}}")
+    table = {}
+    for tensor, decl in program["tensors"].items():
+        shape = decl.get("shape") if isinstance(decl, dict) else None
+        dtype = decl.get("dtype") if isinstance(decl, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+            raise ProgramError(f"{name}: tensor {tensor!r} needs a shape (a list of non-negative ints)")
+        if dtype not in DTYPES:
+            raise ProgramError(f"{name}: tensor {tensor!r} has unknown dtype {dtype!r}")
+        table[tensor] = (torch.Size(shape), DTYPES[dtype])
+    return table
+
+
+def _check_attrs(spec: OpSpec, attrs: Any, fail) -> dict[str, Any]:
+    if not isinstance(attrs, dict):
+        raise fail("attrs must be an object")
+    unknown = sorted(set(attrs) - set(spec.attributes))
+    if unknown:
+        raise fail(f"unknown attribute(s) {unknown} for {spec.name}")
+    checked = {}
+    for attr in spec.attributes.values():
+        if attr.name not in attrs:
+            if attr.required:
+                raise fail(f"missing required attribute {attr.name!r}")
+            checked[attr.name] = attr.default
+            continue
+        value = attrs[attr.name]
+        kinds = ATTRIBUTE_TYPES[attr.type]
+        wrong_type = not isinstance(value, kinds) or (attr.type != "bool" and isinstance(value, bool))
+        if attr.type == "int_list" and not wrong_type:
+            wrong_type = not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        if wrong_type:
+            raise fail(f"attribute {attr.name!r} must be {attr.type}, got {value!r}")
+        if attr.choices is not None and value not in attr.choices:
+            raise fail(f"attribute {attr.name!r} must be one of {list(attr.choices)}, got {value!r}")
+        checked[attr.name] = value
+    return checked

@@ -1,0 +1,341 @@
+"""Can the NPU run this node? One support table per graph dialect, checked against the ISA.
+
+A backend receives graphs in one of two dialects, and the *same* model looks different in each:
+
+- **torch** (what a plain ``torch.compile`` backend gets from Dynamo): targets are Python callables
+  (``torch._C._nn.linear``, ``operator.add``, ``torch.nn.functional.layer_norm``) or, for
+  ``call_method`` nodes, method names (``"view"``, ``"transpose"``);
+- **aten** (what a backend gets through AOTAutograd): targets are ``OpOverload`` objects
+  (``aten.addmm.default``, ``aten.native_layer_norm.default``).
+
+A table written for one dialect matches *nothing* in the other: the classic "why is my accelerator
+doing nothing?" bug. So each dialect has its own table, and both tables map a target to the ISA ops
+its lowering emits; the dtype check then asks the ISA whether every one of those ops supports the
+node's dtype. Constraints that depend on arguments (``pow`` only with exponent 2, ``dropout`` only
+when it is the identity, ...) live in :data:`CONSTRAINTS`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+from torch.fx.passes.operator_support import OperatorSupport
+
+from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name
+from lab02_npu_backend.isa import DTYPE_NAMES, Isa, default_isa
+
+aten = torch.ops.aten
+
+#: A node target: a callable (torch dialect), an ``OpOverload`` (aten) or a method name (``call_method``).
+Target = Any
+#: A support table: target -> the ISA ops its lowering emits (``()`` for an identity, e.g. eval dropout).
+SupportTable = Mapping[Target, tuple[str, ...]]
+
+_LINEAR = ("permute", "matmul", "add")
+_ATTENTION = ("permute", "matmul", "mul", "add", "softmax", "reshape")
+_BATCH_NORM = ("reshape", "add", "rsqrt", "mul")
+
+#: Dynamo's torch-level targets.
+TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
+    # matrix products
+    torch._C._nn.linear: _LINEAR,
+    torch.matmul: ("matmul",), operator.matmul: ("matmul",), "matmul": ("matmul",),
+    torch.mm: ("matmul",), "mm": ("matmul",), torch.bmm: ("matmul",), "bmm": ("matmul",),
+    torch.conv2d: ("conv2d",),
+    # elementwise arithmetic (sub, neg and division by a constant become add/mul)
+    operator.add: ("add", "mul"), operator.iadd: ("add", "mul"), torch.add: ("add", "mul"), "add": ("add", "mul"),
+    operator.sub: ("add", "mul"), operator.isub: ("add", "mul"), torch.sub: ("add", "mul"), "sub": ("add", "mul"),
+    operator.mul: ("mul",), operator.imul: ("mul",), torch.mul: ("mul",), "mul": ("mul",),
+    operator.truediv: ("mul",), torch.div: ("mul",), "div": ("mul",),
+    operator.neg: ("mul",), torch.neg: ("mul",), "neg": ("mul",),
+    operator.pow: ("mul",), torch.pow: ("mul",), "pow": ("mul",),
+    torch.rsqrt: ("rsqrt",), "rsqrt": ("rsqrt",),
+    torch.mean: ("mean",), "mean": ("mean",),
+    F.adaptive_avg_pool2d: ("mean",),
+    # activations, softmax, normalisation
+    F.relu: ("activation",), torch.relu: ("activation",), "relu": ("activation",),
+    F.gelu: ("activation",), F.silu: ("activation",),
+    F.softmax: ("softmax",), torch.softmax: ("softmax",), "softmax": ("softmax",),
+    F.layer_norm: ("layernorm",), F.rms_norm: ("rmsnorm",), F.batch_norm: _BATCH_NORM,
+    F.scaled_dot_product_attention: _ATTENTION + ("expand",),
+    F.multi_head_attention_forward: _LINEAR + _ATTENTION + ("slice",),
+    F.dropout: (),
+    # layout
+    "view": ("reshape",), "reshape": ("reshape",), torch.reshape: ("reshape",),
+    torch.flatten: ("reshape",), "flatten": ("reshape",),
+    torch.unsqueeze: ("reshape",), "unsqueeze": ("reshape",), torch.squeeze: ("reshape",), "squeeze": ("reshape",),
+    "contiguous": (),
+    torch.transpose: ("permute",), "transpose": ("permute",), torch.permute: ("permute",), "permute": ("permute",),
+    "t": ("permute",),
+    operator.getitem: ("slice", "reshape"),
+    torch.cat: ("concat",),
+    "expand": ("expand",),
+}
+
+#: AOTAutograd's aten targets.
+ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
+    aten.mm.default: ("matmul",), aten.bmm.default: ("matmul",), aten.addmm.default: ("matmul", "add"),
+    aten.convolution.default: ("conv2d",),
+    aten.add.Tensor: ("add", "mul"), aten.sub.Tensor: ("add", "mul"),
+    aten.mul.Tensor: ("mul",), aten.div.Tensor: ("mul",), aten.neg.default: ("mul",),
+    aten.pow.Tensor_Scalar: ("mul",), aten.rsqrt.default: ("rsqrt",), aten.mean.dim: ("mean",),
+    aten.relu.default: ("activation",), aten.gelu.default: ("activation",), aten.silu.default: ("activation",),
+    aten._softmax.default: ("softmax",),
+    aten.native_layer_norm.default: ("layernorm",),
+    aten._native_batch_norm_legit_no_training.default: _BATCH_NORM,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _ATTENTION,
+    aten.view.default: ("reshape",), aten._unsafe_view.default: ("reshape",), aten.reshape.default: ("reshape",),
+    aten.unsqueeze.default: ("reshape",), aten.squeeze.dim: ("reshape",), aten.squeeze.dims: ("reshape",),
+    aten.clone.default: (), aten.alias.default: (),
+    aten.t.default: ("permute",), aten.transpose.int: ("permute",), aten.permute.default: ("permute",),
+    aten.slice.Tensor: ("slice",), aten.select.int: ("slice", "reshape"),
+    aten.cat.default: ("concat",), aten.expand.default: ("expand",),
+    # No operator.getitem: in aten graphs it only unpacks tuples, and CapabilityBasedPartitioner
+    # moves those getitems into their producer's partition by itself.
+}
+
+#: The support table of each dialect.
+TABLES: dict[str, SupportTable] = {"torch": TORCH_SUPPORT, "aten": ATEN_SUPPORT}
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument constraints: target -> check(node) returning None (fine) or why the NPU cannot run it.
+# ----------------------------------------------------------------------------------------------
+
+
+def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``index`` (positional) or ``name`` (keyword) of a node, or ``default``."""
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _only_first_output_used(node: fx.Node) -> str | None:
+    for user in node.users:
+        if not (user.target is operator.getitem and user.args[1] == 0):
+            return "only its first output can run on the NPU (the others are saved for backward)"
+    return None
+
+
+def _pow_check(node: fx.Node) -> str | None:
+    return None if _arg(node, 1, "exponent") == 2 else "only pow(x, 2) lowers to the NPU (as x * x)"
+
+
+def _div_check(node: fx.Node) -> str | None:
+    ok = isinstance(node.args[0], fx.Node) and _is_number(_arg(node, 1, "other"))
+    if ok and _arg(node, 2, "rounding_mode") is None:
+        return None
+    return "only division of a tensor by a constant lowers to the NPU (as mul by its reciprocal)"
+
+
+def _mean_check(node: fx.Node) -> str | None:
+    dims = _arg(node, 1, "dim")
+    if dims is None or _arg(node, 3, "dtype") is not None:
+        return "only mean over explicit dimensions, without dtype conversion"
+    return None
+
+
+def _adaptive_pool_check(node: fx.Node) -> str | None:
+    size = _arg(node, 1, "output_size")
+    return None if size in (1, (1, 1), [1, 1]) else "only adaptive_avg_pool2d to 1x1 lowers (as a mean)"
+
+
+def _batch_norm_check(node: fx.Node) -> str | None:
+    return "batch norm in training mode needs batch statistics" if _arg(node, 5, "training", False) else None
+
+
+def _dropout_check(node: fx.Node) -> str | None:
+    active = _arg(node, 2, "training", True) and _arg(node, 1, "p", 0.5) != 0
+    return "active dropout needs a random number generator" if active else None
+
+
+def _softmax_check(node: fx.Node) -> str | None:
+    dtype = _arg(node, 3 if node.target is F.softmax else 2, "dtype")
+    return "softmax with a dtype conversion" if dtype is not None else None
+
+
+def _gelu_check(node: fx.Node) -> str | None:
+    return None if _arg(node, 1, "approximate", "none") in ("none", "tanh") else "unknown gelu approximation"
+
+
+def _sdpa_check(node: fx.Node) -> str | None:
+    mask = _arg(node, 3, "attn_mask")
+    if _arg(node, 4, "dropout_p", 0.0) != 0.0:
+        return "attention dropout needs a random number generator"
+    if isinstance(mask, fx.Node) and getattr(node_value(mask), "dtype", None) == torch.bool:
+        return "boolean attention masks are not supported (float masks are)"
+    if mask is not None and _arg(node, 5, "is_causal", False):
+        return "attn_mask together with is_causal"
+    return None
+
+
+def _aten_sdpa_check(node: fx.Node) -> str | None:
+    if _arg(node, 3, "dropout_p", 0.0) != 0.0 or node.kwargs.get("attn_mask") is not None:
+        return "attention with dropout or a mask"
+    return _only_first_output_used(node)
+
+
+def _mha_check(node: fx.Node) -> str | None:
+    """The common self-attention case of ``F.multi_head_attention_forward`` (what nn.TransformerEncoderLayer uses)."""
+    args = dict(zip(
+        ("query", "key", "value", "embed_dim", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
+         "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training"),
+        node.args,
+    ))
+    args.update(node.kwargs)
+    query = node_value(args.get("query"))
+    problems = [
+        ("query, key and value must be the same tensor", not (args.get("query") is args.get("key") is args.get("value"))),
+        ("query must be 3-D (seq, batch, embed)", getattr(query, "ndim", 0) != 3),
+        ("bias_k/bias_v/add_zero_attn", args.get("bias_k") is not None or args.get("bias_v") is not None
+         or args.get("add_zero_attn")),
+        ("active attention dropout", args.get("training", True) and args.get("dropout_p", 0.0) != 0.0),
+        ("attention masks", args.get("key_padding_mask") is not None or args.get("attn_mask") is not None),
+        ("need_weights=True", args.get("need_weights", True)),
+        ("separate q/k/v projection weights", args.get("use_separate_proj_weight", False)),
+        ("static keys/values", args.get("static_k") is not None or args.get("static_v") is not None),
+        ("is_causal without a mask", args.get("is_causal", False)),
+    ]
+    for message, broken in problems:
+        if broken:
+            return f"multi-head attention with {message} is not supported"
+    return None
+
+
+def _getitem_check(node: fx.Node) -> str | None:
+    if is_tuple_unpack(node):
+        return None
+    index = node.args[1]
+    items = index if isinstance(index, tuple) else (index,)
+    for item in items:
+        if isinstance(item, slice):
+            parts = (item.start, item.stop, item.step)
+            if not all(p is None or isinstance(p, int) for p in parts) or (item.step or 1) < 1:
+                return "slices need constant bounds and a positive step"
+        elif not (item is None or item is Ellipsis or isinstance(item, int)):
+            return "indexing with tensors (gather) is not in the ISA"
+    return None
+
+
+def _alpha_check(node: fx.Node) -> str | None:
+    return None if _is_number(node.kwargs.get("alpha", 1)) else "alpha must be a constant"
+
+
+def _addmm_check(node: fx.Node) -> str | None:
+    return None if node.kwargs.get("beta", 1) == 1 and node.kwargs.get("alpha", 1) == 1 else "addmm with beta/alpha"
+
+
+def _convolution_check(node: fx.Node) -> str | None:
+    value = node_value(node.args[0])
+    if getattr(value, "ndim", 0) != 4 or node.args[6]:
+        return "only 2-D, non-transposed convolutions"
+    return None
+
+
+def _conv2d_check(node: fx.Node) -> str | None:
+    return "string padding ('same'/'valid')" if isinstance(_arg(node, 4, "padding", 0), str) else None
+
+
+def _layer_norm_check(node: fx.Node) -> str | None:
+    return _only_first_output_used(node)
+
+
+CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
+    **{t: _pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
+    **{t: _div_check for t in (operator.truediv, torch.div, "div", aten.div.Tensor)},
+    **{t: _mean_check for t in (torch.mean, "mean")},
+    **{t: _alpha_check for t in (torch.add, "add", torch.sub, "sub", aten.add.Tensor, aten.sub.Tensor)},
+    **{t: _softmax_check for t in (F.softmax, torch.softmax, "softmax")},
+    F.adaptive_avg_pool2d: _adaptive_pool_check,
+    F.batch_norm: _batch_norm_check,
+    F.dropout: _dropout_check,
+    F.gelu: _gelu_check, aten.gelu.default: _gelu_check,
+    F.scaled_dot_product_attention: _sdpa_check,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _aten_sdpa_check,
+    F.multi_head_attention_forward: _mha_check,
+    operator.getitem: _getitem_check,
+    aten.addmm.default: _addmm_check,
+    aten.convolution.default: _convolution_check,
+    torch.conv2d: _conv2d_check,
+    aten.native_layer_norm.default: _layer_norm_check,
+    aten._native_batch_norm_legit_no_training.default: _layer_norm_check,
+    aten._softmax.default: lambda node: "softmax with half_to_float" if node.args[2] else None,
+}
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+class NpuOperatorSupport(OperatorSupport):
+    """PyTorch's ``OperatorSupport`` predicate for the NPU: a node is supported when
+
+    1. it is a call (``call_function``/``call_method``): placeholders and outputs never are, or the
+       partitioner would pull graph inputs into a partition;
+    2. its target is in the dialect's table and its arguments pass :data:`CONSTRAINTS`;
+    3. it produces tensors, all of one dtype shared with its tensor inputs (the NPU converts no
+       dtype implicitly), and every ISA op its lowering emits supports that dtype.
+
+    :meth:`fallback_reason` says *why* a node is not supported; the partition report shows it.
+    """
+
+    def __init__(self, table: SupportTable, isa: Isa | None = None) -> None:
+        super().__init__()
+        self.table = table
+        self.isa = isa or default_isa()
+        unknown = sorted({op for ops in table.values() for op in ops} - set(self.isa.ops))
+        if unknown:
+            raise ValueError(f"support table names ops that are not in the ISA: {unknown}")
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: fx.Node) -> bool:
+        return self.fallback_reason(node) is None
+
+    def fallback_reason(self, node: fx.Node) -> str | None:
+        """``None`` when the NPU can run ``node``, otherwise a one-line reason."""
+        if node.op not in ("call_function", "call_method"):
+            return f"{node.op} nodes do not run on the NPU"
+        try:
+            isa_ops = self.table.get(node.target)
+        except TypeError:  # an unhashable target
+            isa_ops = None
+        if isa_ops is None:
+            return f"no NPU lowering for {target_name(node)}"
+        constraint = CONSTRAINTS.get(node.target)
+        problem = constraint(node) if constraint else None
+        if problem:
+            return problem
+        if is_tuple_unpack(node):
+            return None
+        outputs = _tensors(node_value(node))
+        if not outputs:
+            return "produces no tensor (size arithmetic stays on the host)"
+        inputs = [t for arg in node.all_input_nodes for t in _tensors(node_value(arg))]
+        dtypes = {t.dtype for t in outputs + inputs}
+        if len(dtypes) > 1:
+            names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
+            return f"mixes dtypes ({names}): the NPU never converts dtypes implicitly"
+        (dtype,) = dtypes
+        for op in isa_ops:
+            if dtype not in DTYPE_NAMES or not self.isa[op].supports_dtype(dtype):
+                return f"dtype {str(dtype).removeprefix('torch.')} is not supported by ISA op '{op}'"
+        return None
+
+
+def support_for_dialect(dialect: str, isa: Isa | None = None) -> NpuOperatorSupport:
+    """The NPU's support predicate for graphs of ``dialect`` (``"torch"`` or ``"aten"``)."""
+    if dialect not in TABLES:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(TABLES)}")
+    return NpuOperatorSupport(TABLES[dialect], isa)
