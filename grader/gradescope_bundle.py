@@ -47,7 +47,7 @@ python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --disable-pip-version-check --no-cache-dir --editable ./course
 # Collect the pristine rubric now (cached in the image), so each submission starts grading at once.
 cd /autograder/source/course
-/autograder/venv/bin/python -m grader.gradescope_run warm --root /autograder
+/autograder/venv/bin/python -m grader.warm --course /autograder/source/course
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash

@@ -16,14 +16,12 @@ that says why. The root is ``/autograder`` unless ``--root`` says otherwise (the
 tree in a temporary folder).
 
     python -m grader.gradescope_run autograde [--root /autograder]
-    python -m grader.gradescope_run warm [--root /autograder]     (setup.sh: collect the rubric once)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,26 +113,11 @@ def autograde(root: Path, python: str = sys.executable) -> dict:
     return outcome
 
 
-def warm(root: Path) -> None:
-    """Collect the pristine rubric into the grader's cache (``setup.sh``), so runs skip that step."""
-    from grader.course import load_course
-    from grader.rubric import build_rubric
-
-    course = load_course(course_root(root))
-    labs = course.select(read_config(root).get("labs") or None)
-    for lab in build_rubric(course, labs).labs:
-        print(f"  {lab.lab}: " + (f"{len(lab.tests)} tests, {lab.max_score} points" if lab.error is None
-                                  else f"UNAVAILABLE: {lab.error.splitlines()[0]}"))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.gradescope_run", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("autograde", "warm"))
+    parser.add_argument("action", choices=("autograde",))
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="Gradescope's folder (default /autograder)")
     args = parser.parse_args(argv)
-    if args.action == "warm":
-        warm(args.root)
-        return 0
     outcome = autograde(args.root)
     print(f"wrote {args.root / RESULTS_DIR / GRADESCOPE_FILE}: score {outcome.get('score')}")
     return 0

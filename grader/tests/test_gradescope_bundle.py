@@ -18,6 +18,7 @@ import pytest
 
 from grader.__main__ import main as grader_main
 from grader.gradescope_bundle import build_bundle
+from grader.warm import warm_rubric
 from grader.tests.corpus import DEMO_COURSE, materialize
 
 DEMO_CPU_POINTS, DEMO_GPU_POINTS, DEMO_MAX = 13, 3, 16
@@ -60,7 +61,7 @@ def test_bundle_holds_gradescopes_entry_points_and_the_course_without_solutions(
     assert "course/labA_arith/test_lab.py" in infos and "course/labA_arith/lab.toml" in infos
     assert not [name for name in infos if "solutions" in name.split("/")], "the reference solutions never ship"
     assert config == {"gpu": "off", "labs": [], "test_timeout": None, "lab_timeout": 60}
-    assert "pip install" in setup and "--editable ./course" in setup and "gradescope_run warm" in setup
+    assert "pip install" in setup and "--editable ./course" in setup and "grader.warm" in setup
 
 
 def test_run_autograder_grades_a_submission_into_results_json(bundle, tmp_path):
@@ -97,3 +98,9 @@ def test_gradescope_bundle_command(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out and zipfile.is_zipfile(out)
     assert grader_main(["gradescope-bundle", "--out", str(out), "--course", str(DEMO_COURSE), "--labs", "nope"]) == 2
     assert "unknown or unready lab 'nope'" in capsys.readouterr().err
+
+
+def test_warm_collects_the_rubric_once_for_later_runs(tmp_path, capsys):
+    assert warm_rubric(DEMO_COURSE, tmp_path) == 2
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    assert "labA: 5 tests, 9 points" in capsys.readouterr().out
