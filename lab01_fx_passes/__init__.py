@@ -1,1 +1,46 @@
-"""Placeholder: filled in by the lab's issue."""
+"""Lab 01: FX graph transformation passes (public API).
+
+Passes, each a callable ``GraphModule -> torch.fx.passes.infra.pass_base.PassResult``:
+
+- :func:`fuse_conv_bn` / :class:`ConvBNFuser` (an ``fx.Transformer``): fold eval BatchNorm into Conv.
+- :func:`fold_constants` / :class:`ConstantFolder` (an ``fx.Interpreter``): precompute constant subgraphs.
+- :func:`eliminate_dead_code` / :class:`DCEPass`: remove unused pure nodes, keep impure ones.
+- :func:`replace_ops` / :class:`OpReplacer`: swap activations (``{"relu": "hardswish"}``); changes semantics.
+- :func:`fuse_linear_gelu` / :class:`LinearGeluFuser`: Linear+GELU -> one fused operator, every dialect.
+- :func:`convert_to_channels_last` / :class:`ChannelsLastConverter`: NHWC convolution weights.
+
+Composition: :class:`PassManager` (validates outputs after every pass, reports), and
+:func:`default_pipeline` (the semantics-preserving pipeline the benchmark runs).
+"""
+
+from .constant_folding import ConstantFolder, fold_constants
+from .conv_bn import ConvBNFuser, fuse_conv_bn
+from .dce import DCEPass, eliminate_dead_code, is_impure
+from .linear_gelu import LinearGeluFuser, fuse_linear_gelu
+from .memory_layout import ChannelsLastConverter, convert_to_channels_last
+from .op_names import OpName, op_name
+from .op_replacement import OpReplacer, replace_ops
+from .pass_manager import PassManager, PassReport, PassValidationError
+from .pipeline import default_pipeline
+
+__all__ = [
+    "ChannelsLastConverter",
+    "ConstantFolder",
+    "ConvBNFuser",
+    "DCEPass",
+    "LinearGeluFuser",
+    "OpName",
+    "OpReplacer",
+    "PassManager",
+    "PassReport",
+    "PassValidationError",
+    "convert_to_channels_last",
+    "default_pipeline",
+    "eliminate_dead_code",
+    "fold_constants",
+    "fuse_conv_bn",
+    "fuse_linear_gelu",
+    "is_impure",
+    "op_name",
+    "replace_ops",
+]

@@ -1,0 +1,122 @@
+"""Capture one model as FX graphs in every dialect the lab's passes must handle (harness: do not edit).
+
+The same ``Linear -> GELU`` model gives three different graphs depending on who traced it:
+
+========================  ==========================================  ===============================
+dialect                   a Linear+GELU looks like                    parameters arrive as
+========================  ==========================================  ===============================
+``symbolic_trace``        ``call_module fc`` -> ``call_module act``   inside the submodules
+``dynamo``                ``torch._C._nn.linear`` -> ``gelu``         placeholders (graph inputs)
+``make_fx``               ``aten.t`` + ``aten.addmm`` -> ``aten.gelu``  ``get_attr`` constants
+``export``                ``aten.linear`` -> ``aten.gelu``            ``get_attr`` (unlifted module)
+``export_core_aten``      ``aten.permute`` + ``aten.addmm`` -> gelu   ``get_attr`` (unlifted module)
+========================  ==========================================  ===============================
+
+(3-D inputs add ``aten.view`` nodes around ``addmm`` in the last two aten forms.) A pass that
+matches one form silently matches nothing in the others, so the tests run every pass on every
+dialect it claims and check that it *fires*.
+
+:func:`capture` returns a :class:`CapturedGraph`: the ``GraphModule`` plus the exact inputs to call
+it with (for Dynamo that is the parameters followed by the model's inputs, in placeholder order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+#: The dialects :func:`capture` produces, in the order the handout introduces them.
+DIALECTS = ("symbolic_trace", "dynamo", "make_fx", "export", "export_core_aten")
+#: The aten dialects (graphs of ``torch.ops.aten`` operators).
+ATEN_DIALECTS = ("make_fx", "export", "export_core_aten")
+
+
+@dataclass
+class CapturedGraph:
+    """A graph captured from a model, and what to call it with.
+
+    Attributes:
+        dialect: one of :data:`DIALECTS`.
+        graph_module: the captured graph.
+        inputs: positional inputs for ``graph_module`` (Dynamo: parameters and buffers, then the
+            model's own inputs, in placeholder order).
+    """
+
+    dialect: str
+    graph_module: fx.GraphModule
+    inputs: tuple[Any, ...]
+
+    def run(self, graph_module: fx.GraphModule | None = None) -> Any:
+        """Call ``graph_module`` (default: the captured one) on :attr:`inputs`, without autograd."""
+        with torch.no_grad():
+            return (graph_module or self.graph_module)(*self.inputs)
+
+
+def _symbolic_trace(model: nn.Module, inputs: tuple[Any, ...]) -> CapturedGraph:
+    return CapturedGraph("symbolic_trace", fx.symbolic_trace(model), inputs)
+
+
+def _dynamo(model: nn.Module, inputs: tuple[Any, ...]) -> CapturedGraph:
+    """Run ``torch.compile`` with a backend that records the graph it receives instead of compiling it."""
+    recorded: list[tuple[fx.GraphModule, list[Any]]] = []
+
+    def record_graph(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        recorded.append((gm, list(example_inputs)))
+        return gm.forward
+
+    # A fresh Dynamo cache for each capture: many models of the same class would otherwise hit the
+    # recompile limit, after which Dynamo silently runs eagerly and no graph is recorded.
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=record_graph, fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        compiled(*inputs)
+    torch._dynamo.reset()
+    if len(recorded) != 1:
+        raise RuntimeError(f"expected Dynamo to produce one graph, got {len(recorded)}")
+    gm, example_inputs = recorded[0]
+    return CapturedGraph("dynamo", gm, tuple(example_inputs))
+
+
+def _make_fx(model: nn.Module, inputs: tuple[Any, ...]) -> CapturedGraph:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        return CapturedGraph("make_fx", make_fx(model)(*inputs), inputs)
+
+
+def _export(model: nn.Module, inputs: tuple[Any, ...]) -> CapturedGraph:
+    return CapturedGraph("export", torch.export.export(model, inputs).module(), inputs)
+
+
+def _export_core_aten(model: nn.Module, inputs: tuple[Any, ...]) -> CapturedGraph:
+    program = torch.export.export(model, inputs).run_decompositions()
+    return CapturedGraph("export_core_aten", program.module(), inputs)
+
+
+_CAPTURES: dict[str, Callable[[nn.Module, tuple[Any, ...]], CapturedGraph]] = {
+    "symbolic_trace": _symbolic_trace,
+    "dynamo": _dynamo,
+    "make_fx": _make_fx,
+    "export": _export,
+    "export_core_aten": _export_core_aten,
+}
+
+
+def capture(model: nn.Module, inputs: Sequence[Any], dialect: str) -> CapturedGraph:
+    """Capture ``model(*inputs)`` as an FX graph of the given dialect.
+
+    Args:
+        model: the module to trace (its mode, train or eval, is traced as it is).
+        inputs: example inputs (Dynamo, ``make_fx`` and ``torch.export`` specialise on their shapes).
+        dialect: one of :data:`DIALECTS`.
+
+    Raises:
+        ValueError: for an unknown dialect.
+    """
+    if dialect not in _CAPTURES:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+    return _CAPTURES[dialect](model, tuple(inputs))

@@ -1,0 +1,106 @@
+"""Constant folding: compute once, when the pass runs, what every call would compute the same way.
+
+A node is *constant* when it is a pure call (see :func:`~.dce.is_impure`) whose inputs are all
+constants: ``get_attr`` values (parameters, buffers, tensor constants), literals, or other constant
+nodes. ``(self.a @ self.b).relu() + 1`` is constant; anything reached from a placeholder is not, and
+neither is ``torch.rand(3)`` (each call must draw new numbers) or anything computed from it.
+
+Folding runs the graph once with an ``fx.Interpreter`` in which every placeholder is *unknown*:
+a node whose inputs are known is evaluated for real, a node with an unknown input becomes unknown.
+Afterwards each constant region is cut at its *frontier*, the constant nodes that a non-constant
+node reads: each frontier value becomes one buffer read by one ``get_attr`` node, and the
+region behind it, now dead, is removed. Every call after that skips the work: the latency win.
+
+The price: the folded value is frozen. If a parameter it was computed from changes later
+(fine-tuning), the buffer is stale; fold for inference only. Two more rules keep folding sound:
+
+- a constant that an in-place or otherwise impure node consumes is not folded (nor anything it is
+  computed from): the in-place op would change the buffer, and the change would leak into the next
+  call, where the original program starts from a fresh value;
+- a constant that is a graph *output* is not folded: the caller would receive the buffer itself and
+  could modify it.
+
+In Dynamo graphs parameters are placeholders, so only subgraphs built from literals (``torch.ones``,
+``torch.arange``) are constant there; in ``symbolic_trace`` and aten graphs parameters are
+``get_attr`` constants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch  # noqa: F401
+from torch import fx
+from torch.fx.passes.infra.pass_base import PassResult
+from torch.utils._pytree import tree_flatten  # noqa: F401  (finds UNKNOWN inside nested args)
+
+from lab01_fx_passes.graph_tools import add_attribute  # noqa: F401
+
+from .dce import is_impure  # noqa: F401
+
+
+class _Unknown:
+    """The value of a node that depends on a graph input (or on an impure op)."""
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+UNKNOWN = _Unknown()
+
+
+class ConstantFolder(fx.Interpreter):
+    """Evaluate the constant subgraphs of a ``GraphModule`` once and replace each by one buffer.
+
+    Usage::
+
+        folder = ConstantFolder(gm)
+        gm = folder.fold()          # gm itself, rewritten in place
+        folder.folded_count         # how many buffers were created (one per folded frontier node)
+
+    :attr:`constants` maps every constant call node to its value (filled by :meth:`fold`).
+    """
+
+    def __init__(self, module: fx.GraphModule) -> None:
+        # Keep every value: the rewrite needs them after the run.
+        super().__init__(module, garbage_collect_values=False)
+        self._modules = dict(module.named_modules())
+        self.constants: dict[fx.Node, Any] = {}
+        self.folded_count = 0
+
+    def run_node(self, node: fx.Node) -> Any:
+        """Evaluate ``node`` if it is constant, else return ``UNKNOWN``.
+
+        TODO(step 2):
+          - placeholder -> UNKNOWN (no inputs are given: that is the point);
+          - get_attr -> its real value (super().run_node(node));
+          - a call whose arguments (self.fetch_args_kwargs_from_env(node)) contain UNKNOWN, or
+            that is impure (is_impure(node, self._modules)) -> UNKNOWN;
+          - any other call: evaluate it (super().run_node), record it in self.constants, return it.
+        """
+        raise NotImplementedError("ConstantFolder.run_node: propagate constants, mark the rest UNKNOWN")
+
+    def fold(self) -> fx.GraphModule:
+        """Run the constant analysis, fold each frontier tensor into a buffer, drop the dead region.
+
+        Returns:
+            The same ``GraphModule``, rewritten in place (and recompiled when anything changed).
+
+        TODO(step 2):
+          1. self.run(enable_io_processing=False) runs the analysis without inputs;
+          2. block constants that feed (directly, or through other constants) an impure node or the
+             output (see the module docstring for why);
+          3. the frontier: unblocked constant *tensors* with at least one user that is not an
+             unblocked constant. For each, add_attribute(...) a detached clone, insert a get_attr
+             node, and node.replace_all_uses_with(that get_attr);
+          4. erase what became dead (the folded region and the get_attr nodes only it read),
+             set self.folded_count, lint and recompile.
+        """
+        raise NotImplementedError("ConstantFolder.fold: fold the constant frontier into buffers")
+
+
+def fold_constants(gm: fx.GraphModule) -> PassResult:
+    """Function form of :class:`ConstantFolder`: ``PassResult(gm, folded_count > 0)``, ``gm`` changed in place."""
+    folder = ConstantFolder(gm)
+    folder.fold()
+    return PassResult(gm, folder.folded_count > 0)

@@ -1,0 +1,111 @@
+"""Small, dialect-neutral helpers for reading and extending FX graphs (harness: do not edit).
+
+Every pass of the lab needs the same three chores, none of which is the point of the lab:
+
+- :func:`call_argument`: read an argument of a call by *name*, whether the graph passed it
+  positionally or as a keyword (``F.relu(x, True)`` vs ``F.relu(x, inplace=True)``, or
+  ``aten.native_batch_norm(..., training, ...)``), falling back to the signature's default.
+- :func:`fetch_attr`: the module, parameter, buffer or tensor a ``get_attr`` or ``call_module``
+  target names (``"layer1.0.conv1.weight"``).
+- :func:`add_attribute`: give a new module, parameter or buffer a fresh top-level name on a
+  ``GraphModule`` so a ``call_module`` or ``get_attr`` node can refer to it.
+- :func:`node_value`: the example value a tracer recorded for a node (shapes and dtypes without
+  running anything), where the dialect records one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+_MISSING = object()
+
+
+def _parameter_names_and_defaults(target: Any) -> list[tuple[str, Any]] | None:
+    """The call signature of ``target`` as ``(name, default)`` pairs, or None when it has none."""
+    if isinstance(target, torch._ops.OpOverload):
+        return [
+            (arg.name, arg.default_value if arg.has_default_value() else _MISSING)
+            for arg in target._schema.arguments
+        ]
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # C builtins such as torch.relu carry no signature
+        return None
+    return [(p.name, _MISSING if p.default is inspect.Parameter.empty else p.default) for p in parameters]
+
+
+def call_argument(node: fx.Node, name: str, default: Any = None) -> Any:
+    """The value of argument ``name`` in the call ``node`` makes.
+
+    Looks in ``node.kwargs``, then at the argument's position in the target's signature (aten
+    schemas and Python functions), then at the signature's default, then returns ``default``.
+    For ``call_method`` nodes only keywords are known (methods have no inspectable signature).
+
+    Example: for ``F.dropout(x, 0.5)`` (``training`` left out) ``call_argument(node, "training")``
+    is ``True``, the default of ``F.dropout``.
+    """
+    if name in node.kwargs:
+        return node.kwargs[name]
+    if node.op != "call_function":
+        return default
+    signature = _parameter_names_and_defaults(node.target)
+    if signature is None:
+        return default
+    for position, (parameter, parameter_default) in enumerate(signature):
+        if parameter == name:
+            if position < len(node.args):
+                return node.args[position]
+            return default if parameter_default is _MISSING else parameter_default
+    return default
+
+
+def fetch_attr(gm: nn.Module, qualified_name: str) -> Any:
+    """The attribute ``qualified_name`` (dotted path) of ``gm``, as a ``get_attr`` node reads it.
+
+    Raises:
+        AttributeError: naming the missing part of the path.
+    """
+    value: Any = gm
+    for depth, part in enumerate(qualified_name.split(".")):
+        if not hasattr(value, part):
+            known = ".".join(qualified_name.split(".")[:depth]) or type(gm).__name__
+            raise AttributeError(f"{known} has no attribute {part!r} (looking up {qualified_name!r})")
+        value = getattr(value, part)
+    return value
+
+
+def add_attribute(gm: fx.GraphModule, base_name: str, value: nn.Module | torch.Tensor) -> str:
+    """Register ``value`` on ``gm`` under a fresh top-level name derived from ``base_name``; return the name.
+
+    Modules become submodules, ``nn.Parameter`` parameters, other tensors buffers. The name is
+    flat (dots become underscores) so the value lives on ``gm`` itself, never inside a submodule
+    that ``gm`` shares with the ``nn.Module`` it was traced from.
+    """
+    stem = re.sub(r"\W", "_", base_name).strip("_") or "attr"
+    name, suffix = stem, 0
+    while hasattr(gm, name):
+        suffix += 1
+        name = f"{stem}_{suffix}"
+    if isinstance(value, nn.Module):
+        gm.add_submodule(name, value)
+    elif isinstance(value, nn.Parameter):
+        gm.register_parameter(name, value)
+    elif isinstance(value, torch.Tensor):
+        gm.register_buffer(name, value)
+    else:
+        raise TypeError(f"add_attribute: expected an nn.Module or a tensor, got {type(value).__name__}")
+    return name
+
+
+def node_value(node: Any) -> Any:
+    """The example value recorded for ``node``: ``meta['val']`` (``make_fx``, ``torch.export``) or
+    ``meta['example_value']`` (Dynamo), usually a FakeTensor; None where the tracer records none
+    (``symbolic_trace``). Non-nodes (literals in ``node.args``) are returned as they are."""
+    if not isinstance(node, fx.Node):
+        return node
+    return node.meta.get("val", node.meta.get("example_value"))

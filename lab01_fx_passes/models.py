@@ -1,0 +1,157 @@
+"""Small models the tests (and you) run the passes on (harness: do not edit).
+
+Each model is built to contain the pattern a pass looks for, in a known number, so a test can
+check that the pass fired exactly where it should. BatchNorm statistics are randomised
+(:func:`randomize_batch_norm`): with fresh statistics (mean 0, variance 1) BN in eval mode is
+almost the identity, and a wrong fold would go unnoticed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CONV_BY_DIMS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+BATCH_NORM_BY_DIMS = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
+
+
+@torch.no_grad()
+def randomize_batch_norm(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every BatchNorm of ``model`` random running statistics and affine parameters (in place).
+
+    Means in [-0.5, 0.5], variances in [0.5, 2], scales in [0.5, 1.5], shifts in [-0.5, 0.5]:
+    far enough from the identity that folding them wrongly shows, close enough to 1 that
+    activations keep their scale through a deep network. Returns ``model``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+
+    def uniform(like: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        return torch.rand(like.shape, generator=generator) * (high - low) + low
+
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.running_mean is not None:
+            module.running_mean.copy_(uniform(module.running_mean, -0.5, 0.5))
+            module.running_var.copy_(uniform(module.running_var, 0.5, 2.0))
+            if module.affine:
+                module.weight.copy_(uniform(module.weight, 0.5, 1.5))
+                module.bias.copy_(uniform(module.bias, -0.5, 0.5))
+    return model
+
+
+class ConvBNStack(nn.Module):
+    """``conv -> bn -> relu -> conv -> bn``: two foldable Conv+BN pairs (1-D, 2-D or 3-D)."""
+
+    def __init__(
+        self, dims: int = 2, in_channels: int = 3, channels: int = 8, kernel_size: int = 3,
+        stride: int = 1, groups: int = 1, bias: bool = True,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        conv, norm = CONV_BY_DIMS[dims], BATCH_NORM_BY_DIMS[dims]
+        self.conv1 = conv(in_channels, channels, kernel_size, stride=stride, padding=kernel_size // 2, bias=bias)
+        self.bn1 = norm(channels)
+        self.conv2 = conv(channels, channels, kernel_size, padding=kernel_size // 2, groups=groups, bias=bias)
+        self.bn2 = norm(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+
+
+class SharedConvOutput(nn.Module):
+    """One foldable pair (``conv1 -> bn1``), and one that is not: ``conv2``'s output is also added
+    to the result, so it must stay un-normalised."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels)
+        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv2(torch.relu(self.bn1(self.conv1(x))))
+        return self.bn2(y) + y
+
+
+class LinearGeluMLP(nn.Module):
+    """``fc1 -> GELU -> fc2 -> GELU -> LayerNorm``: two fusable Linear+GELU pairs."""
+
+    def __init__(self, features: int = 8, hidden: int = 16, approximate: str = "none", bias: bool = True) -> None:
+        super().__init__()
+        self.fc1, self.act1 = nn.Linear(features, hidden, bias=bias), nn.GELU(approximate=approximate)
+        self.fc2, self.act2 = nn.Linear(hidden, features, bias=bias), nn.GELU(approximate=approximate)
+        self.norm = nn.LayerNorm(features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act2(self.fc2(self.act1(self.fc1(x)))))
+
+
+class SharedLinearOutput(nn.Module):
+    """One unsafe pair (``fc1``'s output is read by GELU *and* by the residual add) and one safe
+    pair (``fc2 -> gelu``, written with ``F.gelu``)."""
+
+    def __init__(self, features: int = 8) -> None:
+        super().__init__()
+        self.fc1, self.act = nn.Linear(features, features), nn.GELU()
+        self.fc2 = nn.Linear(features, features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        y = self.act(h) + h
+        return F.gelu(self.fc2(y))
+
+
+class ReluZoo(nn.Module):
+    """ReLU spelled every way a model can spell it, between Linear layers.
+
+    With ``replacement=None`` it applies ReLU (as a module, ``F.relu``, ``torch.relu``, ``x.relu()``,
+    an in-place ``nn.ReLU(inplace=True)`` and an in-place ``x.relu_()`` whose result is unused, so
+    the output depends on the in-place write). With ``replacement=F.hardswish`` (say) it applies
+    that function at every one of those places instead: the expected result of replacing ReLU.
+    """
+
+    def __init__(self, features: int = 8, replacement=None) -> None:
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(features, features) for _ in range(6))
+        self.relu = nn.ReLU()
+        self.relu_inplace = nn.ReLU(inplace=True)
+        self.replacement = replacement
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.replacement is not None:
+            for fc in self.fcs:
+                x = self.replacement(fc(x))
+            return x
+        x = self.relu(self.fcs[0](x))
+        x = F.relu(self.fcs[1](x))
+        x = torch.relu(self.fcs[2](x))
+        x = self.fcs[3](x).relu()
+        x = self.relu_inplace(self.fcs[4](x))
+        x = self.fcs[5](x)
+        x.relu_()
+        return x
+
+
+class BasicBlock(nn.Module):
+    """A ResNet basic block: two Conv+BN pairs and a residual connection."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
+
+
+class TinyResNet(nn.Module):
+    """A small ResNet with a Linear+GELU classifier head: what the default pipeline is tested on."""
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU())
+        self.blocks = nn.Sequential(BasicBlock(channels), BasicBlock(channels))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Sequential(nn.Linear(channels, 16), nn.GELU(), nn.Linear(16, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(self.pool(self.blocks(self.stem(x))), 1))

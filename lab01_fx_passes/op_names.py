@@ -1,0 +1,70 @@
+"""Which operator does a node call? One answer for every graph dialect.
+
+The same ReLU is spelled differently in each dialect:
+
+=====================  =========================================================================
+node                   example
+=====================  =========================================================================
+``call_module``        ``self.act`` where ``self.act = nn.ReLU(inplace=True)``
+``call_function``      ``torch.relu``, ``torch.nn.functional.relu``, ``torch.relu_``
+``call_method``        ``x.relu()``, ``x.relu_()``
+``call_function``      ``torch.ops.aten.relu.default``, ``torch.ops.aten.relu_.default`` (aten)
+=====================  =========================================================================
+
+:func:`op_name` reduces all of them to ``OpName("relu", in_place=...)`` so a pass can match
+operators by name without caring which tracer produced the graph. It only *names* nodes: how to
+build a replacement in the node's own dialect is the pass's job.
+
+Step 0 of the lab: ``op_replacement.py`` and ``linear_gelu.py`` use this function (and
+``dce.py`` may). Print a few graphs first (``capture.py`` makes them; ``print(gm.graph)``) and
+look at ``node.op`` and ``node.target`` in each dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch  # noqa: F401  (you will need torch._ops.OpOverload)
+from torch import fx, nn
+
+from lab01_fx_passes.graph_tools import call_argument  # noqa: F401  (reads `inplace=` however it was passed)
+
+
+@dataclass(frozen=True)
+class OpName:
+    """The operator a node calls.
+
+    Attributes:
+        name: the operator's base name, lower case, without a trailing in-place underscore:
+            ``"relu"``, ``"gelu"``, ``"linear"``, ``"addmm"``, ``"conv2d"``, ``"batchnorm2d"``.
+        in_place: whether the call overwrites its input (``relu_``, ``inplace=True``).
+    """
+
+    name: str
+    in_place: bool
+
+
+def op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> OpName | None:
+    """Name the operator ``node`` calls, in any dialect.
+
+    Args:
+        node: any node of the graph.
+        modules: ``dict(gm.named_modules())`` of the graph's module (resolves ``call_module`` targets).
+
+    Returns:
+        - ``call_module``: the module's class name in lower case (``nn.ReLU`` -> ``"relu"``,
+          ``nn.Linear`` -> ``"linear"``); in-place when the module has ``inplace=True``.
+        - ``call_function`` on an aten operator (``torch._ops.OpOverload``): the operator's name
+          (``aten.relu_.default`` -> ``"relu"``, in-place).
+        - ``call_function`` on a Python or torch function: its ``__name__`` (``torch.relu``,
+          ``F.relu`` -> ``"relu"``; ``torch.relu_`` -> in-place); also in-place when called with
+          ``inplace=True`` (positionally or by keyword).
+        - ``call_method``: the method name (``"relu_"`` -> ``"relu"``, in-place).
+        - ``None`` for ``placeholder``, ``get_attr`` and ``output`` nodes.
+    """
+    # TODO(step 0): one branch per node.op.
+    #  - A trailing "_" means in-place ("relu_"), but a dunder ("__add__") does not.
+    #  - An aten OpOverload's name is `target._opname` ("relu_" for aten.relu_.default).
+    #  - `call_argument(node, "inplace", False)` reads F.relu(x, True) and F.relu(x, inplace=True) alike.
+    raise NotImplementedError("op_name: name the operator of call_module, call_function and call_method nodes")

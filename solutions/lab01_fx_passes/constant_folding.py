@@ -1,0 +1,137 @@
+"""Constant folding: compute once, when the pass runs, what every call would compute the same way.
+
+A node is *constant* when it is a pure call (see :func:`~.dce.is_impure`) whose inputs are all
+constants: ``get_attr`` values (parameters, buffers, tensor constants), literals, or other constant
+nodes. ``(self.a @ self.b).relu() + 1`` is constant; anything reached from a placeholder is not, and
+neither is ``torch.rand(3)`` (each call must draw new numbers) or anything computed from it.
+
+Folding runs the graph once with an ``fx.Interpreter`` in which every placeholder is *unknown*:
+a node whose inputs are known is evaluated for real, a node with an unknown input becomes unknown.
+Afterwards each constant region is cut at its *frontier*, the constant nodes that a non-constant
+node reads: each frontier value becomes one buffer read by one ``get_attr`` node, and the
+region behind it, now dead, is removed. Every call after that skips the work: the latency win.
+
+The price: the folded value is frozen. If a parameter it was computed from changes later
+(fine-tuning), the buffer is stale; fold for inference only. Two more rules keep folding sound:
+
+- a constant that an in-place or otherwise impure node consumes is not folded (nor anything it is
+  computed from): the in-place op would change the buffer, and the change would leak into the next
+  call, where the original program starts from a fresh value;
+- a constant that is a graph *output* is not folded: the caller would receive the buffer itself and
+  could modify it.
+
+In Dynamo graphs parameters are placeholders, so only subgraphs built from literals (``torch.ones``,
+``torch.arange``) are constant there; in ``symbolic_trace`` and aten graphs parameters are
+``get_attr`` constants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+from torch.fx.passes.infra.pass_base import PassResult
+from torch.utils._pytree import tree_flatten
+
+from lab01_fx_passes.graph_tools import add_attribute
+
+from .dce import is_impure
+
+
+class _Unknown:
+    """The value of a node that depends on a graph input (or on an impure op)."""
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+UNKNOWN = _Unknown()
+
+
+class ConstantFolder(fx.Interpreter):
+    """Evaluate the constant subgraphs of a ``GraphModule`` once and replace each by one buffer.
+
+    Usage::
+
+        folder = ConstantFolder(gm)
+        gm = folder.fold()          # gm itself, rewritten in place
+        folder.folded_count         # how many buffers were created (one per folded frontier node)
+
+    :attr:`constants` maps every constant call node to its value (filled by :meth:`fold`).
+    """
+
+    def __init__(self, module: fx.GraphModule) -> None:
+        # Keep every value: the rewrite needs them after the run.
+        super().__init__(module, garbage_collect_values=False)
+        self._modules = dict(module.named_modules())
+        self.constants: dict[fx.Node, Any] = {}
+        self.folded_count = 0
+
+    def run_node(self, node: fx.Node) -> Any:
+        if node.op == "placeholder":
+            return UNKNOWN
+        if node.op == "output":
+            return None
+        if node.op == "get_attr":
+            return super().run_node(node)
+        args, kwargs = self.fetch_args_kwargs_from_env(node)
+        inputs, _ = tree_flatten((args, kwargs))
+        if any(value is UNKNOWN for value in inputs) or is_impure(node, self._modules):
+            return UNKNOWN
+        value = super().run_node(node)
+        self.constants[node] = value
+        return value
+
+    def _foldable(self) -> set[fx.Node]:
+        """Constant nodes that may be folded: not feeding, directly or through constants, an impure node or the output."""
+        blocked: set[fx.Node] = set()
+        for node in reversed(self.module.graph.nodes):
+            if node in self.constants and any(
+                user.op == "output" or user in blocked or is_impure(user, self._modules) for user in node.users
+            ):
+                blocked.add(node)
+        return set(self.constants) - blocked
+
+    def fold(self) -> fx.GraphModule:
+        """Run the constant analysis, fold each frontier tensor into a buffer, drop the dead region.
+
+        Returns:
+            The same ``GraphModule``, rewritten in place (and recompiled when anything changed).
+        """
+        graph = self.module.graph
+        self.constants.clear()
+        self.run(enable_io_processing=False)  # placeholders are UNKNOWN: no inputs are needed
+        foldable = self._foldable()
+        frontier = [
+            node
+            for node in graph.nodes
+            if node in foldable
+            and isinstance(self.constants[node], torch.Tensor)
+            and any(user not in foldable for user in node.users)
+        ]
+        for node in frontier:
+            value = self.constants[node].detach().clone()  # own memory, not a view of a parameter
+            name = add_attribute(self.module, f"_folded_{node.name}", value)
+            with graph.inserting_before(node):
+                buffer = graph.get_attr(name)
+            buffer.meta.update(node.meta)
+            node.replace_all_uses_with(buffer)
+        self.folded_count = len(frontier)
+        if frontier:
+            # Remove what became dead: folded nodes and the constants only they read. Everything
+            # else counts as "impure" here, so unrelated dead code is left to the DCE pass.
+            removable = foldable | {
+                source for node in foldable for source in node.all_input_nodes if source.op == "get_attr"
+            }
+            graph.eliminate_dead_code(is_impure_node=lambda node: node not in removable)
+            graph.lint()
+            self.module.recompile()
+        return self.module
+
+
+def fold_constants(gm: fx.GraphModule) -> PassResult:
+    """Function form of :class:`ConstantFolder`: ``PassResult(gm, folded_count > 0)``, ``gm`` changed in place."""
+    folder = ConstantFolder(gm)
+    folder.fold()
+    return PassResult(gm, folder.folded_count > 0)

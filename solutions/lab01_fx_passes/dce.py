@@ -1,0 +1,124 @@
+"""Dead code elimination: remove nodes whose value nobody uses, unless running them matters.
+
+A node is *dead* when it has no users. Removing a dead node is safe only when the node is
+*pure*: its one effect is the value it returns. Impure nodes must stay even without users:
+
+- **in-place ops** change a tensor someone else reads: ``x.add_(1)`` (``call_method``),
+  ``torch.relu_(x)``, ``F.relu(x, inplace=True)``, ``nn.ReLU(inplace=True)``, ``aten.add_``;
+- **random ops** advance the random number generator, so deleting one changes every random
+  number drawn after it: ``torch.rand``, ``torch.bernoulli``, ``x.bernoulli()``,
+  ``F.dropout`` / ``nn.Dropout`` in training mode;
+- **stateful modules and ops** update their own state: BatchNorm in training mode updates its
+  running statistics;
+- **side effects** PyTorch knows about: ``torch._assert``, ``operator.setitem``, functions
+  registered with ``torch.fx.node.has_side_effect``, modules marked ``_is_impure``, and aten ops
+  whose schema says they mutate an argument.
+
+PyTorch's own ``Graph.eliminate_dead_code()`` checks only the last group (and never looks at
+``call_method`` nodes), so it deletes an unused ``x.add_(1)``. This pass gives it a better
+impurity test, :func:`is_impure`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+
+from torch import fx, nn
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from lab01_fx_passes.graph_tools import call_argument
+
+from .op_names import op_name
+
+#: Operators that draw random numbers (also as ``Tensor`` methods), in-place or not.
+RANDOM_OPS = frozenset(
+    {
+        "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+        "normal", "poisson", "bernoulli", "multinomial", "uniform", "exponential", "geometric",
+        "cauchy", "log_normal", "random",
+        "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+        "native_dropout", "rrelu",
+    }
+)  # fmt: skip
+#: Operators that update running statistics when called with ``training=True``.
+STATEFUL_IN_TRAINING = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit", "instance_norm"})
+#: Python's augmented assignments (``x += y`` traced as a function call) mutate their first argument.
+AUGMENTED_ASSIGNMENTS = frozenset(
+    {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.ipow,
+     operator.imod, operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
+     operator.imatmul}
+)  # fmt: skip
+
+
+def _module_is_impure(module: nn.Module) -> bool:
+    if getattr(module, "_is_impure", False) or getattr(module, "inplace", False):
+        return True
+    if not module.training:
+        return False
+    if isinstance(module, nn.modules.dropout._DropoutNd):
+        return module.p > 0
+    if isinstance(module, nn.modules.batchnorm._NormBase):
+        return module.track_running_stats
+    return isinstance(module, nn.RReLU)
+
+
+def is_impure(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
+    """Whether ``node`` must stay in the graph even when nothing uses its value.
+
+    Args:
+        node: any node.
+        modules: ``dict(gm.named_modules())`` of the graph's module.
+
+    Returns:
+        True for placeholders and the output, for in-place, random and stateful operations and for
+        calls PyTorch marks as side-effecting (see the module docstring); False for pure operations
+        and ``get_attr``.
+    """
+    if node.op in ("placeholder", "output"):
+        return True
+    if node.op == "get_attr":
+        return False
+    if node.op == "call_module":
+        return _module_is_impure(modules[node.target])
+    if node.op == "call_function" and (node.is_impure() or node.target in AUGMENTED_ASSIGNMENTS):
+        return True  # PyTorch's own list: side-effectful functions, mutable aten schemas, torch.rand...
+    op = op_name(node, modules)
+    if op is None:
+        return False
+    if op.in_place:
+        return True
+    if op.name in RANDOM_OPS:
+        # F.dropout(x, training=False) and aten.dropout(x, p, train=False) are the identity.
+        training = call_argument(node, "training", call_argument(node, "train", True))
+        return training is not False and call_argument(node, "p", 1.0) != 0
+    if op.name in STATEFUL_IN_TRAINING:
+        return call_argument(node, "training", False) is True
+    return False
+
+
+class DCEPass(PassBase):
+    """Remove dead pure nodes; keep impure ones (see :func:`is_impure`).
+
+    Usage: ``result = DCEPass()(gm)``. Modifies ``gm`` in place and returns
+    ``PassResult(gm, modified)``; :attr:`removed_count` says how many nodes went.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removed_count = 0
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        modules = dict(graph_module.named_modules())
+        before = len(graph_module.graph.nodes)
+        # PyTorch walks the graph backwards, so a chain of dead nodes goes in one sweep.
+        graph_module.graph.eliminate_dead_code(is_impure_node=lambda node: is_impure(node, modules))
+        self.removed_count = before - len(graph_module.graph.nodes)
+        if self.removed_count:
+            graph_module.recompile()
+        return PassResult(graph_module, self.removed_count > 0)
+
+
+def eliminate_dead_code(gm: fx.GraphModule) -> PassResult:
+    """Function form of :class:`DCEPass`: ``PassResult(gm, modified)``, ``gm`` changed in place."""
+    return DCEPass()(gm)

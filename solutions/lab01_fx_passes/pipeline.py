@@ -1,0 +1,43 @@
+"""The semantics-preserving pipeline the benchmark runs on ResNet-50.
+
+Order matters:
+
+1. ``fuse_conv_bn``: folds each BatchNorm into its convolution (fewer nodes, one pass over memory
+   less per BN);
+2. ``fuse_linear_gelu``: one fused operator per safe Linear+GELU pair (none in ResNet-50);
+3. ``fold_constants``: precomputes constant subgraphs (in aten graphs, e.g. the transposed
+   weight ``aten.t(fc.weight)`` feeding ``addmm``);
+4. ``eliminate_dead_code``: drops what the earlier passes left unused;
+5. ``convert_to_channels_last``: last, so it sees the fused convolutions (converting before
+   folding would hand the Conv+BN fuser weights it then replaces).
+
+Op replacement is not part of it: it changes the model's outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .constant_folding import fold_constants
+from .conv_bn import fuse_conv_bn
+from .dce import eliminate_dead_code
+from .linear_gelu import fuse_linear_gelu
+from .memory_layout import convert_to_channels_last
+from .pass_manager import PassManager
+
+#: Tolerance of the pipeline's checks: see the handout for why a deep network needs a looser
+#: bound than a single fused layer.
+PIPELINE_RTOL = 1e-4
+PIPELINE_ATOL = 1e-4
+
+
+def default_pipeline(example_inputs: Sequence[Any] | None) -> PassManager:
+    """The lab's semantics-preserving pass pipeline, validated on ``example_inputs``.
+
+    Returns:
+        A :class:`PassManager` running, in order: ``fuse_conv_bn``, ``fuse_linear_gelu``,
+        ``fold_constants``, ``eliminate_dead_code``, ``convert_to_channels_last``.
+    """
+    passes = [fuse_conv_bn, fuse_linear_gelu, fold_constants, eliminate_dead_code, convert_to_channels_last]
+    return PassManager(passes, example_inputs=example_inputs, rtol=PIPELINE_RTOL, atol=PIPELINE_ATOL)
