@@ -1,0 +1,250 @@
+"""Lower: turn one NPU partition (an FX graph) into an NPU program.
+
+Each supported target has a *lowering rule* in :data:`LOWERINGS`: a function that receives the
+node's arguments (tensors already replaced by :class:`Ref` handles to program tensors) and emits ISA
+instructions through a :class:`ProgramBuilder`. Ops outside the ISA are **decomposed** into ISA
+primitives where that is exact:
+
+- ``linear`` -> ``permute`` + ``matmul`` + ``add``; ``neg`` -> ``mul`` by -1; ``x - y`` -> ``x + (-1 * y)``;
+- ``x / c`` -> ``x * (1 / c)`` (one extra rounding of the constant);
+- eval ``batch_norm`` -> per-channel ``scale = weight * rsqrt(var + eps)``, ``x * scale + shift``;
+- ``scaled_dot_product_attention`` -> ``matmul`` (q k^T) -> ``mul`` (scale) -> [``add`` mask] ->
+  ``softmax`` (causal flag) -> ``matmul`` (p v); grouped-query attention broadcasts instead of copying;
+- ``multi_head_attention_forward`` (``nn.TransformerEncoderLayer``) -> projections + the above;
+- the RMSNorm chain ``x * rsqrt(mean(x**2) + eps) * w`` -> a single ``rmsnorm`` instruction.
+
+Shapes come from running the partition once on *fake* tensors of the real input shapes, so a
+program is specialised to one set of input shapes (the backend caches one program per shape).
+
+Given: :class:`Ref`, :class:`ProgramBuilder` (it infers each result's shape by running your
+simulator kernel on meta tensors), the :data:`LOWERINGS` registry and a few example rules.
+You write the other rules, the RMSNorm chain finder and the driver :func:`lower_to_program`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from lab02_npu_backend.graphs import target_name
+from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program
+from lab02_npu_backend.isa import DTYPE_NAMES, default_isa
+
+from .simulator import KERNELS
+
+aten = torch.ops.aten
+
+
+class LoweringError(RuntimeError):
+    """A node could not be lowered (no rule, or a rule produced the wrong shape); names the node."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor of the program under construction."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+class ProgramBuilder:
+    """Collects tensors and instructions; infers each result's shape by running the op's kernel on meta tensors."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tensors: dict[str, dict[str, Any]] = {}
+        self.inputs: list[str] = []
+        self.instructions: list[dict[str, Any]] = []
+        self._hint = "t"
+
+    def _declare(self, name: str, shape: Sequence[int], dtype: torch.dtype) -> Ref:
+        base, k = name, 1
+        while name in self.tensors:
+            name, k = f"{base}_{k}", k + 1
+        self.tensors[name] = {"shape": [int(s) for s in shape], "dtype": DTYPE_NAMES[dtype]}
+        return Ref(name, tuple(int(s) for s in shape), dtype)
+
+    def add_input(self, name: str, value: torch.Tensor) -> Ref:
+        if value.dtype not in DTYPE_NAMES:
+            raise LoweringError(f"input {name!r} has dtype {value.dtype}, which the NPU cannot hold")
+        ref = self._declare(name, value.shape, value.dtype)
+        self.inputs.append(ref.name)
+        return ref
+
+    def naming(self, hint: str) -> None:
+        """Name the next results after ``hint`` (the FX node being lowered)."""
+        self._hint = hint
+
+    def emit(self, op: str, inputs: list[Any], **attrs: Any) -> Ref:
+        """Append ``op(inputs, attrs)`` and return its result (shape/dtype inferred on meta tensors)."""
+        def meta(value: Any) -> Any:
+            if isinstance(value, Ref):
+                return torch.empty(value.shape, dtype=value.dtype, device="meta")
+            if isinstance(value, list):
+                return [meta(v) for v in value]
+            return value
+
+        kernel_attrs = {a.name: a.default for a in default_isa()[op].attributes.values()} | attrs
+        result = KERNELS[op]([meta(v) for v in inputs], kernel_attrs)
+        out = self._declare(self._hint, result.shape, result.dtype)
+
+        def encode(value: Any) -> Any:
+            if isinstance(value, Ref):
+                return value.name
+            if isinstance(value, list):
+                return [encode(v) for v in value]
+            return value
+
+        self.instructions.append({"op": op, "inputs": [encode(v) for v in inputs], "output": out.name, "attrs": attrs})
+        return out
+
+    def program(self, outputs: list[Ref]) -> Program:
+        return {
+            "format": PROGRAM_FORMAT,
+            "version": PROGRAM_VERSION,
+            "name": self.name,
+            "tensors": self.tensors,
+            "inputs": self.inputs,
+            "outputs": [ref.name for ref in outputs],
+            "instructions": self.instructions,
+        }
+
+
+#: A lowering rule: (builder, the node's fake output value, *args, **kwargs) -> Ref or tuple.
+LowerFn = Callable[..., Any]
+#: Every lowering rule, for both dialects (their targets never collide).
+LOWERINGS: dict[Any, LowerFn] = {}
+
+
+def lowers(*targets: Any) -> Callable[[LowerFn], LowerFn]:
+    """Register a lowering rule for ``targets``."""
+    def register(rule: LowerFn) -> LowerFn:
+        for target in targets:
+            LOWERINGS[target] = rule
+        return rule
+
+    return register
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ------------------------------------------------------------------ example rules
+# A rule receives the builder, the node's fake output value (``out.shape``, ``out.dtype``: handy
+# for layout ops), then the node's own args and kwargs with every input node replaced by its
+# lowered value (a Ref for a tensor, a tuple for a multi-output node, plain Python values as is).
+# It returns a Ref (or a tuple, mirroring a multi-output node, with None for outputs it skips).
+
+
+@lowers(torch.matmul, operator.matmul, "matmul", torch.mm, "mm", torch.bmm, "bmm", aten.mm.default, aten.bmm.default)
+def _matmul(b, out, input, other, **_):
+    return b.emit("matmul", [input, other])
+
+
+@lowers(operator.neg, torch.neg, "neg", aten.neg.default)
+def _neg(b, out, input):
+    return b.emit("mul", [input, -1])  # an int -1 keeps integer and float dtypes unchanged
+
+
+@lowers(F.dropout, "contiguous", aten.clone.default, aten.alias.default)
+def _identity(b, out, input, *_, **__):
+    return input  # no instruction: the result is the input tensor itself
+
+
+# TODO: rules for every target of your support tables (both dialects), among them:
+#   linear / addmm (permute + matmul + add), conv2d / convolution, add / sub (alpha!) / mul /
+#   division by a constant / pow(x, 2) / rsqrt / mean / adaptive_avg_pool2d to 1x1,
+#   relu / gelu (approximate="tanh" -> "gelu_tanh") / silu, softmax, layer_norm / native_layer_norm,
+#   rms_norm, batch_norm (eval) / _native_batch_norm_legit_no_training,
+#   scaled_dot_product_attention (+ grouped-query: broadcast, do not copy) and its aten flash form,
+#   multi_head_attention_forward (sequence-first self-attention), view-like ops (reshape to
+#   out.shape), expand, transpose / t / permute, getitem and torch.Tensor.__getitem__ (slices,
+#   ints, None, Ellipsis), aten.slice / aten.select, cat.
+
+
+@dataclass(frozen=True)
+class RmsNormChain:
+    """``x * rsqrt(mean(x**2, -1, keepdim=True) + eps) [* weight]``, found in a graph.
+
+    Attributes:
+        x: the normalised input node.
+        weight: the 1-D weight node multiplied last, or None.
+        eps: the constant added to the mean.
+        result: the node whose value the chain computes (emit ``rmsnorm`` there).
+        inner: the other chain nodes (emit nothing for them).
+    """
+
+    x: fx.Node
+    weight: fx.Node | None
+    eps: float
+    result: fx.Node
+    inner: tuple[fx.Node, ...]
+
+
+def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
+    """Every RMSNorm chain in ``gm`` whose intermediates are used only by the chain (so fusing is safe).
+
+    Match on targets of both dialects (``"pow"``/``aten.pow.Tensor_Scalar``, ``"mean"``/``aten.mean.dim``,
+    ``operator.add``/``aten.add.Tensor``, ``torch.rsqrt``/``aten.rsqrt.default``, ``operator.mul``/
+    ``aten.mul.Tensor``). Check every intermediate has exactly one user: if another node also reads,
+    say, the rsqrt, fusing would delete a value someone needs.
+    """
+    # TODO
+    raise NotImplementedError("find_rmsnorm_chains")
+
+
+# ------------------------------------------------------------------ driver
+def _fake_values(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[fx.Node, Any]:
+    """Every node's value on fake tensors shaped like ``example_inputs`` (nothing is computed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    values: dict[fx.Node, Any] = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            values[n] = result = super().run_node(n)
+            return result
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+        fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        Recorder(gm).run(*fake)
+    return values
+
+
+def lower_to_program(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name: str = "npu_partition") -> Program:
+    """Lower an NPU partition to a program specialised to the shapes of ``example_inputs``.
+
+    Args:
+        gm: a graph whose call nodes all have lowering rules (an NPU partition).
+        example_inputs: one value per placeholder: tensors become program inputs (in order, named
+            after their placeholders: ``builder.add_input``); Python numbers (sizes under dynamic
+            shapes) are baked into the program.
+        name: the program's name.
+
+    Returns:
+        The program (plain JSON data, see :mod:`lab02_npu_backend.ir`), from ``builder.program``.
+
+    Raises:
+        LoweringError: naming the node that has no rule, or whose lowering's result does not have
+            the shape and dtype the fake run recorded (check every node: it catches rule bugs early).
+
+    Steps: ``_fake_values`` for every node's output; find the RMSNorm chains; walk the nodes in
+    order (``builder.naming(node.name)`` before lowering each, so tensors are named after nodes),
+    mapping each node to its lowered value; emit ``rmsnorm`` at each chain's result and nothing for
+    its inner nodes; the output node's argument (a node or a tuple of nodes) gives the outputs.
+    """
+    # TODO
+    raise NotImplementedError("lower_to_program")

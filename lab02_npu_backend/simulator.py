@@ -1,0 +1,97 @@
+"""Simulate: execute an NPU program, after checking it against the ISA.
+
+The simulator plays the hardware. It trusts nothing: before a program runs, :meth:`NpuSimulator.load`
+validates every instruction against the ISA and raises a ``ProgramError`` naming the first
+instruction that breaks a rule (the rules are listed in :mod:`lab02_npu_backend.ir`). Validation
+happens once per program; running is then a tight loop over pre-bound kernels, checking each
+result's shape and dtype against the program's declarations so that a wrong kernel or a wrong
+lowering can never pass silently. The backend calls programs on every model call: keep ``run``
+cheap (the benchmark compares you with eager PyTorch).
+
+Each ISA op's meaning is one entry of :data:`KERNELS`, written with PyTorch CPU ops (deterministic).
+The lowering reuses the same kernels on ``meta`` tensors to infer shapes, so an op has exactly one
+definition in the whole lab.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label
+from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, default_isa, load_isa
+
+#: A kernel: (operands, attributes with every default filled in) -> result tensor. Operands follow
+#: the op's operand list in isa.json: tensors, Python numbers (``tensor_or_scalar``), a list of
+#: tensors (``tensor_list``) or None (an omitted optional operand).
+Kernel = Callable[[list[Any], dict[str, Any]], torch.Tensor]
+
+#: The meaning of every ISA op (read "semantics" in isa.json).
+KERNELS: dict[str, Kernel] = {
+    "matmul": lambda ops, a: torch.matmul(ops[0], ops[1]),
+    "add": lambda ops, a: torch.add(ops[0], ops[1]),
+    # TODO: the 13 other ops. Hints: F.conv2d, torch.rsqrt, torch.mean, F.layer_norm, F.rms_norm,
+    # F.gelu(x, approximate="tanh"), torch.ops.aten.slice.Tensor(x, dim, start, end, step),
+    # torch.cat, Tensor.expand. Causal softmax: fill positions j > i of the last two dimensions
+    # with -inf (torch.ones(q, k, dtype=torch.bool).triu(1)), then softmax.
+}
+
+
+class NpuSimulator:
+    """Validates and runs NPU programs against an ISA.
+
+    Args:
+        isa: a loaded :class:`~lab02_npu_backend.isa.Isa`, a path to an ISA JSON file (loaded and
+            validated now: a broken file raises ``IsaError``), or ``None`` for the lab's ``isa.json``.
+
+    Raises:
+        IsaError: the ISA file is missing or invalid (``load_isa`` does the checking).
+        ValueError: the ISA names an op the simulator has no kernel for.
+    """
+
+    def __init__(self, isa: Isa | str | Path | None = None) -> None:
+        if isa is None:
+            isa = default_isa()
+        elif not isinstance(isa, Isa):
+            isa = load_isa(isa)
+        missing = sorted(set(isa.ops) - set(KERNELS))
+        if missing:
+            raise ValueError(f"the simulator has no kernel for ISA ops {missing}")
+        self.isa = isa
+
+    def load(self, program: Any) -> Callable[..., list[torch.Tensor]]:
+        """Validate ``program`` and return a callable ``loaded(*input_tensors) -> list of outputs``.
+
+        Validation (raise ``ProgramError``; per instruction, start the message with
+        ``instruction_label(index, instruction)``, e.g. "instruction 1 (matmul -> xw): ..."):
+
+        - the program has every key of :class:`~lab02_npu_backend.ir.Program`, the right format and
+          version; every tensor declaration has a shape (non-negative ints) and a known dtype;
+          inputs and outputs are declared;
+        - each instruction is an object with exactly ``op``, ``inputs``, ``output``, ``attrs``;
+          ``op`` is in the ISA ("unknown op 'x'"); operands match the op's operand list (a required
+          one missing -> "required"; a name that is not declared, or read before it is written, is
+          named in the message); attributes are declared, typed (``ATTRIBUTE_TYPES``; ``bool`` is
+          not an ``int``), within ``choices``, required ones present (defaults filled in otherwise);
+          the output is declared and written once ("already written");
+        - every operand and the result have one dtype, which the op supports (name the dtype);
+        - every output is written by the end.
+
+        Running: check each input's shape and dtype ("input 'x' ..."), run the kernels in order, and
+        check each result against its declared shape and dtype (naming the instruction). Wrap a
+        kernel's exception in a ``ProgramError`` naming the instruction.
+        """
+        # TODO: validate once, bind each instruction to its kernel, return a fast runner.
+        raise NotImplementedError("NpuSimulator.load")
+
+    def validate(self, program: Any) -> None:
+        """Raise ``ProgramError`` (naming the instruction) unless ``program`` is a valid program."""
+        self.load(program)
+
+    def run(self, program: Program, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Validate ``program`` and run it once on ``inputs``."""
+        return self.load(program)(*inputs)

@@ -1,0 +1,159 @@
+"""Can the NPU run this node? One support table per graph dialect, checked against the ISA.
+
+A backend receives graphs in one of two dialects, and the *same* model looks different in each:
+
+- **torch** (what a plain ``torch.compile`` backend gets from Dynamo): targets are Python callables
+  (``torch._C._nn.linear``, ``operator.add``, ``torch.nn.functional.layer_norm``) or, for
+  ``call_method`` nodes, method names (``"view"``, ``"transpose"``);
+- **aten** (what a backend gets through AOTAutograd): targets are ``OpOverload`` objects
+  (``aten.addmm.default``, ``aten.native_layer_norm.default``).
+
+A table written for one dialect matches *nothing* in the other: the classic "why is my accelerator
+doing nothing?" bug. So each dialect has its own table, and both tables map a target to the ISA ops
+its lowering emits; the dtype check then asks the ISA whether every one of those ops supports the
+node's dtype. Constraints that depend on arguments (``pow`` only with exponent 2, ``dropout`` only
+when it is the identity, ...) live in :data:`CONSTRAINTS`.
+
+To see which targets a model produces, print its graphs::
+
+    from lab02_npu_backend.graphs import capture_graphs
+    captured = capture_graphs(model, *inputs)
+    captured.torch[0].graph.print_tabular(); captured.aten[0].graph.print_tabular()
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+from torch.fx.passes.operator_support import OperatorSupport
+
+from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name
+from lab02_npu_backend.isa import DTYPE_NAMES, Isa, default_isa
+
+aten = torch.ops.aten
+
+#: A node target: a callable (torch dialect), an ``OpOverload`` (aten) or a method name (``call_method``).
+Target = Any
+#: A support table: target -> the ISA ops its lowering emits (``()`` for an identity, e.g. eval dropout).
+SupportTable = Mapping[Target, tuple[str, ...]]
+
+#: Dynamo's torch-level targets.
+TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
+    # One entry as an example: F.linear (Dynamo records it as torch._C._nn.linear) lowers to
+    # permute (the weight), matmul, and add (the bias).
+    torch._C._nn.linear: ("permute", "matmul", "add"),
+    # TODO: every target the standard models produce that the ISA can express: matrix products,
+    # conv2d, elementwise arithmetic (+ sub, neg, pow(x, 2), division by a constant), rsqrt, mean,
+    # activations, softmax, layer/rms/batch norm, attention (scaled_dot_product_attention and
+    # multi_head_attention_forward), dropout in eval mode, and layout ops: view/reshape/flatten/
+    # (un)squeeze/contiguous, transpose/permute/t, getitem (slicing), cat, expand.
+    # Remember call_method nodes: their target is the method name, e.g. "view".
+}
+
+#: AOTAutograd's aten targets.
+ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
+    aten.addmm.default: ("matmul", "add"),
+    # TODO: the aten ops of the same models (print the aten graphs). Do not list operator.getitem:
+    # in aten graphs it only unpacks tuples, and the partitioner places those by itself.
+}
+
+#: The support table of each dialect.
+TABLES: dict[str, SupportTable] = {"torch": TORCH_SUPPORT, "aten": ATEN_SUPPORT}
+
+
+def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``index`` (positional) or ``name`` (keyword) of a node, or ``default``."""
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _only_first_output_used(node: fx.Node) -> str | None:
+    """For multi-output aten ops (native_layer_norm, sdpa): the NPU computes only output 0."""
+    for user in node.users:
+        if not (user.target is operator.getitem and user.args[1] == 0):
+            return "only its first output can run on the NPU (the others are saved for backward)"
+    return None
+
+
+def _pow_check(node: fx.Node) -> str | None:
+    return None if _arg(node, 1, "exponent") == 2 else "only pow(x, 2) lowers to the NPU (as x * x)"
+
+
+#: Argument constraints: target -> check(node) returning None (fine) or why the NPU cannot run it.
+CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
+    **{t: _pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
+    # TODO: division only by a constant; mean only over explicit dims; batch norm and dropout only
+    # in eval mode; attention without dropout; getitem without tensor indices; multi-output aten
+    # ops only when output 0 alone is used (_only_first_output_used); ...
+}
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors inside a node's example value (a tensor, or a tuple/list holding some)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+class NpuOperatorSupport(OperatorSupport):
+    """PyTorch's ``OperatorSupport`` predicate for the NPU.
+
+    Args:
+        table: the support table of the dialect of the graphs it will see.
+        isa: the ISA to check dtypes against (the lab's ``isa.json`` by default).
+
+    Raises:
+        ValueError: the table names an op that is not in the ISA.
+    """
+
+    def __init__(self, table: SupportTable, isa: Isa | None = None) -> None:
+        super().__init__()
+        self.table = table
+        self.isa = isa or default_isa()
+        unknown = sorted({op for ops in table.values() for op in ops} - set(self.isa.ops))
+        if unknown:
+            raise ValueError(f"support table names ops that are not in the ISA: {unknown}")
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: fx.Node) -> bool:
+        return self.fallback_reason(node) is None
+
+    def fallback_reason(self, node: fx.Node) -> str | None:
+        """``None`` when the NPU can run ``node``, otherwise a one-line reason (shown in reports).
+
+        A node is supported when:
+
+        1. it is a ``call_function`` or ``call_method`` (never a placeholder or the output: the
+           partitioner would pull graph inputs into a partition);
+        2. its target is in ``self.table`` (note: some targets are unhashable; treat those as absent)
+           and its arguments pass :data:`CONSTRAINTS`;
+        3. tuple unpacking (:func:`~lab02_npu_backend.graphs.is_tuple_unpack`) is always fine;
+           otherwise the node produces at least one tensor (size arithmetic on ints stays on the host);
+        4. all tensors it reads and writes (:func:`~lab02_npu_backend.graphs.node_value`) share one
+           dtype: the NPU never converts dtypes implicitly;
+        5. every ISA op of its table entry supports that dtype (``self.isa[op].supports_dtype``).
+
+        Say what failed: "no NPU lowering for <target_name(node)>", "dtype int64 is not supported by
+        ISA op 'matmul'", "mixes dtypes (...)", ... The tests look for the word "dtype" in dtype reasons.
+        """
+        # TODO: implement the five rules above.
+        raise NotImplementedError("NpuOperatorSupport.fallback_reason")
+
+
+def support_for_dialect(dialect: str, isa: Isa | None = None) -> NpuOperatorSupport:
+    """The NPU's support predicate for graphs of ``dialect`` (``"torch"`` or ``"aten"``)."""
+    if dialect not in TABLES:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(TABLES)}")
+    return NpuOperatorSupport(TABLES[dialect], isa)
+
