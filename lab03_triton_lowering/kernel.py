@@ -1,0 +1,117 @@
+"""The fused LayerNorm + GELU Triton kernel, and the launcher that sizes and starts it.  [YOU WRITE THIS]
+
+Eager PyTorch runs ``F.gelu(F.layer_norm(x))`` as two kernels: LayerNorm reads ``x`` and writes a
+normalised copy to DRAM, GELU reads that copy back and writes the result. For a memory-bound op
+that is four passes over the tensor. Your kernel does the same arithmetic in two: each program
+loads one row into registers, computes its mean and variance in fp32, normalises, applies the
+optional affine and GELU, and stores the row once.
+
+Programming model in one paragraph: a Triton *program* is one instance of the kernel (a CUDA
+thread block). ``tl.program_id(0)`` says which row it owns; ``tl.arange(0, BLOCK_SIZE)`` is a
+*block* of column indices that the compiler spreads over the program's warps, so one
+``tl.load`` of a block becomes coalesced, vectorised loads by 32 threads per warp. Block sizes are
+compile-time constants (``tl.constexpr``) and powers of two, so a row whose length is not a power
+of two is handled with a *mask*: lanes past the end neither load nor store.
+
+Rules that hold on both machines you target (the tests check both):
+
+- On CPU the kernel runs in Triton's interpreter (NumPy). It has no ``libdevice.tanh`` and no
+  bf16 arithmetic: write tanh with ``tl.exp``, and convert loads to fp32 before any math.
+- On a GPU the kernel is compiled. A kernel may not read plain Python globals (use literals), and
+  every construct must be Triton, not Python (``python -m lab03_triton_lowering.compile_for_gpu``
+  compiles your launches for an sm_90 GPU without needing one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import wrap_triton  # noqa: F401  (launch the kernel through it: see layernorm_gelu_forward)
+
+#: The largest block one program holds in registers. Rows up to this length are read exactly once;
+#: longer rows are processed in a loop of blocks (a statistics pass, then a normalise pass).
+MAX_BLOCK_SIZE = 8192
+#: The GELU forms the kernel implements, named as ``F.gelu``'s ``approximate`` argument.
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+@triton.jit
+def layernorm_gelu_kernel(
+    x_ptr,  # [n_rows, n_cols] input; columns contiguous, rows x_row_stride elements apart
+    weight_ptr,  # [n_cols] or None
+    bias_ptr,  # [n_cols] or None
+    out_ptr,  # [n_rows, n_cols] output, contiguous
+    x_row_stride,
+    out_row_stride,
+    n_cols,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    APPROXIMATE_TANH: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    SINGLE_TILE: tl.constexpr,
+):
+    """One program normalises one row: ``out[row] = gelu(layer_norm(x[row]) * weight + bias)``.
+
+    Contract (keep the name: the GPU tests look for ``layernorm_gelu_kernel`` in Inductor's code;
+    the parameters are a suggestion, your launcher is the only caller):
+
+    - statistics in fp32 whatever the input dtype; variance is the biased one (divide by n_cols),
+      ``rstd = 1 / sqrt(var + eps)``, exactly as ``F.layer_norm``;
+    - GELU exact: ``0.5 * y * (1 + erf(y / sqrt(2)))``; tanh form:
+      ``0.5 * y * (1 + tanh(sqrt(2 / pi) * (y + 0.044715 * y**3)))``;
+    - store in the output's dtype (``out_ptr.dtype.element_ty``), masked.
+    """
+    # TODO(student): write the kernel. Suggested steps (see the handout):
+    #   1. row = tl.program_id(0), as int64 (row * stride can exceed 2**31); pointers to the row.
+    #   2. SINGLE_TILE (the row fits one block): cols = tl.arange(0, BLOCK_SIZE), mask = cols < n_cols,
+    #      load once, mean, variance of (x - mean) with masked lanes zeroed, rstd, normalise.
+    #   3. otherwise: loop over blocks accumulating statistics, then loop again to normalise and store.
+    #      Beware E[x^2] - E[x]^2 when the mean is large (subtract a shift first).
+    #   4. affine (HAS_WEIGHT / HAS_BIAS are constexpr: the branch not taken is not compiled), GELU, store.
+    #   Helper functions decorated with @triton.jit (e.g. a tanh written with tl.exp) may be called here.
+    pass
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How one row is tiled: the block width, the warps per program, and whether one block holds the row."""
+
+    block_size: int
+    num_warps: int
+    single_tile: bool
+
+
+def launch_config(n_cols: int) -> LaunchConfig:
+    """Choose the block and warp count for rows of ``n_cols`` elements.
+
+    Contract: ``block_size`` is a power of two, at most :data:`MAX_BLOCK_SIZE`, and at least
+    ``n_cols`` whenever ``n_cols <= MAX_BLOCK_SIZE`` (then ``single_tile`` is True). ``num_warps``
+    is a power of two between 1 and 16, growing with the block (aim for ~8-16 elements per thread).
+
+    Raises:
+        ValueError: if ``n_cols < 1``.
+    """
+    # TODO(student): triton.next_power_of_2 helps.
+    raise NotImplementedError("TODO(student): choose block_size, num_warps and single_tile for a row length")
+
+
+def layernorm_gelu_forward(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, approximate: str
+) -> torch.Tensor:
+    """Allocate the output and launch :func:`layernorm_gelu_kernel`, one program per row.
+
+    Arguments are trusted (the public ``layernorm_gelu`` validates them). Contract:
+
+    - any leading shape (flatten to rows with ``reshape(-1, n)``), zero rows (launch nothing),
+      any strides (copy only when the last dimension is not contiguous; otherwise pass the row stride);
+    - returns a NEW contiguous tensor with ``x``'s shape and dtype;
+    - launch with ``wrap_triton(layernorm_gelu_kernel)[grid](...)``: run eagerly it is a plain
+      launch; traced on CUDA it becomes a node Inductor can compile (the lowering relies on it).
+      Pass ``num_warps`` as a launch keyword.
+    """
+    # TODO(student): allocate with torch.empty (not empty_like: x may be non-contiguous), launch, reshape back.
+    raise NotImplementedError("TODO(student): launch layernorm_gelu_kernel over the rows of x")

@@ -1,0 +1,425 @@
+"""Lab 03 graded tests: the fused LayerNorm+GELU kernel, and the Inductor lowering that uses it.
+
+CPU tests run the kernel in Triton's interpreter and the lowering in CPU Inductor. Tests marked
+``gpu`` need CUDA and are graded as pending without it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch._functorch import config as functorch_config
+from torch._inductor import config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.utils import run_and_get_code
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from labkit.impl import IMPL_ENV_VAR
+from labkit.labspec import COURSE_ROOT
+from labkit.numerics import output_error, outputs_close
+from lab03_triton_lowering.models import (
+    CONTROL_SITE,
+    FUSABLE_SITES,
+    NON_FUSABLE_SITES,
+    FusableSites,
+    NonFusableSites,
+)
+
+#: The spec's bar: the kernel matches F.gelu(F.layer_norm(...)) within 1e-4 (fp32).
+TOLERANCE = 1e-4
+#: Half precision: the kernel rounds once (fp32 math, one rounding on store), so it is within
+#: two units in the last place of the fp32 reference rounded to the same dtype.
+HALF_TOLERANCE = {torch.float16: dict(rtol=2e-3, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5)}
+AFFINE_FORMS = ("weight_and_bias", "weight_only", "none")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def reference(x, weight, bias, eps, approximate):
+    """What the fused kernel must compute: eager PyTorch, two ops."""
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), weight, bias, eps), approximate=approximate)
+
+
+def make_inputs(shape, affine="weight_and_bias", dtype=torch.float32, device="cpu", seed=0, offset=0.5):
+    """x ~ N(offset, 2^2) and affine parameters far from the identity (so ignoring them fails)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=generator) * 2 + offset
+    n = shape[-1]
+    weight = torch.rand(n, generator=generator) + 0.5 if affine != "none" else None
+    bias = torch.rand(n, generator=generator) - 0.5 if affine == "weight_and_bias" else None
+    move = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
+    return move(x), move(weight), move(bias)
+
+
+def assert_matches_reference(lab, x, weight, bias, eps=1e-5, approximate="none"):
+    expected = reference(x, weight, bias, eps, approximate)
+    actual = lab.layernorm_gelu(x, weight, bias, eps=eps, approximate=approximate)
+    error = output_error(actual, expected)
+    assert error.max_abs <= TOLERANCE, (
+        f"shape {list(x.shape)}, eps={eps}, approximate={approximate!r}: max |error| {error.max_abs:.3g} > {TOLERANCE}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the kernel (interpreted on CPU)
+
+EDGE_SHAPES = {
+    "row_of_one": (4, 1),
+    "odd_row_7": (3, 7),
+    "row_1000_not_power_of_two": (5, 1000),
+    "row_1024_power_of_two": (2, 1024),
+    "long_row_12288": (2, 12288),
+    "zero_rows": (0, 64),
+    "three_dims": (2, 3, 33),
+    "four_dims": (2, 2, 3, 17),
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("shape", list(EDGE_SHAPES.values()), ids=list(EDGE_SHAPES))
+def test_kernel_matches_pytorch_on_edge_shapes(lab, shape, approximate):
+    assert_matches_reference(lab, *make_inputs(shape), approximate=approximate)
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
+@pytest.mark.parametrize("affine", AFFINE_FORMS)
+def test_kernel_handles_affine_forms_and_eps(lab, affine, eps):
+    # Small spread (std 0.01) so eps is not negligible next to the variance.
+    x, weight, bias = make_inputs((6, 300), affine)
+    assert_matches_reference(lab, x * 0.005, weight, bias, eps=eps)
+
+
+NON_CONTIGUOUS = {
+    # rows 64 apart but only 40 long: the kernel must use the row stride, not the row length
+    "row_slice": lambda: make_inputs((6, 64))[0][:, :40],
+    # last dimension not contiguous: rows must be copied (or gathered) first
+    "strided_columns": lambda: make_inputs((5, 96))[0][:, ::2],
+    # rows not evenly spaced in memory
+    "transposed_leading_dims": lambda: make_inputs((3, 5, 48))[0].transpose(0, 1),
+    # a broadcast batch dimension (stride 0)
+    "expanded_batch": lambda: make_inputs((1, 3, 32))[0].expand(4, 3, 32),
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("layout", list(NON_CONTIGUOUS), ids=list(NON_CONTIGUOUS))
+def test_kernel_handles_non_contiguous_input(lab, layout):
+    x = NON_CONTIGUOUS[layout]()
+    n = x.shape[-1]
+    weight, bias = torch.linspace(0.5, 1.5, n), torch.linspace(-0.5, 0.5, n)
+    assert_matches_reference(lab, x, weight, bias, approximate="tanh")
+
+
+@pytest.mark.points(1)
+def test_kernel_returns_a_new_contiguous_tensor_and_leaves_input_alone(lab):
+    x, weight, bias = make_inputs((4, 3, 50))
+    x_before = x.clone()
+    out = lab.layernorm_gelu(x, weight, bias)
+    assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device
+    assert out.is_contiguous(), "the output is a new contiguous tensor"
+    assert out.data_ptr() != x.data_ptr(), "the output must not overwrite the input"
+    assert torch.equal(x, x_before), "the kernel modified its input"
+
+
+@pytest.mark.points(1)
+def test_kernel_is_numerically_stable_for_large_means(lab):
+    # mean 1000, spread 1: E[x^2] - E[x]^2 in fp32 loses everything; a stable kernel does not.
+    for n in (700, 12288):  # one block, and the loop over blocks
+        x, weight, bias = make_inputs((3, n), offset=1000.0)
+        x = (x - 1000.0) / 2 + 1000.0
+        assert_matches_reference(lab, x, weight, bias)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_kernel_half_precision_rounds_once(lab, dtype):
+    # Loads half, computes in fp32, rounds once on the store: within 2 ulps of the fp32 result.
+    x, weight, bias = make_inputs((4, 700), dtype=dtype)
+    out = lab.layernorm_gelu(x, weight, bias, approximate="tanh")
+    assert out.dtype == dtype
+    expected = reference(x.float(), weight.float(), bias.float(), 1e-5, "tanh").to(dtype)
+    assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), f"{dtype}: {output_error(out, expected)}"
+
+
+@pytest.mark.points(4)
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    leading=st.lists(st.integers(1, 4), min_size=0, max_size=3),
+    n=st.one_of(st.integers(1, 64), st.integers(65, 3000)),
+    eps=st.sampled_from([1e-5, 1e-6, 1e-3]),
+    approximate=st.sampled_from(["none", "tanh"]),
+    affine=st.sampled_from(AFFINE_FORMS),
+    seed=st.integers(0, 2**16),
+)
+def test_kernel_matches_pytorch_on_generated_inputs(lab, leading, n, eps, approximate, affine, seed):
+    x, weight, bias = make_inputs((*leading, n), affine, seed=seed)
+    assert_matches_reference(lab, x, weight, bias, eps=eps, approximate=approximate)
+
+
+BAD_INPUTS = {
+    "unknown_gelu_form": (lambda x, w, b: dict(x=x, weight=w, bias=b, approximate="fast"), ValueError, "approximate"),
+    "weight_wrong_length": (lambda x, w, b: dict(x=x, weight=w[:-1], bias=b), ValueError, "weight"),
+    "bias_wrong_length": (lambda x, w, b: dict(x=x, weight=w, bias=torch.cat([b, b])), ValueError, "bias"),
+    "float64_input": (lambda x, w, b: dict(x=x.double(), weight=w, bias=b), TypeError, "float64"),
+    "integer_input": (lambda x, w, b: dict(x=x.long(), weight=w, bias=b), TypeError, "int64"),
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("case", list(BAD_INPUTS), ids=list(BAD_INPUTS))
+def test_bad_input_gets_a_clear_error(lab, case):
+    arguments, error, word = BAD_INPUTS[case]
+    x, weight, bias = make_inputs((3, 16))
+    with pytest.raises(error, match=word):
+        lab.layernorm_gelu(**arguments(x, weight, bias))
+
+
+# --------------------------------------------------------------------------------------------
+# the operator: what the compiler needs from it
+
+
+@pytest.mark.points(2)
+def test_operator_has_a_fake_implementation(lab):
+    # Tracing runs the fake implementation: shapes and dtypes out, no kernel launched.
+    with FakeTensorMode():
+        x = torch.empty(4, 7, 33)
+        out = lab.layernorm_gelu(x, torch.empty(33), None, eps=1e-3, approximate="tanh")
+    assert isinstance(out, FakeTensor), "layernorm_gelu must dispatch to an operator with register_fake"
+    assert out.shape == x.shape and out.dtype == x.dtype and out.is_contiguous()
+
+
+@pytest.mark.points(3)
+def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
+    x, weight, bias = make_inputs((3, 40))
+    graph = make_fx(lambda x, w, b: lab.layernorm_gelu(x, w, b, eps=1e-5, approximate="none"), tracing_mode="fake")(
+        x, weight, bias
+    ).graph
+    targets = [node.target for node in graph.nodes if node.op == "call_function"]
+    custom = [t for t in targets if isinstance(t, torch._ops.OpOverload) and t.namespace not in ("aten", "prims")]
+    assert len(custom) == 1, f"expected one call of a custom operator in the traced graph, got {targets}"
+    # Schema, fake/real agreement, autograd registration and AOT dispatch: PyTorch's own checklist.
+    torch.library.opcheck(custom[0], (x, weight, bias, 1e-5, "none"))
+
+
+@pytest.mark.points(4)
+def test_kernel_compiles_for_a_real_gpu(lab):
+    # The interpreter accepts kernels the GPU compiler rejects; compile them for sm_90 (no GPU needed).
+    env = {**os.environ, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), "TRITON_INTERPRET": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "lab03_triton_lowering.compile_for_gpu"],
+        cwd=COURSE_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, f"compiling for sm_90 failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+
+
+# --------------------------------------------------------------------------------------------
+# the lowering: torch.compile uses the kernel on its own
+
+
+@dataclass(frozen=True)
+class FusedCall:
+    """One call of the fused operator found in Inductor's generated code."""
+
+    eps: float
+    approximate: str
+
+
+#: ``buf3 = torch.ops.<namespace>.<op>.default(x, weight, bias, 1e-06, 'tanh')`` in CPU wrapper code.
+FUSED_CALL = re.compile(r"torch\.ops\.\w+\.layernorm_gelu\w*\.default\(.*, (?P<eps>[-+0-9.e]+), '(?P<approximate>\w+)'\)")
+
+
+@dataclass(frozen=True)
+class CompiledRun:
+    """A model compiled by default ``torch.compile`` with the lowering installed, and what came out."""
+
+    eager: dict
+    compiled: dict
+    code: str
+    replacements: int
+    handle: object
+
+    @property
+    def fused_calls(self) -> list[FusedCall]:
+        return [FusedCall(float(m["eps"]), m["approximate"]) for m in FUSED_CALL.finditer(self.code)]
+
+    def calls_with_eps(self, eps: float) -> list[FusedCall]:
+        return [call for call in self.fused_calls if math.isclose(call.eps, eps, rel_tol=1e-6)]
+
+
+def compile_with_lowering(lab, model_class, device="cpu", dtype=torch.float32) -> CompiledRun:
+    torch.manual_seed(0)
+    model = model_class().to(device=device, dtype=dtype).eval()
+    x = torch.randn(2, 5, 32, device=device, dtype=dtype)
+    handle = lab.install_lowering()
+    try:
+        # Caches off: a compile served from Inductor's FX graph cache runs no passes (so counts nothing).
+        with (
+            torch.no_grad(),
+            inductor_config.patch(fx_graph_cache=False),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
+            compiled, code = run_and_get_code(torch.compile(model), x)
+            eager = model(x)
+        replacements = handle.replacements
+    finally:
+        lab.uninstall_lowering()
+    return CompiledRun(eager, compiled, "\n".join(code), replacements, handle)
+
+
+@pytest.fixture(scope="module")
+def fusable_run(lab) -> CompiledRun:
+    return compile_with_lowering(lab, FusableSites)
+
+
+@pytest.fixture(scope="module")
+def non_fusable_run(lab) -> CompiledRun:
+    return compile_with_lowering(lab, NonFusableSites)
+
+
+@pytest.mark.points(4)
+def test_lowering_counts_every_site_it_replaces(fusable_run):
+    assert fusable_run.replacements == len(FUSABLE_SITES), (
+        f"handle.replacements={fusable_run.replacements}; the model has {len(FUSABLE_SITES)} LayerNorm->GELU sites"
+    )
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("site", FUSABLE_SITES, ids=[s.name for s in FUSABLE_SITES])
+def test_compiled_model_calls_the_kernel_at_each_site_and_matches_eager(fusable_run, site):
+    calls = fusable_run.calls_with_eps(site.eps)
+    assert calls, f"{site.name} ({site.why}): no fused call with eps={site.eps} in the generated code"
+    assert [c.approximate for c in calls] == [site.approximate], (
+        f"{site.name}: fused call(s) {calls}; expected one with approximate={site.approximate!r}"
+    )
+    error = output_error(fusable_run.compiled[site.name], fusable_run.eager[site.name])
+    assert error.max_abs <= TOLERANCE, f"{site.name}: compiled output differs from eager by {error.max_abs:.3g}"
+
+
+@pytest.mark.points(2)
+def test_lowering_replaces_only_the_fusable_control_site(non_fusable_run):
+    assert non_fusable_run.replacements == 1, (
+        f"handle.replacements={non_fusable_run.replacements}; only the control site of NonFusableSites may be replaced"
+    )
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("site", NON_FUSABLE_SITES, ids=[s.name for s in NON_FUSABLE_SITES])
+def test_lowering_leaves_non_fusable_sites_alone(non_fusable_run, site):
+    assert non_fusable_run.calls_with_eps(CONTROL_SITE.eps), "the control site was not replaced: was the lowering active?"
+    stray = non_fusable_run.calls_with_eps(site.eps)
+    assert not stray, f"{site.name} ({site.why}) must not be replaced, found {stray}"
+    error = output_error(non_fusable_run.compiled[site.name], non_fusable_run.eager[site.name])
+    assert error.max_abs <= TOLERANCE, f"{site.name}: compiled output differs from eager by {error.max_abs:.3g}"
+
+
+class _SentinelPass(CustomGraphPass):
+    """Someone else's post-grad pass, installed before ours."""
+
+    def __call__(self, graph):
+        pass
+
+    def uuid(self):
+        return "sentinel"
+
+
+@pytest.mark.points(3)
+def test_install_is_idempotent_and_uninstall_restores_inductor_config(lab):
+    sentinel = _SentinelPass()
+    with inductor_config.patch(post_grad_custom_post_pass=sentinel):
+        first = lab.install_lowering()
+        try:
+            installed = inductor_config.post_grad_custom_post_pass
+            assert installed is not sentinel, "install_lowering must set post_grad_custom_post_pass"
+            assert isinstance(installed, CustomGraphPass) and installed.uuid() is not None, (
+                "the pass must be a CustomGraphPass with a uuid() (Inductor's cache key)"
+            )
+            assert lab.install_lowering() is first, "installing twice must return the same handle"
+            assert inductor_config.post_grad_custom_post_pass is installed, "installing twice must not stack passes"
+            assert first.replacements == 0
+        finally:
+            lab.uninstall_lowering()
+        assert inductor_config.post_grad_custom_post_pass is sentinel, "uninstall_lowering must restore the previous pass"
+        lab.uninstall_lowering()  # a second uninstall is harmless
+        assert inductor_config.post_grad_custom_post_pass is sentinel
+
+
+@pytest.mark.points(1)
+def test_reinstalling_starts_a_new_count(lab, fusable_run):
+    assert fusable_run.replacements > 0
+    handle = lab.install_lowering()
+    try:
+        assert handle is not fusable_run.handle and handle.replacements == 0
+    finally:
+        lab.uninstall_lowering()
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: the compiled kernel, inside Inductor, and the spec's performance bar
+
+GPU_SHAPES = {"row_4096": (8, 4096), "row_1000": (6, 1000), "long_row_12288": (4, 12288), "zero_rows": (0, 128)}
+
+
+@pytest.mark.gpu
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape", list(GPU_SHAPES.values()), ids=list(GPU_SHAPES))
+def test_gpu_kernel_matches_pytorch(lab, shape, dtype):
+    x, weight, bias = make_inputs(shape, dtype=dtype, device="cuda")
+    for approximate in ("none", "tanh"):
+        out = lab.layernorm_gelu(x, weight, bias, approximate=approximate)
+        assert out.dtype == dtype and out.device == x.device
+        expected = reference(x.float(), weight.float(), bias.float(), 1e-5, approximate)
+        if dtype == torch.float32:
+            error = output_error(out, expected)
+            assert error.max_abs <= TOLERANCE, f"{approximate}: max |error| {error.max_abs:.3g}"
+        else:
+            expected = expected.to(dtype)
+            assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), f"{approximate}: {output_error(out, expected)}"
+
+
+@pytest.mark.gpu
+@pytest.mark.points(5)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_gpu_lowering_compiles_the_kernel_into_inductor_code(lab, dtype):
+    run = compile_with_lowering(lab, FusableSites, device="cuda", dtype=dtype)
+    assert run.replacements == len(FUSABLE_SITES)
+    assert "def layernorm_gelu_kernel(" in run.code, (
+        "Inductor's generated code must contain the Triton kernel itself (trace it with wrap_triton, not an opaque op)"
+    )
+    # Eager rounds the LayerNorm output to half before GELU; the kernel does not: one half ulp apart.
+    tolerance = dict(rtol=1e-3, atol=1e-3) if dtype == torch.float16 else dict(rtol=1.6e-2, atol=1e-2)
+    for site in FUSABLE_SITES:
+        compiled, eager = run.compiled[site.name], run.eager[site.name]
+        assert outputs_close(compiled, eager, **tolerance), f"{site.name}: {output_error(compiled, eager)}"
+
+
+@pytest.mark.gpu
+@pytest.mark.points(10)
+def test_gpu_fused_kernel_beats_sequential_ops_on_the_spec_shape(lab):
+    from lab03_triton_lowering.benchmark import SPEC_SHAPE, median_ms, sequential
+
+    x, weight, bias = make_inputs(SPEC_SHAPE, dtype=torch.float16, device="cuda")
+    fused = lab.layernorm_gelu(x, weight, bias)
+    assert outputs_close(fused, sequential(x, weight, bias), rtol=1e-3, atol=1e-3), "wrong before fast"
+    del fused
+    sequential_ms = median_ms(lambda: sequential(x, weight, bias))
+    fused_ms = median_ms(lambda: lab.layernorm_gelu(x, weight, bias))
+    speedup = sequential_ms / fused_ms
+    assert speedup > 1.2, (
+        f"fused {fused_ms:.3f} ms vs sequential {sequential_ms:.3f} ms: {speedup:.2f}x, the spec asks > 1.2x"
+    )
