@@ -98,20 +98,20 @@ def is_canary(test_name: str, canary: str) -> bool:
     return test_name.split("::")[-1].split("[")[0] == canary
 
 
-def canary_passed(run: LabRun) -> bool:
-    """True when any canary case was reported passed, by the event log or by the final report."""
-    for nodeid, entry in observe(run.events).items():
+def canary_passed(run: LabRun, seen: dict[str, Observed]) -> bool:
+    """True when any canary case was reported passed, by the event log (``seen``) or by the final report."""
+    for nodeid, entry in seen.items():
         if is_canary(nodeid, run.canary) and entry.phases.get("call", ("", ""))[0] == "passed":
             return True
     outcomes = _report_outcomes(run.report) or {}
     return any(is_canary(str(nodeid), run.canary) and outcome == "passed" for nodeid, outcome in outcomes.items())
 
 
-def lab_status(run: LabRun) -> tuple[str, str]:
-    """The lab's status and the reason, from how the process ended."""
+def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
+    """The lab's status and the reason, from how the process ended (``seen``: :func:`observe` of its events)."""
     kinds = _event_kinds(run.events)
     collect_errors = [e for e in run.events if e.get("event") == "collect_error"]
-    if canary_passed(run):
+    if canary_passed(run, seen):
         return "void", ("the grader's canary test (which always fails) was reported passed: the submission's "
                         "code altered pytest's results in-process; this run is void")
     if collect_errors:
@@ -198,8 +198,8 @@ def score_lab(lab: LabRubric, run: LabRun | None, gpu: str = "auto", not_run_rea
     if run is None:
         status, reason, seen, reported, wall = not_run_status, not_run_reason or "the lab was not run", {}, None, 0.0
     else:
-        status, reason = lab_status(run)
         seen, reported, wall = observe(run.events), _report_outcomes(run.report), run.wall_s
+        status, reason = lab_status(run, seen)
     tests = tuple(score_test(test, seen.get(test.nodeid), reported, status, gpu) for test in lab.tests)
     score = sum(test.points for test in tests)
     pending = sum(test.max_points for test in tests if test.outcome == PENDING)

@@ -1,0 +1,187 @@
+"""How fast is the grader? ``python -m grader.benchmark [--students 1000] [--out results/grader]``.
+
+Three measurements, printed as a table and written as JSON (:mod:`labkit.bench`):
+
+1. **Scoring and reporting a class** (target: 1,000 students in under 5 s). Synthetic raw artifacts
+   (``run.json``, ``events.jsonl``, ``report.json`` for 3 labs of 20 tests each, with passes, failures,
+   crashes and pending GPU tests) are written for every student first; then timed: re-scoring every
+   student from disk (:func:`grader.score.rescore`) and building the class report (CSV, JSON, HTML with
+   charts) from their summaries. Writing each student's three output files is timed on its own line:
+   it measures the disk (creating a small file costs about a millisecond on some machines) more than
+   the grader.
+2. **Grader overhead per lab** (target: under 5 s on top of pytest). The same lab's tests run by plain
+   pytest, and graded by :func:`grader.run.grade_submission` (sandbox copy, canary, probe, JSON report,
+   scoring, outputs), interleaved; the difference of the medians is the overhead.
+3. **Batch scaling**: the same N submissions graded with ``-j 1`` and ``-j <cores>``.
+
+Measurements 2 and 3 use the demo course of the grader's tests (fast, torch-free) unless ``--course``
+names another course root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from labkit.bench import benchmark_parser, print_table, time_interleaved, write_json
+from grader.artifacts import EVENTS_FILE, RAW_DIR, REPORT_FILE, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE
+from grader.batch import grade_all
+from grader.course import load_course
+from grader.feedback import write_outputs
+from grader.report import write_report
+from grader.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec, build_rubric
+from grader.run import GradeOptions, GradingSetup, grade_submission
+from grader.runner import RunLimits, pytest_command, pytest_env
+from grader.score import rescore
+
+DEMO_COURSE = Path(__file__).resolve().parent / "tests" / "fixtures" / "course"
+CANARY = "test_canary"
+
+
+def synthetic_rubric(labs: int = 3, tests: int = 20) -> Rubric:
+    """``labs`` labs of ``tests`` tests (the last two of each need a GPU), with three talking points each."""
+    rubrics = []
+    for index in range(labs):
+        lab, package = f"lab{index + 1:02d}", f"lab{index + 1:02d}_synthetic"
+        cases = tuple(RubricTest(f"{package}/test_lab.py::test_{k:02d}", f"test_{k:02d}", 1 + k % 3, k >= tests - 2)
+                      for k in range(tests))
+        points = tuple(TalkingPointSpec(f"tp{k}", "talking_point", f"Point {k}?", (f"test_{k:02d}", f"test_{k + 5:02d}"))
+                       for k in range(3))
+        rubrics.append(LabRubric(lab, package, f"Synthetic lab {index + 1}", cases, points))
+    return Rubric(tuple(rubrics))
+
+
+def write_synthetic_student(out: Path, rubric: Rubric, rng: random.Random, skill: float) -> None:
+    """Raw artifacts of one student, as ``grader run`` would leave them."""
+    out.mkdir(parents=True)
+    rubric.write(out / RUBRIC_FILE)
+    (out / SUBMISSION_FILE).write_text(json.dumps({"submission": out.name, "gpu": "auto", "flags": [], "notes": []}))
+    for lab in rubric.labs:
+        raw = out / RAW_DIR / lab.lab
+        raw.mkdir(parents=True)
+        crash_at = rng.randrange(len(lab.tests)) if rng.random() < 0.05 else None
+        events = [{"event": "configure"}, {"event": "collected", "nodeids": [t.nodeid for t in lab.tests]}]
+        report_tests = []
+        for position, test in enumerate(lab.tests):
+            events.append({"event": "start", "nodeid": test.nodeid})
+            if position == crash_at:
+                break
+            outcome = "skipped" if test.gpu else ("passed" if rng.random() < skill else "failed")
+            events.append({"event": "report", "nodeid": test.nodeid, "when": "setup",
+                           "outcome": "skipped" if test.gpu else "passed", "message": "needs a CUDA GPU" if test.gpu else ""})
+            if not test.gpu:
+                events.append({"event": "report", "nodeid": test.nodeid, "when": "call", "outcome": outcome,
+                               "message": "" if outcome == "passed" else "AssertionError: outputs differ (max abs 0.03)"})
+            events.append({"event": "report", "nodeid": test.nodeid, "when": "teardown", "outcome": "passed"})
+            events.append({"event": "finish", "nodeid": test.nodeid})
+            report_tests.append({"nodeid": test.nodeid, "outcome": outcome})
+        if crash_at is None:
+            events.append({"event": "session_finish", "exitstatus": 1})
+            (raw / REPORT_FILE).write_text(json.dumps({"tests": report_tests}))
+        (raw / EVENTS_FILE).write_text("".join(json.dumps(event) + "\n" for event in events))
+        (raw / RUN_FILE).write_text(json.dumps({"lab": lab.lab, "exit_code": 1 if crash_at is None else -11,
+                                                "timed_out": False, "output_flooded": False, "wall_s": 2.0,
+                                                "canary": CANARY}))
+
+
+def bench_class(students: int, scratch: Path) -> dict[str, float]:
+    """Measurement 1: re-score ``students`` from disk, then build the class report."""
+    rubric = synthetic_rubric()
+    rng = random.Random(0)
+    graded = scratch / "class"
+    for index in range(students):
+        write_synthetic_student(graded / f"student{index:04d}", rubric, rng, skill=rng.uniform(0.2, 1.0))
+    folders = sorted(graded.iterdir())
+    start = time.perf_counter()
+    results = [rescore(folder) for folder in folders]
+    scored = time.perf_counter() - start
+    start = time.perf_counter()
+    for folder, result in zip(folders, results):
+        write_outputs(result, folder)
+    written = time.perf_counter() - start
+    start = time.perf_counter()
+    write_report(graded, scratch / "report")
+    reported = time.perf_counter() - start
+    return {"students": students, "score_s": scored, "write_s": written, "report_s": reported,
+            "total_s": scored + reported}
+
+
+def bench_overhead(course_root: Path, lab_id: str, scratch: Path, repeats: int) -> dict[str, float]:
+    """Measurement 2: plain pytest on the starter of one lab versus grading that lab."""
+    course = load_course(course_root)
+    labs = course.select([lab_id])
+    setup = GradingSetup(course, labs, build_rubric(course, labs, scratch / "cache"), GradeOptions(gpu="auto", limits=RunLimits()))
+    plain = pytest_command(sys.executable, labs[0].package, course.root, "-q")
+    env = pytest_env(course.root, "auto")
+    counter = iter(range(10_000))
+
+    def run_plain() -> None:
+        subprocess.run(plain, cwd=course.root, env=env, capture_output=True, check=False)
+
+    def run_graded() -> None:
+        grade_submission(course.root, scratch / f"graded-{next(counter)}", setup, name="starter")
+
+    timings = time_interleaved({"pytest": run_plain, "grader": run_graded}, warmup=1, repeats=repeats)
+    return {"lab": lab_id, "pytest_s": timings["pytest"].median_s, "grader_s": timings["grader"].median_s,
+            "overhead_s": timings["grader"].median_s - timings["pytest"].median_s}
+
+
+def bench_batch(course_root: Path, submissions: int, scratch: Path, jobs: list[int]) -> list[dict[str, float]]:
+    """Measurement 3: the same ``submissions`` starters graded with each ``-j``."""
+    course = load_course(course_root)
+    labs = course.select(None)
+    setup = GradingSetup(course, labs, build_rubric(course, labs, scratch / "cache"), GradeOptions(gpu="auto"))
+    folders = scratch / "submissions"
+    for index in range(submissions):
+        shutil.copytree(course.root, folders / f"s{index:02d}", ignore=shutil.ignore_patterns("solutions", "__pycache__"))
+    entries = [(path.name, path) for path in sorted(folders.iterdir())]
+    rows = []
+    for j in jobs:
+        start = time.perf_counter()
+        grade_all(entries, scratch / f"batch-j{j}", setup, jobs=j, show_progress=False)
+        rows.append({"jobs": j, "wall_s": time.perf_counter() - start})
+    for row in rows:
+        row["speedup"] = rows[0]["wall_s"] / row["wall_s"]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = benchmark_parser(__doc__.splitlines()[0], "results/grader")
+    parser.add_argument("--students", type=int, default=1000, help="synthetic class size for scoring and reporting")
+    parser.add_argument("--course", type=Path, default=DEMO_COURSE, help="course root for overhead and batch runs")
+    parser.add_argument("--lab", default=None, help="lab id for the overhead run (default: the course's first lab)")
+    parser.add_argument("--batch", type=int, default=8, help="submissions in the batch-scaling run")
+    args = parser.parse_args(argv)
+    repeats = max(1, min(args.repeats, 5))  # each round grades a whole lab: a few are enough
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="grader-bench-") as scratch_name:
+        scratch = Path(scratch_name)
+        lab_id = args.lab or load_course(args.course).labs[0].id
+        klass = bench_class(args.students, scratch / "class")
+        overhead = bench_overhead(args.course, lab_id, scratch / "overhead", repeats)
+        batch = bench_batch(args.course, args.batch, scratch / "batch", sorted({1, cores}))
+    print_table("Scoring and reporting a class (target < 5 s)", ["what", "seconds"],
+                [[f"re-score {klass['students']} students from their raw reports", klass["score_s"]],
+                 ["class report (CSV, JSON, HTML + charts)", klass["report_s"]],
+                 ["scoring + reporting", klass["total_s"]],
+                 ["(writing 3 output files per student)", klass["write_s"]]])
+    print_table(f"Grader overhead on {overhead['lab']} (target < 5 s)", ["run", "median s"],
+                [["plain pytest", overhead["pytest_s"]], ["grader run (one lab)", overhead["grader_s"]],
+                 ["overhead", overhead["overhead_s"]]])
+    print_table(f"Batch of {args.batch} submissions", ["-j", "wall s", "speedup"],
+                [[row["jobs"], row["wall_s"], row["speedup"]] for row in batch])
+    path = write_json(args.out / "grader_benchmark.json", {"class": klass, "overhead": overhead, "batch": batch,
+                                                           "course": str(args.course), "cores": cores})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
