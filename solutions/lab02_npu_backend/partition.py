@@ -77,8 +77,13 @@ def partition_for_npu(
     reasons = {n: (reason_of(n) if reason_of else None) for n in nodes}
 
     retarget_tensor_indexing(gm)
-    # The partitioner asks again during partitioning: answer from the verdicts taken above.
-    decided = create_op_support(lambda submodules, node: reasons.get(node, "not compute") is None)
+    # The partitioner asks again during partitioning: answer from the verdicts taken above. A tuple
+    # unpack goes wherever its producer goes, so it never splits a partition in two.
+    def verdict(submodules: Any, node: fx.Node) -> bool:
+        source = node.args[0] if is_tuple_unpack(node) else node
+        return source in reasons and reasons[source] is None
+
+    decided = create_op_support(verdict)
     partitioner = CapabilityBasedPartitioner(gm, chain(_calls_only, decided), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     placed = {node for partition in partitions for node in partition.nodes}
