@@ -14,8 +14,10 @@ grading machine needs:
   client would leave the container running) and the student's row says so, with every lab at 0.
 
 The container writes the usual graded folder (``summary.json``, raw pytest reports) into the bind
-mount; the host then re-scores those artifacts with :func:`grader.score.rescore`, the same function a
-regrade uses. A container that ran out of memory, or ended without a result, still gives a row.
+mount; the host then re-scores those artifacts against its own pristine rubric with
+:func:`grader.score.rescore`, the same function a regrade uses. A container that was killed, ran out of
+memory or ended without a result still gives a row: labs it finished keep their points, the others
+score 0 with the reason.
 
 Docker and podman both work; the engine is found automatically (the first of ``docker``, ``podman``
 whose service answers) or named with ``--engine`` / ``GRADER_CONTAINER_ENGINE``, with any global
@@ -26,6 +28,7 @@ and the grader's plain-data modules: the noxfile's image sessions use it without
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -36,7 +39,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUMMARY_FILE
+from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, read_json
 from grader.feedback import write_outputs
 from grader.limits import truncate_text
 from grader.results import SubmissionResult
@@ -239,7 +242,7 @@ def _clear(out: Path) -> None:
     """Remove a previous grading of this student, so no stale result can be mistaken for a new one."""
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / RAW_DIR, ignore_errors=True)
-    for name in (SUMMARY_FILE, RUBRIC_FILE, CONTAINER_LOG):
+    for name in (SUMMARY_FILE, RUBRIC_FILE, SUBMISSION_FILE, CONTAINER_LOG):
         (out / name).unlink(missing_ok=True)
 
 
@@ -271,7 +274,7 @@ class ContainerRunner:
         return setup.options.gpu == "on" or (setup.options.gpu == "auto" and shutil.which("nvidia-smi") is not None)
 
     def __call__(self, submission: Path, out: Path, setup, student: str) -> SubmissionResult:
-        from grader.score import rescore, score_submission
+        from grader.score import rescore
 
         _clear(out)
         if os.getuid() == 0:
@@ -281,17 +284,26 @@ class ContainerRunner:
         command = run_command(self.engine, self.image, name=name, submission=submission, out=out,
                               limits=self.limits, grader_args=self.grader_args(setup), gpus=self.wants_gpu(setup))
         run = run_container(self.engine, command, name=name, log=out / CONTAINER_LOG, wall_clock_s=wall_clock)
+        # The maximum comes from this side's pristine rubric, never from a file the container wrote.
+        setup.rubric.write(out / RUBRIC_FILE)
         if run.oom_killed:
             status, reason = "crashed", f"the container ran out of memory (limit {self.limits.memory}) and was killed"
         elif run.timed_out:
             status, reason = KILLED_STATUS, f"the container ran over its wall-clock limit ({wall_clock:g} s) and was killed"
-        elif (out / RUBRIC_FILE).is_file() and (out / SUMMARY_FILE).is_file():
-            return rescore(out)
+        elif run.exit_code == 0 and (out / SUMMARY_FILE).is_file():
+            result = rescore(out)
+            write_outputs(result, out)
+            return result
         else:
             status = FAILED_STATUS
             reason = f"the container exited with code {run.exit_code} without a result: {run.log_tail.strip()[-600:]}"
-        result = score_submission(setup.rubric, {}, submission=student, gpu=setup.options.gpu, flags=(reason,),
-                                  not_run_reason=reason, not_run_status=status)
+        # Labs that finished before the container died keep their points (their reports are complete);
+        # the others score 0 with the reason. `grader score` re-scores this folder like any other.
+        meta = read_json(out / SUBMISSION_FILE) or {}
+        meta.update(submission=student, gpu=setup.options.gpu, not_run_reason=reason, not_run_status=status,
+                    flags=[*meta.get("flags", []), reason])
+        (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        result = rescore(out)
         write_outputs(result, out)
         return result
 

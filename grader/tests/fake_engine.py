@@ -4,7 +4,8 @@
 
 ``run`` reads its bind mounts and, depending on the file ``FAKE_MODE`` in the submission (default
 ``grade``), grades it with the host's grader (the image's entry point, with the demo course), hangs
-until killed, dies as an out-of-memory kill would, exits with an error, or fails as an unknown image.
+until killed, dies as an out-of-memory kill would (before grading, or after the first lab), or exits
+with an error; an unknown image fails as docker's would.
 Every call is logged to ``$FAKE_ENGINE_STATE/calls.jsonl`` so the tests can check what was asked.
 """
 
@@ -54,6 +55,11 @@ def run(argv: list[str]) -> int:
         print("the entry point crashed before grading")
         return 1
     command = [sys.executable, "-m", "grader", *inside, "--course", COURSE, "--cache-dir", str(STATE / "cache")]
+    if mode == "oom-after-labA":  # the first lab is graded, then the memory limit is hit
+        subprocess.run([*command, "--labs", "labA"], check=False)
+        (Path(inside[3]) / "summary.json").unlink()
+        (STATE / f"{name}.oom").touch()
+        return 137
     return subprocess.run(command, check=False).returncode
 
 

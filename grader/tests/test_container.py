@@ -128,12 +128,12 @@ def _student(root: Path, name: str, mode: str | None = None, base: str = "starte
 
 def test_batch_grades_every_submission_in_its_own_container(tmp_path, engine, demo_setup):
     submissions = tmp_path / "submissions"
-    _student(submissions, "solution", base="solution")
     _student(submissions, "starter")
     _student(submissions, "oom", "oom")
+    _student(submissions, "oom-later", "oom-after-labA", base="solution")
     _student(submissions, "broken", "broken")
-    archive = materialize("solution", tmp_path / "zipped-src")
-    with zipfile.ZipFile(submissions / "zipped.zip", "w") as bundle:
+    archive = materialize("solution", tmp_path / "solution-src")  # submitted as a zip
+    with zipfile.ZipFile(submissions / "solution.zip", "w") as bundle:
         for path in archive.rglob("*"):
             bundle.write(path, path.relative_to(archive))
     out = tmp_path / "graded"
@@ -141,14 +141,17 @@ def test_batch_grades_every_submission_in_its_own_container(tmp_path, engine, de
     entries = sorted((path.name.removesuffix(".zip"), path) for path in submissions.iterdir())
     rows = {row.student: row for row in grade_all(entries, out, demo_setup, jobs=2, runner=runner, show_progress=False)}
 
-    assert set(rows) == {"solution", "starter", "oom", "broken", "zipped"}
-    for student in ("solution", "zipped"):
-        assert rows[student].score == DEMO_CPU_MAX and rows[student].pending == 3, student
-        assert set(rows[student].statuses.values()) == {"graded"}
+    assert set(rows) == {"solution", "starter", "oom", "oom-later", "broken"}
+    assert rows["solution"].score == DEMO_CPU_MAX and rows["solution"].pending == 3
+    assert set(rows["solution"].statuses.values()) == {"graded"}
     assert rows["starter"].score == 0 and set(rows["starter"].statuses.values()) == {"graded"}
     oom = summary(out / "oom")
     assert oom.total["score"] == 0 and {lab.status for lab in oom.labs} == {"crashed"}
     assert "out of memory (limit 2g)" in oom.labs[0].reason
+    later = summary(out / "oom-later")  # the lab finished before the kill keeps its points
+    assert (later.lab("labA").score, later.lab("labA").status) == (9, "graded")
+    assert (later.lab("labB").score, later.lab("labB").status) == (0, "crashed")
+    assert any("out of memory" in flag for flag in later.flags)
     broken = summary(out / "broken")
     assert {lab.status for lab in broken.labs} == {"grader-error"}
     assert "exited with code 1" in broken.labs[0].reason and "crashed before grading" in broken.labs[0].reason
