@@ -14,6 +14,7 @@ definition in the whole lab.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +37,18 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+@functools.lru_cache(maxsize=64)
+def _future_positions(queries: int, keys: int, device: torch.device) -> torch.Tensor:
+    """``mask[i, j]`` is True where key j comes after query i (cached: the model calls it every step)."""
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).triu(1)
+
+
 def _softmax(ops: list[Any], attrs: dict[str, Any]) -> torch.Tensor:
     x, dim = ops[0], attrs["dim"]
     if attrs["causal"]:
         if dim not in (-1, x.ndim - 1) or x.ndim < 2:
             raise ValueError("causal softmax must run along the last dimension of a >= 2-D tensor")
-        queries, keys = x.shape[-2], x.shape[-1]
-        future = torch.ones(queries, keys, dtype=torch.bool, device=x.device).triu(1)
-        x = x.masked_fill(future, float("-inf"))
+        x = x.masked_fill(_future_positions(x.shape[-2], x.shape[-1], x.device), float("-inf"))
     return torch.softmax(x, dim)
 
 
