@@ -150,10 +150,12 @@ def lab_charts(lab: dict[str, Any]) -> tuple[str, str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     top = max(lab["max_score"], 1)
     figure, axes = plt.subplots(figsize=(5.5, 2.8))
     axes.hist(lab["scores"], bins=range(0, top + 2), align="left", color="#4C72B0", rwidth=0.85)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(f"score (of {lab['max_score']})")
     axes.set_ylabel("students")
     axes.set_title(f"{lab['title']}: scores")
@@ -161,8 +163,14 @@ def lab_charts(lab: dict[str, Any]) -> tuple[str, str]:
 
     names = list(lab["tests"])
     rates = [100 * lab["tests"][name]["pass_rate"] for name in names]
+    # A GPU test graded without a GPU is pending, not failed: grey, so nobody reads it as 0% passing.
+    pending = [lab["tests"][name]["pending"] > 0 for name in names]
     figure, axes = plt.subplots(figsize=(6.5, 0.8 + 0.28 * max(len(names), 1)))
-    axes.barh(range(len(names)), rates, color="#55A868")
+    axes.barh(range(len(names)), [100.0 if p else r for p, r in zip(pending, rates)],
+              color=["#CCCCCC" if p else "#55A868" for p in pending])
+    for row, is_pending in enumerate(pending):
+        if is_pending:
+            axes.text(2, row, "pending (needs a GPU)", va="center", fontsize=7)
     axes.set_yticks(range(len(names)), [name if len(name) < 48 else name[:45] + "..." for name in names], fontsize=7)
     axes.invert_yaxis()
     axes.set_xlim(0, 100)
