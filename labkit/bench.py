@@ -12,6 +12,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -75,7 +76,8 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
         table.add_column(column, justify="right" if column != columns[0] else "left")
     for row in rows:
         table.add_row(*(f"{cell:.4g}" if isinstance(cell, float) else str(cell) for cell in row))
-    Console().print(table)
+    # Rich wraps to 80 columns when output is not a terminal (CI logs, `| tee`): use a wider page there.
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:
