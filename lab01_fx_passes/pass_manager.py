@@ -33,8 +33,6 @@ from labkit.numerics import OutputError, output_error, outputs_close  # noqa: F4
 
 #: A pass: a callable from a GraphModule to a PassResult (a function, or a PassBase instance).
 Pass = Callable[[fx.GraphModule], PassResult]
-#: Report columns, in the order :meth:`PassManager.report_rows` gives them.
-REPORT_COLUMNS = ("pass", "nodes before", "nodes after", "time (ms)", "max abs error", "max rel error", "semantics")
 
 
 class PassValidationError(RuntimeError):
@@ -128,15 +126,3 @@ class PassManager:
           - append a PassReport per pass to self.report; return PassResult(final_gm, any_modified).
         """
         raise NotImplementedError("PassManager.__call__: run, validate and report every pass")
-
-    def report_rows(self) -> list[tuple[Any, ...]]:
-        """The report as table rows (columns: :data:`REPORT_COLUMNS`), e.g. for ``labkit.bench.print_table``."""
-        return [
-            (
-                row.name, row.nodes_before, row.nodes_after, row.seconds * 1e3,
-                "-" if row.max_abs_error is None else row.max_abs_error,
-                "-" if row.max_rel_error is None else row.max_rel_error,
-                "changed (declared)" if row.changes_semantics else "preserved",
-            )
-            for row in self.report
-        ]  # fmt: skip
