@@ -25,11 +25,24 @@ DEMO_LIMITS = RunLimits(test_timeout_s=4.0, lab_timeout_s=15.0)
 
 
 @pytest.fixture(scope="session")
-def demo_setup(tmp_path_factory) -> GradingSetup:
+def rubric_cache(tmp_path_factory) -> Path:
+    """One rubric cache for the session: the demo course's tests are collected once, not per test."""
+    return tmp_path_factory.mktemp("rubric-cache")
+
+
+@pytest.fixture(scope="session")
+def demo_args(rubric_cache) -> list[str]:
+    """Command-line options grading the demo course with the session's rubric cache and demo limits."""
+    return ["--course", str(DEMO_COURSE), "--cache-dir", str(rubric_cache),
+            "--test-timeout", str(DEMO_LIMITS.test_timeout_s), "--lab-timeout", str(DEMO_LIMITS.lab_timeout_s)]
+
+
+@pytest.fixture(scope="session")
+def demo_setup(rubric_cache) -> GradingSetup:
     """The demo course, its rubric (cached for the session) and the demo limits."""
     course = load_course(DEMO_COURSE)
     labs = course.select(None)
-    rubric = build_rubric(course, labs, tmp_path_factory.mktemp("rubric-cache"))
+    rubric = build_rubric(course, labs, rubric_cache)
     return GradingSetup(course, labs, rubric, GradeOptions(gpu="auto", limits=DEMO_LIMITS))
 
 

@@ -14,22 +14,19 @@ from grader.batch import grade_all
 from grader.report import CSV_FILE, HTML_FILE, JSON_FILE
 from grader.tests.corpus import DEMO_COURSE, corpus_names, materialize
 
-DEMO_ARGS = ["--course", str(DEMO_COURSE), "--test-timeout", "4", "--lab-timeout", "15"]
-
-
 def test_every_verb_is_registered_from_the_table():
     help_text = build_parser().format_help()
     assert all(verb in help_text for verb in VERBS)
 
 
-def test_run_grades_a_zip_and_exits_zero(tmp_path, capsys):
+def test_run_grades_a_zip_and_exits_zero(tmp_path, capsys, demo_args):
     folder = materialize("solution", tmp_path / "alice")
     archive = tmp_path / "alice.zip"
     with zipfile.ZipFile(archive, "w") as handle:
         for path in folder.rglob("*"):
             handle.write(path, path.relative_to(tmp_path))
     out = tmp_path / "out"
-    assert main(["run", str(archive), "--out", str(out), "--labs", "labA", "--cache-dir", str(tmp_path / "c"), *DEMO_ARGS]) == 0
+    assert main(["run", str(archive), "--out", str(out), "--labs", "labA", *demo_args]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["submission"] == "alice" and list(summary["labs"]) == ["labA"]
     assert summary["labs"]["labA"]["score"] == 9 and summary["total"] == {"score": 9, "max_score": 9, "pending": 0}
@@ -37,15 +34,15 @@ def test_run_grades_a_zip_and_exits_zero(tmp_path, capsys):
     assert (out / "feedback.md").read_text().startswith("# Grade report: alice")
 
 
-def test_run_refuses_an_unknown_lab(tmp_path, capsys):
-    assert main(["run", str(DEMO_COURSE), "--out", str(tmp_path), "--labs", "lab99", "--no-cache", *DEMO_ARGS]) == 2
+def test_run_refuses_an_unknown_lab(tmp_path, capsys, demo_args):
+    assert main(["run", str(DEMO_COURSE), "--out", str(tmp_path), "--labs", "lab99", *demo_args]) == 2
     assert "unknown or unready lab 'lab99'" in capsys.readouterr().err
 
 
-def test_run_on_an_unreadable_submission_still_writes_a_result(tmp_path):
+def test_run_on_an_unreadable_submission_still_writes_a_result(tmp_path, demo_args):
     (tmp_path / "broken.zip").write_bytes(b"not a zip")
     out = tmp_path / "out"
-    assert main(["run", str(tmp_path / "broken.zip"), "--out", str(out), "--cache-dir", str(tmp_path / "c"), *DEMO_ARGS]) == 0
+    assert main(["run", str(tmp_path / "broken.zip"), "--out", str(out), *demo_args]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert {lab["status"] for lab in summary["labs"].values()} == {"not-run"}
     assert summary["total"]["max_score"] == 16 and "not a readable zip" in summary["flags"][0]
@@ -91,9 +88,9 @@ def test_report_covers_every_student_of_the_corpus(graded_corpus, tmp_path):
     assert {f["student"] for f in data["flagged"]} == {"conftest_plugin", "edits_test_lab", "patches_runner"}
 
 
-def test_release_ships_no_solutions_and_verifies(tmp_path, capsys):
+def test_release_ships_no_solutions_and_verifies(tmp_path, capsys, demo_args):
     out = tmp_path / "release"
-    assert main(["release", "--out", str(out), "--cache-dir", str(tmp_path / "c"), *DEMO_ARGS]) == 0
+    assert main(["release", "--out", str(out), *demo_args]) == 0
     assert not (out / "solutions").exists() and (out / "labA_arith" / "lab.toml").is_file()
     assert "untouched starters score 0" in capsys.readouterr().out
 
@@ -107,7 +104,7 @@ def test_release_refuses_a_starter_that_already_passes(tmp_path, capsys):
     assert "the untouched starters must score 0" in capsys.readouterr().err
 
 
-def test_selfcheck_grades_reference_and_starter(tmp_path, capsys):
-    assert main(["selfcheck", "--cache-dir", str(tmp_path), *DEMO_ARGS]) == 0
+def test_selfcheck_grades_reference_and_starter(capsys, demo_args):
+    assert main(["selfcheck", *demo_args]) == 0
     printed = capsys.readouterr().out
     assert "reference: 13/16 (+3 pending GPU)" in printed and "starter: 0/16" in printed
