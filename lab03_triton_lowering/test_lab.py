@@ -216,14 +216,19 @@ def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
     torch.library.opcheck(custom[0], (x, weight, bias, 1e-5, "none"))
 
 
+def run_simulated_gpu_check(check: str) -> subprocess.CompletedProcess:
+    """Run ``python -m lab03_triton_lowering.simulated_gpu <check>`` for the implementation under test."""
+    env = {**os.environ, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), "TRITON_INTERPRET": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "lab03_triton_lowering.simulated_gpu", check],
+        cwd=COURSE_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
 @pytest.mark.points(4)
 def test_kernel_compiles_for_a_real_gpu(lab):
-    # The interpreter accepts kernels the GPU compiler rejects; compile them for sm_90 (no GPU needed).
-    env = {**os.environ, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), "TRITON_INTERPRET": "0"}
-    result = subprocess.run(
-        [sys.executable, "-m", "lab03_triton_lowering.compile_for_gpu"],
-        cwd=COURSE_ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
+    # The interpreter accepts kernels the GPU compiler rejects: compile every launch for sm_90 (no GPU needed).
+    result = run_simulated_gpu_check("kernel")
     assert result.returncode == 0, f"compiling for sm_90 failed:\n{result.stdout}\n{result.stderr[-3000:]}"
 
 
@@ -325,6 +330,13 @@ def test_lowering_leaves_non_fusable_sites_alone(non_fusable_run, site):
     assert not stray, f"{site.name} ({site.why}) must not be replaced, found {stray}"
     error = output_error(non_fusable_run.compiled[site.name], non_fusable_run.eager[site.name])
     assert error.max_abs <= TOLERANCE, f"{site.name}: compiled output differs from eager by {error.max_abs:.3g}"
+
+
+@pytest.mark.points(4)
+def test_inductor_compiles_the_kernel_into_cuda_code_on_a_simulated_gpu(lab):
+    # The CUDA replacement, checked without a GPU: Inductor must compile your kernel at every site.
+    result = run_simulated_gpu_check("inductor")
+    assert result.returncode == 0, f"simulated-GPU compile failed:\n{result.stdout}\n{result.stderr[-3000:]}"
 
 
 class _SentinelPass(CustomGraphPass):

@@ -74,6 +74,9 @@ def layernorm_gelu_kernel(
     """One program normalises one row: ``out[row] = gelu(layer_norm(x[row]) * weight + bias)``."""
     # int64 row offsets: n_rows * n_cols can exceed 2**31 for real activations.
     row = tl.program_id(0).to(tl.int64)
+    # A Python float arrives as fp32 from an eager launch but as fp64 from Inductor's generated
+    # code; without this cast the whole row would be computed in (slow) fp64 there.
+    eps = tl.cast(eps, tl.float32)
     x_row = x_ptr + row * x_row_stride
     out_row = out_ptr + row * out_row_stride
 
