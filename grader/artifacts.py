@@ -69,8 +69,14 @@ def read_events(path: Path) -> tuple[dict[str, Any], ...]:
     """Parse a JSON-lines event log, skipping a torn last line (the process may have died mid-write)."""
     if not path.is_file():
         return ()
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    try:  # fast path: one parse for the whole log (a class of 1,000 has ~100,000 lines)
+        parsed = json.loads("[" + ",".join(lines) + "]")
+        return tuple(event for event in parsed if isinstance(event, dict))
+    except json.JSONDecodeError:
+        pass
     events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in lines:
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
