@@ -387,7 +387,7 @@ GPU_SHAPES = {"row_4096": (8, 4096), "row_1000": (6, 1000), "long_row_12288": (4
 
 
 @pytest.mark.gpu
-@pytest.mark.points(2)
+@pytest.mark.points(1)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape", list(GPU_SHAPES.values()), ids=list(GPU_SHAPES))
 def test_gpu_kernel_matches_pytorch(lab, shape, dtype):
