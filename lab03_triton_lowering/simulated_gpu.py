@@ -206,7 +206,11 @@ def check_inductor(lab) -> bool:
     model, x = _fake_cuda_model(torch.float16)
     graph_module = torch.fx.symbolic_trace(model)
     print(f"compiling FusableSites (float16, simulated sm_{TARGET[1]}) with {lab.__name__}'s lowering")
-    handle = lab.install_lowering()
+    try:
+        handle = lab.install_lowering()
+    except Exception as error:
+        print(f"FAILED: install_lowering raised {type(error).__name__}: {error}")
+        return False
     try:
         with (
             torch.no_grad(),

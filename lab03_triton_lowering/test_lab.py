@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +27,6 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from labkit.impl import IMPL_ENV_VAR
-from labkit.labspec import COURSE_ROOT
 from labkit.numerics import output_error, outputs_close
 from lab03_triton_lowering.models import (
     CONTROL_SITE,
@@ -216,19 +216,24 @@ def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
     torch.library.opcheck(custom[0], (x, weight, bias, 1e-5, "none"))
 
 
-def run_simulated_gpu_check(check: str) -> subprocess.CompletedProcess:
-    """Run ``python -m lab03_triton_lowering.simulated_gpu <check>`` for the implementation under test."""
+def run_simulated_gpu_check(lab, check: str) -> subprocess.CompletedProcess:
+    """Run ``python -m lab03_triton_lowering.simulated_gpu <check>`` for the implementation under test.
+
+    From the folder the tested package was imported from (``-m`` puts it first on ``sys.path``),
+    so the subprocess sees the same code as this test.
+    """
+    root = Path(lab.__file__).resolve().parents[len(lab.__name__.split("."))]
     env = {**os.environ, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), "TRITON_INTERPRET": "0"}
     return subprocess.run(
         [sys.executable, "-m", "lab03_triton_lowering.simulated_gpu", check],
-        cwd=COURSE_ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=root, env=env, capture_output=True, text=True, timeout=600,
     )
 
 
 @pytest.mark.points(4)
 def test_kernel_compiles_for_a_real_gpu(lab):
     # The interpreter accepts kernels the GPU compiler rejects: compile every launch for sm_90 (no GPU needed).
-    result = run_simulated_gpu_check("kernel")
+    result = run_simulated_gpu_check(lab, "kernel")
     assert result.returncode == 0, f"compiling for sm_90 failed:\n{result.stdout}\n{result.stderr[-3000:]}"
 
 
@@ -335,7 +340,7 @@ def test_lowering_leaves_non_fusable_sites_alone(non_fusable_run, site):
 @pytest.mark.points(4)
 def test_inductor_compiles_the_kernel_into_cuda_code_on_a_simulated_gpu(lab):
     # The CUDA replacement, checked without a GPU: Inductor must compile your kernel at every site.
-    result = run_simulated_gpu_check("inductor")
+    result = run_simulated_gpu_check(lab, "inductor")
     assert result.returncode == 0, f"simulated-GPU compile failed:\n{result.stdout}\n{result.stderr[-3000:]}"
 
 
