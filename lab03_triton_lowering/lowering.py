@@ -57,7 +57,9 @@ def kernel_supports(match: Match) -> bool:
     """``extra_check`` for every pattern: True only when the kernel computes the match as eager does.
 
     A float64 LayerNorm decomposes into the same nodes as a float32 one, so the pattern cannot tell
-    them apart; the matched ``x`` node's ``meta["val"]`` (a fake tensor) can.
+    them apart; the matched ``x`` node's ``meta["val"]`` (a fake tensor) can. Contract: True when
+    ``x`` has a supported dtype on CPU or CUDA and ``weight``/``bias`` (when matched) have the same
+    dtype and device; ``match.kwargs`` maps the search function's argument names to graph nodes.
     """
     raise NotImplementedError("TODO(student): accept only supported dtypes and devices")
 

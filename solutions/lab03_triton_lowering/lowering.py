@@ -90,10 +90,16 @@ def kernel_supports(match: Match) -> bool:
     """``extra_check`` for every pattern: replace only what the kernel computes exactly as eager does.
 
     The pattern itself cannot see dtypes (a float64 LayerNorm decomposes into the same nodes as a
-    float32 one), but the kernel computes in fp32: a float64 site must stay with Inductor.
+    float32 one), but the kernel computes in fp32: a float64 site must stay with Inductor. Mixed
+    dtypes or devices among x, weight and bias are left alone too (rare, and not worth the risk).
     """
     x = match.kwargs["x"].meta["val"]
-    return x.dtype in SUPPORTED_DTYPES and x.device.type in ("cpu", "cuda")
+    tensors = [arg.meta["val"] for arg in match.kwargs.values() if isinstance(arg, torch.fx.Node)]
+    return (
+        x.dtype in SUPPORTED_DTYPES
+        and x.device.type in ("cpu", "cuda")
+        and all(t.dtype == x.dtype and t.device == x.device for t in tensors)
+    )
 
 
 def build_patterns() -> PatternMatcherPass:
