@@ -8,6 +8,7 @@ Benchmarks:     nox -s bench-lab01 bench-lab02 bench-lab03
 GPU:            nox -s gpu                        (GPU tests + lab 3 benchmark; skips without CUDA)
 Container:      nox -s image image-cpu image-gpu  (build the image; run sessions inside it)
                 nox -s docker-test                (offline image build + grading in containers; slow)
+                nox -s gradescope-test            (the Gradescope bundle's setup + run in a container; slow)
 
 All sessions share ONE environment (``.nox/course-env``): PyTorch is ~5 GB, so it is installed once
 and reinstalled only when ``pyproject.toml`` changes. Arguments after ``--`` go to pytest (or to the
@@ -217,3 +218,32 @@ def docker_test(session: nox.Session) -> None:
     build_image(session, engine, tag, {"BASE_IMAGE": base, "WHEELHOUSE": OFFLINE_WHEELHOUSE})
     run_in_course_env(session, "-m", "grader", "selfcheck", "--container", tag, "--engine", shlex.join(engine),
                       "--out", str(CONTAINER_TEST_DIR), *session.posargs)
+
+
+@nox.session(name="gradescope-test", venv_backend="none")
+def gradescope_test(session: nox.Session) -> None:
+    """The Gradescope bundle installed and run as Gradescope would, in a container with no network (slow).
+
+    setup.sh installs from the wheelhouse (as docker-test makes it) in a fresh container of the Debian
+    base image, then run_autograder grades the reference solutions: results.json must give them every
+    CPU point (GPU points pending).
+    """
+    engine = container_engine(session)
+    base = os.environ.get("BASE_IMAGE", OFFLINE_BASE_IMAGE)
+    if base == OFFLINE_BASE_IMAGE:
+        session.run("bash", "docker/build-base-image.sh", base, external=True, env={"CONTAINER_ENGINE": shlex.join(engine)})
+    python = course_python(session)
+    session.run("bash", "docker/build-wheelhouse.sh", OFFLINE_WHEELHOUSE, external=True, env={"PYTHON": python})
+    work = ROOT / "build" / "gradescope-test"
+    shutil.rmtree(work, ignore_errors=True)
+    run_in_course_env(session, "-m", "grader", "gradescope-bundle", "--out", str(work / "autograder.zip"))
+    run_in_course_env(session, "-c", "import sys; from pathlib import Path; from grader.course import load_course, "
+                      "make_reference_submission as make; make(load_course(), Path(sys.argv[1]))", str(work / "submission"))
+    from grader.container import ContainerLimits, isolation_args
+
+    script = (ROOT / "docker" / "gradescope-local-run.sh").read_text()
+    limits = ContainerLimits(memory="12g", cpus=float(os.cpu_count() or 1))
+    session.run(*engine, "run", "--rm", *isolation_args(limits, as_root=True),
+                "--env", "PIP_NO_INDEX=1", "--env", "PIP_FIND_LINKS=/wheelhouse",
+                "--volume", f"{ROOT / OFFLINE_WHEELHOUSE}:/wheelhouse:ro", "--volume", f"{work}:/bundle",
+                base, "bash", "-c", script, external=True)

@@ -11,7 +11,7 @@ grading machine needs:
 - **no network** (``--network none``), no Linux capabilities, no privilege escalation;
 - **memory** (swap included), **CPUs**, **processes** (``--pids-limit``) and open files;
 - a **wall-clock limit**: past it the container is killed (by name: killing the ``docker run``
-  client would leave the container running) and the student's row says so, with every lab at 0.
+  client would leave the container running) and the student's row says so.
 
 The container writes the usual graded folder (``summary.json``, raw pytest reports) into the bind
 mount; the host then re-scores those artifacts against its own pristine rubric with
@@ -53,7 +53,7 @@ CONTAINER_SUBMISSION = "/submission"
 CONTAINER_OUT = "/out"
 #: The container's console output, kept next to the graded files.
 CONTAINER_LOG = "container.log"
-#: Lab status of a submission whose container was stopped or died without a result.
+#: Status of the labs a container did not finish: killed at the wall-clock limit, or ended without a result.
 KILLED_STATUS = "timeout"
 FAILED_STATUS = "grader-error"
 #: Seconds added to the labs' own time limits to get the container's default wall-clock limit
@@ -161,15 +161,17 @@ def user_args(engine: list[str]) -> list[str]:
     return ["--user", f"{os.getuid()}:{os.getgid()}"]
 
 
-def isolation_args(limits: ContainerLimits) -> list[str]:
+def isolation_args(limits: ContainerLimits, *, as_root: bool = False) -> list[str]:
     """``run`` options for an untrusted workload: no network, no capabilities, bounded resources.
 
+    ``as_root`` keeps root's capabilities (for a trusted installer, such as a Gradescope ``setup.sh``).
     The thread counts follow the CPU limit: PyTorch and Inductor otherwise size their pools by the
     host's cores, which a container with 2 CPUs on a 64-core host would thrash.
     """
     threads = str(max(1, int(limits.cpus)))
+    privileges = [] if as_root else ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
     return [
-        "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--network", "none", *privileges,
         "--memory", limits.memory, "--memory-swap", limits.memory, "--cpus", f"{limits.cpus:g}",
         "--pids-limit", str(limits.pids),
         "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
