@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch._inductor import config as inductor_config
 
 from labkit.bench import apply_threads, bar_chart, benchmark_parser, machine_info, print_table, write_json
 from labkit.impl import load_lab, selected_impl
@@ -77,20 +78,22 @@ def measure_shape(
     weight = torch.rand(d, device=device, dtype=dtype, generator=generator) + 0.5
     bias = torch.rand(d, device=device, dtype=dtype, generator=generator) - 0.5
 
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # Dynamo caches per code object: start each shape from scratch
     compiled = torch.compile(sequential, dynamic=False)
     compiled(x, weight, bias)
-    lab.install_lowering()
+
+    def lowered_fn(x, weight, bias):  # its own code object, so Dynamo compiles it anew
+        return sequential(x, weight, bias)
+
+    handle = lab.install_lowering()
     try:
-        torch._dynamo.reset()  # a fresh compile, so Inductor runs with the lowering installed
-
-        def lowered_fn(x, weight, bias):
-            return sequential(x, weight, bias)
-
         lowered = torch.compile(lowered_fn, dynamic=False)
-        lowered(x, weight, bias)
+        with inductor_config.patch(fx_graph_cache=False):  # a cached graph would skip the pass
+            lowered(x, weight, bias)  # compiled now, while the lowering is installed
     finally:
         lab.uninstall_lowering()
+    if handle.replacements != 1:
+        print(f"  warning: the lowering replaced {handle.replacements} sites at d={d} (expected 1)")
 
     runs = {
         "eager": lambda: sequential(x, weight, bias),
