@@ -152,7 +152,7 @@ def score_test(test: RubricTest, seen: Observed | None, reported: dict[str, str]
     for when in ("setup", "call", "teardown"):
         outcome, message = seen.phases.get(when, ("", ""))
         if outcome == "failed":
-            if "Timeout" in message:
+            if "Timeout" in message and "pytest-timeout" in message:
                 return result("timeout", message)
             return result("failed" if when == "call" else "error", message)
         if outcome == "skipped":
