@@ -26,10 +26,13 @@ from .linear_gelu import fuse_linear_gelu
 from .memory_layout import convert_to_channels_last
 from .pass_manager import PassManager
 
-#: Tolerance of the pipeline's checks: see the handout for why a deep network needs a looser
-#: bound than a single fused layer.
+#: Tolerance of the pipeline's checks. A deep network needs a looser bound than one fused layer:
+#: rounding differences add up over ~50 layers and scale with the logits. Measured on ResNet-50
+#: (logits of order 1, random weights): max error ~6e-5 after all passes. Trained weights give
+#: logits of order 10, so atol is 1e-3: still far below any top-1 margin that matters, and far
+#: below the error of a wrong fold (order 0.1 to 1).
 PIPELINE_RTOL = 1e-4
-PIPELINE_ATOL = 1e-4
+PIPELINE_ATOL = 1e-3
 
 
 def default_pipeline(example_inputs: Sequence[Any] | None) -> PassManager:
