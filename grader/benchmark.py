@@ -39,7 +39,7 @@ from grader.feedback import write_outputs
 from grader.report import write_report
 from grader.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec, build_rubric
 from grader.run import GradeOptions, GradingSetup, grade_submission
-from grader.runner import RunLimits, pytest_command, pytest_env
+from grader.runner import RunLimits, config_args, pytest_env
 from grader.score import rescore
 
 DEMO_COURSE = Path(__file__).resolve().parent / "tests" / "fixtures" / "course"
@@ -120,7 +120,7 @@ def bench_overhead(course_root: Path, lab_id: str, scratch: Path, repeats: int) 
     course = load_course(course_root)
     labs = course.select([lab_id])
     setup = GradingSetup(course, labs, build_rubric(course, labs, scratch / "cache"), GradeOptions(gpu="auto", limits=RunLimits()))
-    plain = pytest_command(sys.executable, labs[0].package, course.root, "-q")
+    plain = [sys.executable, "-m", "pytest", labs[0].package, "-q", "-p", "no:cacheprovider", *config_args(course.root)]
     env = pytest_env(course.root, "auto")
     counter = iter(range(10_000))
 
@@ -160,29 +160,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--course", type=Path, default=DEMO_COURSE, help="course root for overhead and batch runs")
     parser.add_argument("--lab", default=None, help="lab id for the overhead run (default: the course's first lab)")
     parser.add_argument("--batch", type=int, default=8, help="submissions in the batch-scaling run")
+    parser.add_argument("--only", default="class,overhead,batch", help="comma-separated measurements to run")
     args = parser.parse_args(argv)
+    only = set(args.only.split(","))
     repeats = max(1, min(args.repeats, 5))  # each round grades a whole lab: a few are enough
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as scratch_name:
         scratch = Path(scratch_name)
         lab_id = args.lab or load_course(args.course).labs[0].id
-        klass = bench_class(args.students, scratch / "class")
-        overhead = bench_overhead(args.course, lab_id, scratch / "overhead", repeats)
-        batch = bench_batch(args.course, args.batch, scratch / "batch", sorted({1, cores}))
+        klass = bench_class(args.students, scratch / "class") if "class" in only else None
+        overhead = bench_overhead(args.course, lab_id, scratch / "overhead", repeats) if "overhead" in only else None
+        batch = bench_batch(args.course, args.batch, scratch / "batch", sorted({1, cores})) if "batch" in only else None
+    if klass:
+        print_class(klass)
+    if overhead:
+        print_table(f"Grader overhead on {overhead['lab']} (target < 5 s)", ["run", "median s"],
+                    [["plain pytest", overhead["pytest_s"]], ["grader run (one lab)", overhead["grader_s"]],
+                     ["overhead", overhead["overhead_s"]]])
+    if batch:
+        print_table(f"Batch of {args.batch} submissions", ["-j", "wall s", "speedup"],
+                    [[row["jobs"], row["wall_s"], row["speedup"]] for row in batch])
+    path = write_json(args.out / "grader_benchmark.json", {"class": klass, "overhead": overhead, "batch": batch,
+                                                           "course": str(args.course), "cores": cores})
+    print(f"wrote {path}")
+    return 0
+
+
+def print_class(klass: dict[str, float]) -> None:
     print_table("Scoring and reporting a class (target < 5 s)", ["what", "wall s", "CPU s"],
                 [[f"re-score {klass['students']} students from their raw reports", klass["score_s"], klass["score_cpu_s"]],
                  ["class report (CSV, JSON, HTML + charts)", klass["report_s"], klass["report_cpu_s"]],
                  ["scoring + reporting", klass["total_s"], klass["total_cpu_s"]],
                  ["(writing 3 output files per student)", klass["write_s"], "-"]])
-    print_table(f"Grader overhead on {overhead['lab']} (target < 5 s)", ["run", "median s"],
-                [["plain pytest", overhead["pytest_s"]], ["grader run (one lab)", overhead["grader_s"]],
-                 ["overhead", overhead["overhead_s"]]])
-    print_table(f"Batch of {args.batch} submissions", ["-j", "wall s", "speedup"],
-                [[row["jobs"], row["wall_s"], row["speedup"]] for row in batch])
-    path = write_json(args.out / "grader_benchmark.json", {"class": klass, "overhead": overhead, "batch": batch,
-                                                           "course": str(args.course), "cores": cores})
-    print(f"wrote {path}")
-    return 0
 
 
 if __name__ == "__main__":
