@@ -91,7 +91,9 @@ class ConvBNFuser(fx.Transformer):
             self.tracer.create_proxy("call_module" or "call_function", target, args, kwargs),
             with args, kwargs = self.fetch_args_kwargs_from_env(conv_node);
           - the BN (and its getitem(0)): return the fused convolution's value (self.env holds the
-            values already emitted, by node);
+            values already emitted, by node; it drops a value once its last user has run, so look
+            up getitem(0)'s value through the BN, the BN's through the conv);
+          - nodes that must not be re-emitted (the BN's unused getitem(1)/(2)): return None;
           - anything else: super().run_node(node).
         Tip: copy node.meta onto the emitted node (result.node.meta): fx.Transformer drops the
         recorded values (meta["val"]) that later passes read.
