@@ -73,8 +73,11 @@ def main(argv: list[str]) -> int:
         return run(argv)
     if verb == "kill":
         pid_file = STATE / f"{argv[1]}.pid"
-        if pid_file.is_file():
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        for _ in range(100):  # a slow machine may not have started the "container" yet
+            if pid_file.is_file() and pid_file.read_text():
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                break
+            time.sleep(0.1)
         return 0
     if verb == "inspect":
         print("true" if (STATE / f"{argv[-1]}.oom").exists() else "false")
