@@ -4,7 +4,8 @@
 #
 # Build (online: packages come from the package index):
 #   docker build -t torch-compile-labs .
-# Build offline from a wheelhouse inside the build context (docker/build-wheelhouse.sh makes one):
+# Build offline from a wheelhouse inside the build context (docker/build-wheelhouse.sh makes one; its
+# wheels must match the base image's Python: WHEELHOUSE_PYTHON_VERSION=3.12 for the default base):
 #   docker build --build-arg WHEELHOUSE=build/wheelhouse -t torch-compile-labs .
 # Build with no registry at all (base image from debootstrap: docker/build-base-image.sh):
 #   docker build --build-arg BASE_IMAGE=localhost/course-base:bookworm \
