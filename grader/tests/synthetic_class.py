@@ -5,9 +5,9 @@ functions (each function taken from the reference solution or left as the starte
 per-student skill), and every fifth is one of the corpus fixtures (syntax error, segfault,
 tampering, canary...), so the class report shows real spreads, statuses and flags::
 
-    python -m grader.tests.synthetic_class /tmp/class -n 60
-    python -m grader batch /tmp/class --out /tmp/graded -j 2 --course grader/tests/fixtures/course
-    python -m grader report /tmp/graded --out /tmp/report
+    python -m grader.tests.synthetic_class graded/demo-class -n 60
+    python -m grader batch graded/demo-class --out graded/demo -j 2 --course grader/tests/fixtures/course
+    python -m grader report graded/demo --out results/demo-report
 """
 
 from __future__ import annotations
