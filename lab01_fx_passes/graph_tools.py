@@ -9,7 +9,7 @@ Every pass of the lab needs the same three chores, none of which is the point of
   target names (``"layer1.0.conv1.weight"``).
 - :func:`add_attribute`: give a new module, parameter or buffer a fresh top-level name on a
   ``GraphModule`` so a ``call_module`` or ``get_attr`` node can refer to it.
-- :func:`node_value`: the example value a tracer recorded for a node (shapes and dtypes without
+- :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value a tracer recorded for a node (shapes and dtypes without
   running anything), where the dialect records one.
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+
+from labkit.fx_nodes import node_value  # noqa: F401  (re-exported for the passes)
 
 _MISSING = object()
 
@@ -100,12 +102,3 @@ def add_attribute(gm: fx.GraphModule, base_name: str, value: nn.Module | torch.T
     else:
         raise TypeError(f"add_attribute: expected an nn.Module or a tensor, got {type(value).__name__}")
     return name
-
-
-def node_value(node: Any) -> Any:
-    """The example value recorded for ``node``: ``meta['val']`` (``make_fx``, ``torch.export``) or
-    ``meta['example_value']`` (Dynamo), usually a FakeTensor; None where the tracer records none
-    (``symbolic_trace``). Non-nodes (literals in ``node.args``) are returned as they are."""
-    if not isinstance(node, fx.Node):
-        return node
-    return node.meta.get("val", node.meta.get("example_value"))

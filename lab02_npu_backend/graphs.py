@@ -1,7 +1,7 @@
 """Facts about FX graphs that every part of the lab agrees on.
 
 - :func:`target_name`: a readable name for a node's target, used in reports and error messages.
-- :func:`node_value`: the example value (a FakeTensor, or a tuple of them) Dynamo or AOTAutograd
+- :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value (a FakeTensor, or a tuple of them) Dynamo or AOTAutograd
   recorded for a node, to read shapes and dtypes without running anything.
 - :func:`is_compute_node`: which nodes count in coverage numbers. Placeholders, outputs, and
   bookkeeping (``getitem`` that unpacks a tuple, size arithmetic on ints) are not compute.
@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import fx
 
+from labkit.fx_nodes import node_value
+
 CALL_OPS = ("call_function", "call_method", "call_module")
 
 
@@ -34,14 +36,6 @@ def target_name(node: fx.Node) -> str:
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return str(target)
     return getattr(target, "__name__", str(target))
-
-
-def node_value(node: Any) -> Any:
-    """The example value recorded for ``node`` (``meta['val']`` or ``meta['example_value']``), or None."""
-    if not isinstance(node, fx.Node):
-        return node
-    meta = node.meta
-    return meta.get("val", meta.get("example_value"))
 
 
 def _has_tensor(value: Any) -> bool:
