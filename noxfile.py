@@ -71,6 +71,22 @@ def run_in_course_env(session: nox.Session, *args: str, env: dict[str, str] | No
     session.run(python, *args, external=True, env={"PYTHONUNBUFFERED": "1", **(env or {})})
 
 
+def has_reference() -> bool:
+    """True in the instructors' repository; the student distribution ships without ``solutions/``."""
+    return (ROOT / "solutions").is_dir()
+
+
+def default_impl() -> str:
+    """The implementation scripts use unless LABKIT_IMPL says otherwise: the reference where it exists."""
+    return os.environ.get("LABKIT_IMPL", "solution" if has_reference() else "student")
+
+
+def require_reference(session: nox.Session) -> None:
+    """Skip, saying why, a session that needs the reference solutions when they are absent."""
+    if not has_reference():
+        session.skip("instructor session: the reference solutions (solutions/) are not in the student distribution")
+
+
 def _lab_session(lab_id: str, package: str) -> None:
     @nox.session(name=lab_id, venv_backend="none")
     def run_lab(session: nox.Session) -> None:
@@ -86,12 +102,14 @@ for _lab_id, _package in LABS.items():
 @nox.session(venv_backend="none")
 def solutions(session: nox.Session) -> None:
     """Run every lab's graded tests against the reference solutions."""
+    require_reference(session)
     run_in_course_env(session, "-m", "pytest", *LABS.values(), "--impl=solution", *session.posargs)
 
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The project's own test suite (CI): harness and grader tests, plus every lab against its reference."""
+    require_reference(session)
     run_in_course_env(
         session, "-m", "pytest", *PROJECT_TESTS, *LABS.values(), "--impl=solution", *session.posargs
     )
@@ -100,6 +118,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def grade(session: nox.Session) -> None:
     """The main job: grade the reference solutions and the untouched starters, print both summaries."""
+    require_reference(session)
     run_in_course_env(session, "-m", "grader", "selfcheck", *session.posargs)
 
 
@@ -107,10 +126,10 @@ def _bench_session(lab_id: str, package: str) -> None:
     @nox.session(name=f"bench-{lab_id}", venv_backend="none")
     def bench(session: nox.Session) -> None:
         run_in_course_env(
-            session, "-m", f"{package}.benchmark", *session.posargs, env={"LABKIT_IMPL": os.environ.get("LABKIT_IMPL", "solution")}
+            session, "-m", f"{package}.benchmark", *session.posargs, env={"LABKIT_IMPL": default_impl()}
         )
 
-    bench.__doc__ = f"Benchmark {package} (reference solution unless LABKIT_IMPL=student)."
+    bench.__doc__ = f"Benchmark {package} (the reference where present, unless LABKIT_IMPL says otherwise)."
 
 
 for _lab_id, _package in LABS.items():
@@ -119,15 +138,16 @@ for _lab_id, _package in LABS.items():
 
 @nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
-    """GPU checks: every lab's @gpu tests against the reference, then lab 3's benchmark. Skips without CUDA."""
+    """GPU checks: every lab's @gpu tests (reference where present), then lab 3's benchmark. Skips without CUDA."""
     python = course_python(session)
     has_cuda = session.run(
         python, "-c", "import torch; print(torch.cuda.is_available())", external=True, silent=True
     )
     if "True" not in str(has_cuda):
         session.skip("no CUDA device on this machine: the GPU checks are graded as pending")
-    run_in_course_env(session, "-m", "pytest", *LABS.values(), "--impl=solution", "-m", "gpu", "-rs", *session.posargs)
-    run_in_course_env(session, "-m", "lab03_triton_lowering.benchmark", env={"LABKIT_IMPL": "solution"})
+    impl = default_impl()
+    run_in_course_env(session, "-m", "pytest", *LABS.values(), f"--impl={impl}", "-m", "gpu", "-rs", *session.posargs)
+    run_in_course_env(session, "-m", "lab03_triton_lowering.benchmark", env={"LABKIT_IMPL": impl})
 
 
 # ---------------------------------------------------------------- the container image (Dockerfile)
