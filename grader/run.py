@@ -85,7 +85,7 @@ def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name:
 
 def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str | None = None) -> SubmissionResult:
     """Grade ``submission`` (a folder or ``.zip``) into ``out``; never raises (see the module docstring)."""
-    name = name or submission.name.removesuffix(".zip")
+    name = name or submission.resolve().name.removesuffix(".zip")
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / RAW_DIR, ignore_errors=True)
     setup.rubric.write(out / RUBRIC_FILE)
