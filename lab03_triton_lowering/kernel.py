@@ -18,7 +18,7 @@ Rules that hold on both machines you target (the tests check both):
 - On CPU the kernel runs in Triton's interpreter (NumPy). It has no ``libdevice.tanh`` and no
   bf16 arithmetic: write tanh with ``tl.exp``, and convert loads to fp32 before any math.
 - On a GPU the kernel is compiled. A kernel may not read plain Python globals (use literals), and
-  every construct must be Triton, not Python (``python -m lab03_triton_lowering.compile_for_gpu``
+  every construct must be Triton, not Python (``python -m lab03_triton_lowering.simulated_gpu kernel``
   compiles your launches for an sm_90 GPU without needing one).
 """
 
