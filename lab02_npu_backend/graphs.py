@@ -9,6 +9,7 @@
 - :func:`node_flops`: floating-point operations per node, counted by PyTorch's ``FlopCounterMode``
   while the graph runs on fake tensors (nothing is computed).
 - :func:`capture_graphs`: the graphs a backend receives for a model, in both dialects, from one trace.
+- :func:`fake_node_values`: every node's output value on fake tensors of given input shapes.
 """
 
 from __future__ import annotations
@@ -162,3 +163,20 @@ def source_node_name(node: fx.Node) -> str | None:
     if not sources:
         return None
     return getattr(sources[0], "name", None)
+
+
+def fake_node_values(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[fx.Node, Any]:
+    """Every node's value on fake tensors shaped like ``example_inputs`` (nothing is computed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    values: dict[fx.Node, Any] = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            values[n] = result = super().run_node(n)
+            return result
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+        fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        Recorder(gm).run(*fake)
+    return values

@@ -16,8 +16,9 @@ primitives where that is exact:
 Shapes come from running the partition once on *fake* tensors of the real input shapes, so a
 program is specialised to one set of input shapes (the backend caches one program per shape).
 
-Given: :class:`Ref`, :class:`ProgramBuilder` (it infers each result's shape by running your
-simulator kernel on meta tensors), the :data:`LOWERINGS` registry and a few example rules.
+Given: :class:`Ref` and :class:`ProgramBuilder` (in :mod:`lab02_npu_backend.program_builder`; the
+builder infers each result's shape by running your simulator kernel on meta tensors), the
+:data:`LOWERINGS` registry and a few example rules.
 You write the other rules, the RMSNorm chain finder and the driver :func:`lower_to_program`.
 """
 
@@ -33,93 +34,13 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from lab02_npu_backend.graphs import target_name
-from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program
-from lab02_npu_backend.isa import DTYPE_NAMES, default_isa
+from lab02_npu_backend.graphs import fake_node_values, target_name
+from lab02_npu_backend.ir import Program
+from lab02_npu_backend.program_builder import LoweringError, ProgramBuilder, Ref  # noqa: F401
 
 from .simulator import KERNELS
 
 aten = torch.ops.aten
-
-
-class LoweringError(RuntimeError):
-    """A node could not be lowered (no rule, or a rule produced the wrong shape); names the node."""
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A tensor of the program under construction."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-
-class ProgramBuilder:
-    """Collects tensors and instructions; infers each result's shape by running the op's kernel on meta tensors."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.tensors: dict[str, dict[str, Any]] = {}
-        self.inputs: list[str] = []
-        self.instructions: list[dict[str, Any]] = []
-        self._hint = "t"
-
-    def _declare(self, name: str, shape: Sequence[int], dtype: torch.dtype) -> Ref:
-        base, k = name, 1
-        while name in self.tensors:
-            name, k = f"{base}_{k}", k + 1
-        self.tensors[name] = {"shape": [int(s) for s in shape], "dtype": DTYPE_NAMES[dtype]}
-        return Ref(name, tuple(int(s) for s in shape), dtype)
-
-    def add_input(self, name: str, value: torch.Tensor) -> Ref:
-        if value.dtype not in DTYPE_NAMES:
-            raise LoweringError(f"input {name!r} has dtype {value.dtype}, which the NPU cannot hold")
-        ref = self._declare(name, value.shape, value.dtype)
-        self.inputs.append(ref.name)
-        return ref
-
-    def naming(self, hint: str) -> None:
-        """Name the next results after ``hint`` (the FX node being lowered)."""
-        self._hint = hint
-
-    def emit(self, op: str, inputs: list[Any], **attrs: Any) -> Ref:
-        """Append ``op(inputs, attrs)`` and return its result (shape/dtype inferred on meta tensors)."""
-        def meta(value: Any) -> Any:
-            if isinstance(value, Ref):
-                return torch.empty(value.shape, dtype=value.dtype, device="meta")
-            if isinstance(value, list):
-                return [meta(v) for v in value]
-            return value
-
-        kernel_attrs = {a.name: a.default for a in default_isa()[op].attributes.values()} | attrs
-        result = KERNELS[op]([meta(v) for v in inputs], kernel_attrs)
-        out = self._declare(self._hint, result.shape, result.dtype)
-
-        def encode(value: Any) -> Any:
-            if isinstance(value, Ref):
-                return value.name
-            if isinstance(value, list):
-                return [encode(v) for v in value]
-            return value
-
-        self.instructions.append({"op": op, "inputs": [encode(v) for v in inputs], "output": out.name, "attrs": attrs})
-        return out
-
-    def program(self, outputs: list[Ref]) -> Program:
-        return {
-            "format": PROGRAM_FORMAT,
-            "version": PROGRAM_VERSION,
-            "name": self.name,
-            "tensors": self.tensors,
-            "inputs": self.inputs,
-            "outputs": [ref.name for ref in outputs],
-            "instructions": self.instructions,
-        }
 
 
 #: A lowering rule: (builder, the node's fake output value, *args, **kwargs) -> Ref or tuple.
@@ -207,23 +128,6 @@ def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
 
 
 # ------------------------------------------------------------------ driver
-def _fake_values(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[fx.Node, Any]:
-    """Every node's value on fake tensors shaped like ``example_inputs`` (nothing is computed)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    values: dict[fx.Node, Any] = {}
-
-    class Recorder(fx.Interpreter):
-        def run_node(self, n: fx.Node) -> Any:
-            values[n] = result = super().run_node(n)
-            return result
-
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
-        fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
-        Recorder(gm).run(*fake)
-    return values
-
-
 def lower_to_program(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name: str = "npu_partition") -> Program:
     """Lower an NPU partition to a program specialised to the shapes of ``example_inputs``.
 
@@ -241,8 +145,9 @@ def lower_to_program(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name:
         LoweringError: naming the node that has no rule, or whose lowering's result does not have
             the shape and dtype the fake run recorded (check every node: it catches rule bugs early).
 
-    Steps: ``_fake_values`` for every node's output; find the RMSNorm chains; walk the nodes in
-    order (``builder.naming(node.name)`` before lowering each, so tensors are named after nodes),
+    Steps: ``fake_node_values`` (from :mod:`lab02_npu_backend.graphs`) for every node's output;
+    ``builder = ProgramBuilder(name, KERNELS)`` (from :mod:`lab02_npu_backend.program_builder`);
+    find the RMSNorm chains; walk the nodes in order (``builder.naming(node.name)`` before lowering each, so tensors are named after nodes),
     mapping each node to its lowered value; emit ``rmsnorm`` at each chain's result and nothing for
     its inner nodes; the output node's argument (a node or a tuple of nodes) gives the outputs.
     """
