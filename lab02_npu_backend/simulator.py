@@ -15,15 +15,18 @@ definition in the whole lab.
 
 from __future__ import annotations
 
+# These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
+# you write your code.
+
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: F401
 
-from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label
-from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, default_isa, load_isa
+from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label  # noqa: F401
+from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, default_isa, load_isa  # noqa: F401
 
 #: A kernel: (operands, attributes with every default filled in) -> result tensor. Operands follow
 #: the op's operand list in isa.json: tensors, Python numbers (``tensor_or_scalar``), a list of

@@ -23,17 +23,20 @@ To see which targets a model produces, print its graphs::
 
 from __future__ import annotations
 
+# These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
+# you write your code.
+
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: F401
 from torch import fx
 from torch.fx.passes.operator_support import OperatorSupport
 
-from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name
-from lab02_npu_backend.isa import DTYPE_NAMES, Isa, default_isa
+from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name  # noqa: F401
+from lab02_npu_backend.isa import DTYPE_NAMES, Isa, default_isa  # noqa: F401
 
 aten = torch.ops.aten
 
