@@ -16,27 +16,52 @@ CONV_BY_DIMS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 BATCH_NORM_BY_DIMS = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
 
 
+Range = tuple[float, float]
+
+
 @torch.no_grad()
-def randomize_batch_norm(model: nn.Module, seed: int = 0) -> nn.Module:
+def randomize_batch_norm(
+    model: nn.Module, seed: int = 0, *, means: Range = (-0.5, 0.5), variances: Range = (0.5, 2.0),
+    scales: Range = (0.5, 1.5), shifts: Range = (-0.5, 0.5),
+) -> nn.Module:  # fmt: skip
     """Give every BatchNorm of ``model`` random running statistics and affine parameters (in place).
 
-    Means in [-0.5, 0.5], variances in [0.5, 2], scales in [0.5, 1.5], shifts in [-0.5, 0.5]:
-    far enough from the identity that folding them wrongly shows, close enough to 1 that
-    activations keep their scale through a deep network. Returns ``model``.
+    By default means in [-0.5, 0.5], variances in [0.5, 2], scales in [0.5, 1.5], shifts in
+    [-0.5, 0.5]: far enough from the identity that folding them wrongly shows, close enough to 1
+    that activations keep their scale through a deep network. Each value is drawn uniformly from
+    its ``(low, high)`` range. Returns ``model``.
     """
     generator = torch.Generator().manual_seed(seed)
 
-    def uniform(like: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    def uniform(like: torch.Tensor, bounds: Range) -> torch.Tensor:
+        low, high = bounds
         return torch.rand(like.shape, generator=generator) * (high - low) + low
 
     for module in model.modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.running_mean is not None:
-            module.running_mean.copy_(uniform(module.running_mean, -0.5, 0.5))
-            module.running_var.copy_(uniform(module.running_var, 0.5, 2.0))
+            module.running_mean.copy_(uniform(module.running_mean, means))
+            module.running_var.copy_(uniform(module.running_var, variances))
             if module.affine:
-                module.weight.copy_(uniform(module.weight, 0.5, 1.5))
-                module.bias.copy_(uniform(module.bias, -0.5, 0.5))
+                module.weight.copy_(uniform(module.weight, scales))
+                module.bias.copy_(uniform(module.bias, shifts))
     return model
+
+
+def large_output_resnet50(seed: int = 0) -> nn.Module:
+    """torchvision's ResNet-50 in eval mode whose logits are of order 1e4 (random weights).
+
+    Its BatchNorm layers look like a trained network's (variances in [0.5, 1], scales in
+    [0.75, 1.25], small means and shifts), so nothing shrinks the activations the residual blocks
+    add up: the logits reach ~6e3 on a 64x64 image and ~1.5e4 at 224x224. Plain float32 eager is
+    then ~4e-3 away from the exact answer, which is what a validation with a fixed ``atol`` cannot
+    cope with (see the handout's "Verification and tolerance").
+    """
+    import torchvision  # only this model needs it; importing it costs a second
+
+    torch.manual_seed(seed)
+    model = torchvision.models.resnet50()
+    ranges = dict(means=(-0.1, 0.1), variances=(0.5, 1.0), scales=(0.75, 1.25), shifts=(-0.1, 0.1))
+    return randomize_batch_norm(model, seed, **ranges).eval()
 
 
 class ConvBNStack(nn.Module):

@@ -43,9 +43,11 @@ from lab01_fx_passes.models import (
     SharedConvOutput,
     SharedLinearOutput,
     TinyResNet,
+    large_output_resnet50,
     randomize_batch_norm,
 )
-from labkit.numerics import output_error, outputs_close
+from lab01_fx_passes.wrong_folds import MISTAKES, wrong_fold
+from labkit.numerics import output_error, outputs_close, run_in_float64
 
 RTOL = 1e-5
 ATOL = 1e-5
@@ -554,7 +556,7 @@ def test_pass_manager_validates_and_reports_every_pass(lab):
     captured = tiny_resnet_graph()
     expected = captured.run()
     passes = [lab.fuse_conv_bn, lab.fuse_linear_gelu, lab.eliminate_dead_code]
-    manager = lab.PassManager(passes, example_inputs=captured.inputs, rtol=RTOL, atol=ATOL)
+    manager = lab.PassManager(passes, example_inputs=captured.inputs)
     result = manager(captured.graph_module)
     assert result.modified
     assert_close(captured.run(result.graph_module), expected)
@@ -622,9 +624,63 @@ def test_pass_manager_rejects_passes_that_return_no_pass_result(lab):
     captured = tiny_resnet_graph()
     with pytest.raises(TypeError, match="returns_the_module"):
         lab.PassManager([returns_the_module])(captured.graph_module)
+    with pytest.raises(ValueError, match="tolerance_factor"):
+        lab.PassManager([lab.fuse_conv_bn], tolerance_factor=0)
     manager = lab.PassManager([lab.fuse_conv_bn])  # without inputs: no validation, errors unknown
     manager(captured.graph_module)
     assert manager.report[0].max_abs_error is None and manager.report[0].nodes_after < manager.report[0].nodes_before
+
+
+@pytest.fixture(scope="module")
+def large_output_model() -> tuple[nn.Module, torch.Tensor]:
+    """ResNet-50 with logits of order 1e4 (BN statistics like a trained network's, random weights)."""
+    return large_output_resnet50(), torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+
+
+def float32_own_error(model: nn.Module, x: torch.Tensor) -> float:
+    """How far float32 eager already is from exact (a float64 run) on this model and input."""
+    with torch.no_grad():
+        return output_error(model(x), run_in_float64(model, [x]).float()).max_abs
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+@pytest.mark.parametrize("model_name", ["tiny_resnet", "large_output_resnet50"])
+def test_pass_manager_stops_wrong_folds_whatever_the_output_scale(lab, model_name, mistake, large_output_model):
+    """A wrong Conv+BN fold (``wrong_folds.py``) is stopped and named, on logits of order 1 and of order 1e4.
+
+    A tolerance that grows with the outputs' scale must not let a wrong fold through on large
+    outputs; one that stays fixed must not stop a correct fold there (next test).
+    """
+    if model_name == "tiny_resnet":
+        model, x = eval_model(TinyResNet()), torch.randn(2, 3, 12, 12)
+    else:
+        model, x = large_output_model
+    manager = lab.PassManager([wrong_fold(mistake)], example_inputs=[x])
+    with pytest.raises(lab.PassValidationError, match=f"wrong_fold_{mistake}") as caught:
+        manager(fx.symbolic_trace(model))
+    assert caught.value.pass_name == f"wrong_fold_{mistake}"
+
+
+@pytest.mark.points(3)
+def test_default_pipeline_accepts_correct_folds_of_large_outputs(lab, large_output_model):
+    """Logits of order 1e4: float32 eager itself is ~4e-3 from exact, and a correct fold moves them as much.
+
+    A fixed ``atol = 1e-3`` calls that a bug; the pass manager's budget comes from float32's own
+    error on the model (see the handout), so the pipeline runs and folds all 53 BatchNorms.
+    """
+    model, x = large_output_model
+    with torch.no_grad():
+        expected = model(x)
+    assert expected.abs().max() > 1e3, "the fixture's logits should be large"
+    gm = fx.symbolic_trace(model)
+    manager = lab.default_pipeline([x])
+    result = manager(gm)  # must not raise: every pass is correct
+    assert result.modified and batch_norms(result.graph_module) == 0
+    assert manager.report[0].name == "fuse_conv_bn" and manager.report[0].max_abs_error > 1e-3
+    with torch.no_grad():
+        error = output_error(result.graph_module(x), expected)
+    assert error.max_abs <= 4 * float32_own_error(model, x)
 
 
 # == 7. The default pipeline (what the benchmark runs) =============================================

@@ -12,6 +12,10 @@ Order matters:
    folding would hand the Conv+BN fuser weights it then replaces).
 
 Op replacement is not part of it: it changes the model's outputs.
+
+Validation needs no tolerance of its own: the pass manager's budget is measured on the model
+(float32's own error against a float64 run), so the same default holds for a three-layer test
+model and for a ResNet-50 whose logits are of order 1e4.
 """
 
 from __future__ import annotations
@@ -26,14 +30,6 @@ from .linear_gelu import fuse_linear_gelu
 from .memory_layout import convert_to_channels_last
 from .pass_manager import PassManager
 
-#: Tolerance of the pipeline's checks. A deep network needs a looser bound than one fused layer:
-#: rounding differences add up over ~50 layers and scale with the logits. Measured on ResNet-50
-#: (logits of order 1, random weights): max error ~6e-5 after all passes. Trained weights give
-#: logits of order 10, so atol is 1e-3: still far below any top-1 margin that matters, and far
-#: below the error of a wrong fold (order 0.1 to 1).
-PIPELINE_RTOL = 1e-4
-PIPELINE_ATOL = 1e-3
-
 
 def default_pipeline(example_inputs: Sequence[Any] | None) -> PassManager:
     """The lab's semantics-preserving pass pipeline, validated on ``example_inputs``.
@@ -43,4 +39,4 @@ def default_pipeline(example_inputs: Sequence[Any] | None) -> PassManager:
         ``fold_constants``, ``eliminate_dead_code``, ``convert_to_channels_last``.
     """
     passes = [fuse_conv_bn, fuse_linear_gelu, fold_constants, eliminate_dead_code, convert_to_channels_last]
-    return PassManager(passes, example_inputs=example_inputs, rtol=PIPELINE_RTOL, atol=PIPELINE_ATOL)
+    return PassManager(passes, example_inputs=example_inputs)
