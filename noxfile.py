@@ -1,7 +1,10 @@
 """Nox sessions for the course.
 
 Students:       nox -s lab01 lab02 lab03          (your code, CPU)
-Reference:      nox -s lab01 -- --impl=solution   or   nox -s solutions
+                nox -s grade-me                   (grade your copy as the grader would: graded/me/feedback.md)
+                nox -s report-lab02               (lab 2's NPU coverage report; -- --model all)
+Environment:    nox -s course-env                 (create the shared environment; print its python)
+Reference:      nox -s solutions
 Instructors:    nox -s grade                      (grade the reference and the untouched starters)
 Course CI:      nox -s tests                      (the project's own test suite)
 Benchmarks:     nox -s bench-lab01 bench-lab02 bench-lab03
@@ -92,11 +95,30 @@ def _lab_session(lab_id: str, package: str) -> None:
     def run_lab(session: nox.Session) -> None:
         run_in_course_env(session, "-m", "pytest", package, *session.posargs)
 
-    run_lab.__doc__ = f"Run {package}'s graded tests on CPU (student code; add -- --impl=solution for the reference)."
+    run_lab.__doc__ = f"Run {package}'s graded tests on CPU, on your code (anything after -- goes to pytest)."
 
 
 for _lab_id, _package in LABS.items():
     _lab_session(_lab_id, _package)
+
+
+@nox.session(name="course-env", venv_backend="none")
+def course_env(session: nox.Session) -> None:
+    """Create (or update) the shared course environment and print its interpreter, for commands run by hand."""
+    python = course_python(session)
+    session.log(f"the course's Python: {os.path.relpath(python)}  (e.g. {os.path.relpath(python)} -m grader --help)")
+
+
+@nox.session(name="grade-me", venv_backend="none")
+def grade_me(session: nox.Session) -> None:
+    """Grade this copy of the course as the grader would (graded/me/feedback.md); -- --labs lab01 for one lab."""
+    run_in_course_env(session, "-m", "grader", "run", ".", "--out", "graded/me", *session.posargs)
+
+
+@nox.session(name="report-lab02", venv_backend="none")
+def report_lab02(session: nox.Session) -> None:
+    """Lab 2's NPU coverage report (your code; the reference where present): -- --model all, --dialect aten."""
+    run_in_course_env(session, "-m", "lab02_npu_backend.report", *session.posargs, env={"LABKIT_IMPL": default_impl()})
 
 
 @nox.session(venv_backend="none")

@@ -11,6 +11,8 @@ graded in its own container of the course image (network off, resource and wall-
 
 A runner that raises (a bug, a container that would not start) still produces the student's row: a
 ``summary.json`` with every lab at 0 and status ``grader-error``. ``OUT/batch.json`` lists every row.
+The verb exits with status 1 when any submission has a ``grader-error`` (or ``unavailable``) lab: those
+are the grader's failures, listed at the end with the ``--only`` option that regrades them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import argparse
 import json
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -28,9 +29,10 @@ from pathlib import Path
 from grader.container import ContainerError, add_container_options, runner_from_args
 from grader.course import CourseError, is_noise
 from grader.feedback import write_outputs
-from grader.results import SubmissionResult
+from grader.preflight import GraderEnvironmentError, check_output_folder
+from grader.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE, GRADER_FAULTS, SubmissionResult
 from grader.run import GradingSetup, add_course_options, grade_submission, prepare
-from grader.score import score_submission
+from grader.score import grader_error_result
 
 BATCH_FILE = "batch.json"
 #: A per-submission runner: (submission path, output folder, setup, student id) -> result.
@@ -68,10 +70,7 @@ def discover_submissions(folder: Path) -> list[tuple[str, Path]]:
 
 
 def _failed_runner_result(setup: GradingSetup, student: str, out: Path, error: BaseException) -> SubmissionResult:
-    reason = f"grader error (a bug in the grader, not in the submission): {error!r}"
-    detail = "".join(traceback.format_exception(error))[-3000:]
-    result = score_submission(setup.rubric, {}, submission=student, gpu=setup.options.gpu, flags=(reason,),
-                              notes=(detail,), not_run_reason=reason, not_run_status="grader-error")
+    result = grader_error_result(setup.rubric, error, submission=student, gpu=setup.options.gpu)
     try:
         write_outputs(result, out)
     except OSError:
@@ -128,18 +127,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        setup = prepare(args)
+        check_output_folder(args.out)
+        setup = prepare(args, check_environment=not args.container)
         submissions = discover_submissions(args.submissions_dir)
         runner = runner_from_args(args) or grade_submission
-    except (CourseError, ContainerError) as error:
+    except (CourseError, ContainerError, GraderEnvironmentError) as error:
         print(f"grader batch: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.only:
         wanted = set(args.only.split(","))
         submissions = [(name, path) for name, path in submissions if name in wanted]
     if not submissions:
         print(f"grader batch: no submissions in {args.submissions_dir}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     start = time.monotonic()
     rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner, show_progress=sys.stderr.isatty())
     for row in rows:
@@ -147,4 +147,10 @@ def main(args: argparse.Namespace) -> int:
         flags = f" flags={row.flags}" if row.flags else ""
         print(f"{row.student}: {row.score}/{row.max_score} (+{row.pending} pending) {statuses}{flags}")
     print(f"graded {len(rows)} submissions in {time.monotonic() - start:.1f} s with -j {args.jobs}: {args.out}/{BATCH_FILE}")
-    return 0
+    failed = [row.student for row in rows if GRADER_FAULTS & set(row.statuses.values())]
+    if failed:
+        print(f"\nGRADER ERROR for {len(failed)} submission(s), not their fault (the reason is in each "
+              f"feedback.md): {', '.join(failed)}\nFix the cause, then grade them again with --only "
+              f"{','.join(failed)}", file=sys.stderr)
+        return EXIT_GRADER_FAULT
+    return EXIT_OK

@@ -42,7 +42,7 @@ from pathlib import Path
 from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, read_json
 from grader.feedback import write_outputs
 from grader.limits import truncate_text
-from grader.results import SubmissionResult
+from grader.results import EXIT_GRADER_FAULT, EXIT_OK, SubmissionResult
 
 #: Environment variable naming the engine command (``docker``, ``podman --runtime runc``...).
 ENGINE_ENV_VAR = "GRADER_CONTAINER_ENGINE"
@@ -292,7 +292,8 @@ class ContainerRunner:
             status, reason = "crashed", f"the container ran out of memory (limit {self.limits.memory}) and was killed"
         elif run.timed_out:
             status, reason = KILLED_STATUS, f"the container ran over its wall-clock limit ({wall_clock:g} s) and was killed"
-        elif run.exit_code == 0 and (out / SUMMARY_FILE).is_file():
+        elif run.exit_code in (EXIT_OK, EXIT_GRADER_FAULT) and (out / SUMMARY_FILE).is_file():
+            # graded (exit 1: some lab hit a grader error, which its summary records)
             result = rescore(out)
             write_outputs(result, out)
             return result

@@ -14,8 +14,10 @@ Test outcomes: ``passed`` (full points), ``pending`` (a GPU test graded on a mac
 points are shown separately), and, worth 0: ``failed``, ``error`` (setup/teardown), ``timeout``,
 ``skipped``, ``crashed`` (the process died during it), ``not-run``, ``void`` (the run was voided).
 
-Lab statuses: ``graded`` (pytest finished), ``crashed``, ``timeout``, ``collection-error``, ``void``
-(the canary passed), ``unavailable`` (the pristine lab cannot be graded), ``not-run``, ``grader-error``.
+Lab statuses: ``graded`` (pytest finished), ``crashed``, ``timeout``, ``collection-error`` (the
+student's code broke test collection), ``void`` (the canary passed), ``not-run``, and the two that are
+never the student's fault: ``unavailable`` (the pristine lab cannot be graded) and ``grader-error``
+(the grader itself failed: its plugin did not load, its output folder could not be written, a bug).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from typing import Any
 
 SCHEMA = "grader-summary/1"
 PASSED, PENDING = "passed", "pending"
+GRADER_ERROR, UNAVAILABLE = "grader-error", "unavailable"
+#: Lab statuses caused by the grader or the course, not the submission: the run exits with EXIT_GRADER_FAULT.
+GRADER_FAULTS = frozenset({GRADER_ERROR, UNAVAILABLE})
+#: Exit statuses of the grading verbs: graded; graded, but the grader failed on some lab; nothing graded.
+EXIT_OK, EXIT_GRADER_FAULT, EXIT_USAGE = 0, 1, 2
 #: Talking-point statuses.
 EVIDENCE_PASSED, EVIDENCE_PENDING, NOT_YET = "evidence: passed", "evidence: pending (GPU)", "not yet"
 
@@ -90,6 +97,11 @@ class SubmissionResult:
             "max_score": sum(lab.max_score for lab in self.labs),
             "pending": sum(lab.pending for lab in self.labs),
         }
+
+    @property
+    def grader_faults(self) -> tuple[LabResult, ...]:
+        """The labs that were not graded because of the grader or the course (see :data:`GRADER_FAULTS`)."""
+        return tuple(lab for lab in self.labs if lab.status in GRADER_FAULTS)
 
     def lab(self, lab_id: str) -> LabResult:
         for lab in self.labs:

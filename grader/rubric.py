@@ -74,6 +74,10 @@ class LabRubric:
     def gpu_points(self) -> int:
         return sum(test.points for test in self.tests if test.gpu)
 
+    @property
+    def gpu_tests(self) -> int:
+        return sum(1 for test in self.tests if test.gpu)
+
 
 @dataclass(frozen=True)
 class Rubric:
@@ -97,6 +101,20 @@ class Rubric:
     @classmethod
     def read(cls, path: Path) -> "Rubric":
         return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def describe_rubric(lab: LabRubric) -> str:
+    """One line saying what a lab is worth, counting tests and points apart (``lab03: 71 tests worth
+    121 points, of which 15 GPU tests worth 32 points (pending without CUDA)``)."""
+    if lab.error is not None:
+        return f"{lab.lab}: UNAVAILABLE: {lab.error.splitlines()[0]}"
+    gpu = "no GPU tests" if not lab.gpu_tests else (
+        f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} (pending without CUDA)")
+    return f"{lab.lab}: {_count(len(lab.tests), 'test')} worth {_count(lab.max_score, 'point')}, {gpu}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _lab_from_dict(data: dict[str, Any]) -> LabRubric:

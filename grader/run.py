@@ -18,20 +18,20 @@ import json
 import shutil
 import sys
 import tempfile
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labkit.environment import current_command
 from labkit.labspec import COURSE_ROOT, LabSpec
 from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE
 from grader.course import Course, CourseError, load_course
 from grader.feedback import summary_line, write_outputs
-from grader.limits import truncate_text
-from grader.results import SubmissionResult
-from grader.rubric import DEFAULT_CACHE_DIR, Rubric, build_rubric
+from grader.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE, GRADER_ERROR, SubmissionResult
+from grader.preflight import GraderEnvironmentError, check_grading_environment, check_output_folder
+from grader.rubric import DEFAULT_CACHE_DIR, Rubric, build_rubric, describe_rubric
 from grader.runner import GPU_MODES, RunLimits, run_lab
 from grader.sandbox import SubmissionError, build_sandbox, new_canary_name, unpack_submission
-from grader.score import rescore, score_submission
+from grader.score import grader_error_result, rescore
 
 
 @dataclass(frozen=True)
@@ -99,14 +99,10 @@ def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str
               not_run_status="not-run")
         result = rescore(out)
     except Exception as error:  # noqa: BLE001 - the grader's own bug must still leave a row
-        detail = truncate_text("".join(traceback.format_exception(error)), 3000)
-        reason = f"grader error (a bug in the grader, not in the submission): {error!r}"
-        flags = [reason]
-        _meta(out, submission=name, gpu=setup.options.gpu, flags=flags, notes=[detail], not_run_reason=reason,
-              not_run_status="grader-error")
+        result = grader_error_result(setup.rubric, error, submission=name, gpu=setup.options.gpu)
+        _meta(out, submission=name, gpu=setup.options.gpu, flags=list(result.flags), notes=list(result.notes),
+              not_run_reason=result.flags[0], not_run_status=GRADER_ERROR)
         shutil.rmtree(out / RAW_DIR, ignore_errors=True)
-        result = score_submission(setup.rubric, {}, submission=name, gpu=setup.options.gpu, flags=tuple(flags),
-                                  notes=(detail,), not_run_reason=reason, not_run_status="grader-error")
     write_outputs(result, out)
     return result
 
@@ -125,13 +121,21 @@ def add_course_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-sandbox", action="store_true", help="keep each sandbox under OUT/sandbox")
 
 
-def prepare(args: argparse.Namespace) -> GradingSetup:
-    """Load the course, pick the labs, build (or read the cached) rubric.
+def prepare(args: argparse.Namespace, *, check_environment: bool = True) -> GradingSetup:
+    """Load the course, check that this machine can grade it, pick the labs, build (or read the cached) rubric.
+
+    Args:
+        args: the parsed course options (:func:`add_course_options`).
+        check_environment: run :func:`grader.preflight.check_grading_environment` first (off when each
+            submission is graded in a container of the course image, which has its own environment).
 
     Raises:
         CourseError: no ready lab, or an unknown ``--labs`` entry.
+        GraderEnvironmentError: this interpreter cannot run the graded tests (see :mod:`grader.preflight`).
     """
     course = load_course(args.course)
+    if check_environment:
+        check_grading_environment(course.root, command=current_command())
     for package, why in course.not_ready.items():
         print(f"note: {package} is not ready to grade ({why}): skipped", file=sys.stderr)
     labs = course.select(args.labs.split(",") if args.labs else None)
@@ -140,8 +144,7 @@ def prepare(args: argparse.Namespace) -> GradingSetup:
     print(f"collecting the pristine rubric of {', '.join(spec.id for spec in labs)} ...", file=sys.stderr)
     rubric = build_rubric(course, labs, None if args.no_cache else args.cache_dir)
     for lab in rubric.labs:
-        line = f"  {lab.lab}: {len(lab.tests)} tests, {lab.max_score} points ({lab.gpu_points} need a GPU)"
-        print(line if lab.error is None else f"  {lab.lab}: UNAVAILABLE: {lab.error.splitlines()[0]}", file=sys.stderr)
+        print(f"  {describe_rubric(lab)}", file=sys.stderr)
     limits = RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout)
     return GradingSetup(course, labs, rubric, GradeOptions(args.gpu, limits, keep_sandbox=args.keep_sandbox))
 
@@ -152,15 +155,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_course_options(parser)
 
 
+def report_grader_faults(results: list[SubmissionResult], command: str) -> int:
+    """Print every lab the grader failed on (never the students' fault) and return the exit status."""
+    faults = [(result.submission, lab) for result in results for lab in result.grader_faults]
+    if not faults:
+        return EXIT_OK
+    print(f"\nGRADER ERROR on {len(faults)} lab(s): these were not graded, and are not the students' fault:",
+          file=sys.stderr)
+    for student, lab in faults:
+        print(f"  {student} {lab.lab} [{lab.status}]: {lab.reason.splitlines()[0][:400] if lab.reason else ''}",
+              file=sys.stderr)
+    print(f"Fix the cause, then run `{command}` again.", file=sys.stderr)
+    return EXIT_GRADER_FAULT
+
+
 def main(args: argparse.Namespace) -> int:
     try:
+        check_output_folder(args.out)
         setup = prepare(args)
-    except CourseError as error:
+    except (CourseError, GraderEnvironmentError) as error:
         print(f"grader run: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     result = grade_submission(args.submission, args.out, setup)
     print(summary_line(result))
     for flag in result.flags:
         print(f"  FLAG {flag}")
     print(f"wrote {args.out}/summary.json, feedback.md, results.json")
-    return 0
+    return report_grader_faults([result], "python " + current_command())

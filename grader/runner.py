@@ -140,7 +140,12 @@ def supervise(command: list[str], *, cwd: Path, env: dict[str, str], output: Pat
 
 def run_lab(sandbox: Path, lab_id: str, package: str, raw_dir: Path, *, canary: str, gpu: str,
             limits: RunLimits, python: str = sys.executable) -> RunRecord:
-    """Run one lab's graded tests in ``sandbox`` and store the artifacts in ``raw_dir``."""
+    """Run one lab's graded tests in ``sandbox`` and store the artifacts in ``raw_dir``.
+
+    Both paths may be relative to this process's working directory: they are made absolute here,
+    because pytest runs with the sandbox as its working directory.
+    """
+    sandbox, raw_dir = sandbox.absolute(), raw_dir.absolute()
     raw_dir.mkdir(parents=True, exist_ok=True)
     for name in (EVENTS_FILE, REPORT_FILE, OUTPUT_FILE):
         (raw_dir / name).unlink(missing_ok=True)

@@ -13,7 +13,10 @@ The rules, test by test (``rubric`` lists every test the pristine course has):
   a GPU was promised and a skip counts as a failure. Any other skip is worth 0.
 - Points and the maximum come from the rubric, never from the report.
 
-Lab by lab: a failed collection scores 0 of the full maximum (reason: the collection error); a crash
+Lab by lab: a pytest that never started the grader's probe plugin (no ``configure`` event: the plugin
+or pytest-json-report is missing, the event log cannot be written) is a ``grader-error``, never the
+student's: nothing of the student's runs before that point. A failed collection scores 0 of the full
+maximum (reason: the collection error); a crash
 or a timeout keeps the points of tests that finished before it; a canary that passed voids the run
 (0 points, flagged: the student's code altered pytest's results in-process).
 """
@@ -24,6 +27,7 @@ import argparse
 import json
 import signal
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,13 +37,17 @@ from grader.artifacts import (
 )
 from grader.limits import truncate_text
 from grader.results import (
-    EVIDENCE_PASSED, EVIDENCE_PENDING, NOT_YET, PASSED, PENDING, LabResult, SubmissionResult,
-    TalkingPointResult, TestResult,
+    EVIDENCE_PASSED, EVIDENCE_PENDING, GRADER_ERROR, NOT_YET, PASSED, PENDING, UNAVAILABLE, LabResult,
+    SubmissionResult, TalkingPointResult, TestResult,
 )
 from grader.rubric import LabRubric, Rubric, RubricTest
 
 #: Longest failure message kept per test in a result.
 MESSAGE_CHARS = 600
+#: What an instructor does about a grader-error (said wherever one is reported).
+GRADER_ERROR_ADVICE = ("this is the grader's failure, not the submission's: run the grader with the course "
+                       "environment's interpreter (.nox/course-env/bin/python -m grader, or a nox session), "
+                       "check that --out is writable, then grade this submission again")
 
 
 @dataclass
@@ -114,6 +122,11 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
     if canary_passed(run, seen):
         return "void", ("the grader's canary test (which always fails) was reported passed: the submission's "
                         "code altered pytest's results in-process; this run is void")
+    if "configure" not in kinds and not run.timed_out:
+        # pytest_configure runs before any test module is imported: no student code has run yet.
+        tail = run.output_tail.strip()[-MESSAGE_CHARS:]
+        return GRADER_ERROR, (f"pytest could not start with the grader's plugins (it {describe_exit(run.exit_code)}); "
+                              f"{GRADER_ERROR_ADVICE}. Output: {tail}")
     if collect_errors:
         detail = "; ".join(f"{e.get('nodeid') or 'session'}: {e.get('message', '')}" for e in collect_errors)
         return "collection-error", "the tests could not be collected: " + truncate_text(detail, MESSAGE_CHARS)
@@ -193,7 +206,7 @@ def score_lab(lab: LabRubric, run: LabRun | None, gpu: str = "auto", not_run_rea
     ``not_run_status``/``not_run_reason`` describe a lab without a run (e.g. ``grader-error``).
     """
     if lab.error is not None:
-        return LabResult(lab.lab, lab.title, lab.package, 0, 0, 0, "unavailable",
+        return LabResult(lab.lab, lab.title, lab.package, 0, 0, 0, UNAVAILABLE,
                          f"this lab cannot be graded: {lab.error}")
     if run is None:
         status, reason, seen, reported, wall = not_run_status, not_run_reason or "the lab was not run", {}, None, 0.0
@@ -214,6 +227,15 @@ def score_submission(rubric: Rubric, runs: dict[str, LabRun | None], *, submissi
     labs = tuple(score_lab(lab, runs.get(lab.lab), gpu, not_run_reason, not_run_status) for lab in rubric.labs)
     void = [f"{lab.lab}: {lab.reason}" for lab in labs if lab.status == "void"]
     return SubmissionResult(submission, gpu, labs, tuple(flags) + tuple(void), tuple(notes))
+
+
+def grader_error_result(rubric: Rubric, error: BaseException, *, submission: str, gpu: str = "auto") -> SubmissionResult:
+    """The result of a submission the grader failed on (a bug, a runner that would not start): every
+    lab scores 0 with status ``grader-error``, the error as a flag and its traceback as a note (pure)."""
+    reason = f"grader error: {error!r}; {GRADER_ERROR_ADVICE}"
+    detail = truncate_text("".join(traceback.format_exception(error)), 3000)
+    return score_submission(rubric, {}, submission=submission, gpu=gpu, flags=(reason,), notes=(detail,),
+                            not_run_reason=reason, not_run_status=GRADER_ERROR)
 
 
 def rescore(out: Path) -> SubmissionResult:

@@ -23,6 +23,7 @@ from grader.batch import grade_all
 from grader.container import ContainerError, add_container_options, runner_from_args
 from grader.course import CourseError, make_reference_submission
 from grader.feedback import summary_line
+from grader.preflight import GraderEnvironmentError
 from grader.results import PASSED, SubmissionResult
 from grader.run import add_course_options, grade_submission, prepare
 from grader.score import rescore
@@ -71,10 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        setup = prepare(args)
+        setup = prepare(args, check_environment=not args.container)
     except CourseError as error:
         print(f"grader selfcheck: nothing to grade yet: {error}")
         return 0
+    except GraderEnvironmentError as error:
+        print(f"grader selfcheck: {error}", file=sys.stderr)
+        return 2
     try:
         runner = runner_from_args(args) or grade_submission
     except ContainerError as error:

@@ -13,6 +13,11 @@ Composition: :class:`PassManager` (validates outputs after every pass, reports),
 :func:`default_pipeline` (the semantics-preserving pipeline the benchmark runs).
 """
 
+# First, before torch: run from a Python without the course's packages, say which interpreter to use.
+from labkit.environment import require_course_environment
+
+require_course_environment()
+
 from .constant_folding import ConstantFolder, fold_constants
 from .conv_bn import ConvBNFuser, fuse_conv_bn
 from .dce import DCEPass, eliminate_dead_code, is_impure

@@ -14,6 +14,11 @@ The harness (ISA, program format, coverage report, models, CLI, benchmark) lives
 modules of this package; you do not edit those.
 """
 
+# First, before torch: run from a Python without the course's packages, say which interpreter to use.
+from labkit.environment import require_course_environment
+
+require_course_environment()
+
 from .backend import BACKEND_NAME, compile_graph, npu_aot_backend, npu_backend, partition_report, register_backend
 from .lowering import LoweringError, lower_to_program
 from .partition import NpuPartitioning, partition_for_npu

@@ -7,6 +7,11 @@ Public API (the same in the starter and the reference solution):
   with the kernel in every model it compiles; the handle counts the sites replaced.
 """
 
+# First, before torch: run from a Python without the course's packages, say which interpreter to use.
+from labkit.environment import require_course_environment
+
+require_course_environment()
+
 # Triton reads TRITON_INTERPRET when a kernel is decorated: choose the interpreter (no CUDA)
 # before the kernel module is imported.
 from labkit.triton_env import use_interpreter_without_cuda

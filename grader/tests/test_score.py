@@ -9,7 +9,7 @@ import pytest
 from grader.artifacts import LabRun, read_events
 from grader.pytest_probe import interleave_canaries
 from grader.results import EVIDENCE_PASSED, EVIDENCE_PENDING, NOT_YET, SubmissionResult
-from grader.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec
+from grader.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec, describe_rubric
 from grader.score import describe_exit, score_lab, score_submission
 
 CANARY = "test_c4n4ry"
@@ -148,6 +148,21 @@ def test_pytest_dying_before_collection_is_a_collection_error_with_the_output():
     run = LabRun("labX", 3, False, False, 0.5, CANARY, ({"event": "configure"},), None, output_tail="SystemExit: 3")
     lab = score_lab(RUBRIC, run)
     assert lab.status == "collection-error" and "SystemExit: 3" in lab.reason
+
+
+def test_pytest_that_never_loaded_the_grader_plugin_is_a_grader_error_not_a_collection_error():
+    # e.g. the grading Python lacks pytest-json-report: pytest stops at its command line, before any
+    # test module (the student's code) is imported, so the probe never logged "configure".
+    run = LabRun("labX", 4, False, False, 0.5, CANARY, (), None,
+                 output_tail="ERROR: usage: pytest [options]\npytest: error: unrecognized arguments: --json-report")
+    lab = score_lab(RUBRIC, run)
+    assert (lab.status, lab.score, lab.max_score) == ("grader-error", 0, 7)
+    assert "not the submission's" in lab.reason and "--json-report" in lab.reason
+    assert score_submission(Rubric((RUBRIC,)), {"labX": run}, submission="s").grader_faults == (lab,)
+
+
+def test_the_rubric_line_counts_tests_and_points_apart():
+    assert describe_rubric(RUBRIC) == "labX: 4 tests worth 7 points, of which 1 GPU test worth 3 points (pending without CUDA)"
 
 
 def test_an_unavailable_rubric_and_a_missing_run_each_give_a_reason():
