@@ -67,12 +67,17 @@ def _modules(gm: fx.GraphModule) -> dict[str, nn.Module]:
 
 def count_nodes(gm: fx.GraphModule, *, modules=(), functions=(), methods=()) -> int:
     """How many nodes call one of the given module types, function targets or method names."""
+    return count_nodes_of(gm, gm.graph.nodes, modules=modules, functions=functions, methods=methods)
+
+
+def count_nodes_of(gm: fx.GraphModule, nodes, *, modules=(), functions=(), methods=()) -> int:
+    """How many of ``nodes`` (nodes of ``gm``) call one of the given module types, functions or methods."""
     table = _modules(gm)
     return sum(
         (node.op == "call_module" and isinstance(table[node.target], modules))
         or (node.op == "call_function" and node.target in functions)
         or (node.op == "call_method" and node.target in methods)
-        for node in gm.graph.nodes
+        for node in nodes
     )
 
 
@@ -116,6 +121,74 @@ def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL) -> No
 def eval_model(model: nn.Module, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return randomize_batch_norm(model, seed).eval()
+
+
+# == 0. Naming operators, in every dialect =========================================================
+#: In-place flags of ReluZoo's six ReLUs, in graph order: nn.ReLU(inplace=True) and x.relu_() write in
+#: place, except in core aten, whose functionalization turns every in-place op into its pure form.
+RELU_ZOO_IN_PLACE = {dialect: (False,) * 4 + (True, True) for dialect in DIALECTS} | {
+    "export_core_aten": (False,) * 6
+}
+#: The operator each dialect spells ReluZoo's Linear layers with (aten splits them into t/permute + addmm).
+RELU_ZOO_LINEAR = {"symbolic_trace": "linear", "dynamo": "linear", "make_fx": "addmm", "export": "linear",
+                   "export_core_aten": "addmm"}  # fmt: skip
+
+
+def _named(result) -> tuple[str, bool] | None:
+    return None if result is None else (result.name, result.in_place)
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_op_name_names_relu_and_linear_in_every_dialect(lab, dialect):
+    """Six spellings of ReLU (module, F.relu, torch.relu, x.relu(), in place twice) are all "relu"."""
+    captured = capture(ReluZoo(), [torch.randn(3, 8)], dialect)
+    gm = captured.graph_module
+    modules = _modules(gm)
+    names = {node: _named(lab.op_name(node, modules)) for node in gm.graph.nodes}
+    for node, name in names.items():
+        if node.op in ("placeholder", "get_attr", "output"):
+            assert name is None, f"{node.op} node {node.name} calls no operator, op_name gave {name}"
+    relu_nodes = [node for node in gm.graph.nodes if relus_in(gm, node)]
+    assert [names[node] for node in relu_nodes] == [("relu", flag) for flag in RELU_ZOO_IN_PLACE[dialect]], (
+        f"ReLU nodes of the {dialect} graph, in order: {[(n.op, str(n.target)) for n in relu_nodes]}"
+    )
+    linear = RELU_ZOO_LINEAR[dialect]
+    assert sum(name == (linear, False) for name in names.values()) == 6, f"six {linear} nodes in the {dialect} graph"
+
+
+def relus_in(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether ``node`` calls ReLU in any spelling (the same rule as :func:`relus`, for one node)."""
+    return bool(count_nodes_of(gm, [node], modules=nn.ReLU, functions=RELU_FUNCTIONS, methods=("relu", "relu_")))
+
+
+@pytest.mark.points(1)
+def test_op_name_reads_in_place_spellings_and_dunders(lab):
+    """``inplace=True`` by keyword or position, ``*_`` functions and methods, but not ``__add__``."""
+    root = nn.Module()
+    root.act = nn.ReLU(inplace=True)
+    root.swish = nn.Hardswish()
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    expected = {
+        graph.call_function(F.relu, (x, True)): ("relu", True),
+        graph.call_function(F.relu, (x,), {"inplace": True}): ("relu", True),
+        graph.call_function(F.relu, (x,), {"inplace": False}): ("relu", False),
+        graph.call_function(torch.relu_, (x,)): ("relu", True),
+        graph.call_function(aten.hardswish_.default, (x,)): ("hardswish", True),
+        graph.call_function(aten.gelu.default, (x,), {"approximate": "tanh"}): ("gelu", False),
+        graph.call_function(operator.add, (x, x)): ("add", False),
+        graph.call_method("add_", (x, x)): ("add", True),
+        graph.call_method("__add__", (x, x)): ("__add__", False),
+        graph.call_module("act", (x,)): ("relu", True),
+        graph.call_module("swish", (x,)): ("hardswish", False),
+    }
+    graph.output(x)
+    gm = fx.GraphModule(root, graph)
+    modules = _modules(gm)
+    for node, want in expected.items():
+        got = _named(lab.op_name(node, modules))
+        assert got == want, f"{node.format_node()}: op_name gave {got}, expected OpName{want}"
 
 
 # == 1. Conv + BatchNorm fusion ==================================================================

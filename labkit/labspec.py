@@ -8,6 +8,12 @@ The format, defined once for all labs (``lab01_fx_passes/lab.toml`` is a complet
     title = "FX graph transformation passes"
     editable = ["conv_bn.py", "dce.py"]   # the only files a student submission may change
 
+    [[steps]]                         # the handout's steps, in its order
+    step = 1                          # the number the handout gives it (0 or 1 first, then +1)
+    title = "Conv+BN fusion"
+    files = ["conv_bn.py"]            # where the student writes this step (editable files)
+    tests = ["test_conv_bn_fused_matches_original"]   # test functions in the lab's test_lab.py
+
     [[talking_points]]
     id = "conv-bn-math"
     kind = "talking_point"            # or "interview"
@@ -15,7 +21,9 @@ The format, defined once for all labs (``lab01_fx_passes/lab.toml`` is a complet
     evidence = ["test_conv_bn_fused_matches_original"]   # test functions in the lab's test_lab.py
 
 The grader takes only ``editable`` files from a submission, and marks a talking point
-"evidence: passed" when every test named in ``evidence`` passed.
+"evidence: passed" when every test named in ``evidence`` passed. ``nox -s labNN`` ends with the
+points per step and the first step that still fails (:mod:`labkit.step_summary`); every graded test
+belongs to exactly one step, and every step has a test (:func:`step_coverage_problems`).
 """
 
 from __future__ import annotations
@@ -51,6 +59,16 @@ class TalkingPoint:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of the lab's handout: where the student writes it, and the tests that grade it."""
+
+    number: int
+    title: str
+    files: tuple[str, ...]
+    tests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class LabSpec:
     """Everything the harness and grader know about a lab, read from its ``lab.toml``."""
 
@@ -60,11 +78,16 @@ class LabSpec:
     editable: tuple[str, ...]
     talking_points: tuple[TalkingPoint, ...]
     directory: Path
+    steps: tuple[Step, ...] = ()
 
     @property
     def test_file(self) -> Path:
         """The lab's graded test file."""
         return self.directory / TEST_FILE
+
+    def step_of(self, test_function: str) -> Step | None:
+        """The step whose ``tests`` list ``test_function`` (a function name, without parameters)."""
+        return next((step for step in self.steps if test_function in step.tests), None)
 
 
 def _require(table: dict, key: str, kind: type, where: str):
@@ -108,14 +131,40 @@ def parse_lab_spec(data: dict, directory: Path, source: str = SPEC_FILE) -> LabS
     ids = [p.id for p in points]
     if len(ids) != len(set(ids)):
         raise LabSpecError(f"{source}: talking point ids are not unique: {ids}")
+    editable = _strings(lab, "editable", where)
     return LabSpec(
         id=_require(lab, "id", str, where),
         package=_require(lab, "package", str, where),
         title=_require(lab, "title", str, where),
-        editable=_strings(lab, "editable", where),
+        editable=editable,
         talking_points=tuple(points),
         directory=directory,
+        steps=_parse_steps(data.get("steps", []), editable, source),
     )
+
+
+def _parse_steps(entries: list, editable: tuple[str, ...], source: str) -> tuple[Step, ...]:
+    """The ``[[steps]]`` tables: numbered consecutively, files among ``editable``, no test in two steps."""
+    steps: list[Step] = []
+    for index, entry in enumerate(entries):
+        at = f"{source} [[steps]] #{index + 1}"
+        number = _require(entry, "step", int, at)
+        if steps and number != steps[-1].number + 1:
+            raise LabSpecError(f"{at}: step {number} follows step {steps[-1].number} (number them in order)")
+        if not steps and number not in (0, 1):
+            raise LabSpecError(f"{at}: the first step is numbered {number} (0 or 1 expected)")
+        files = _strings(entry, "files", at)
+        unknown = [name for name in files if name not in editable]
+        if unknown:
+            raise LabSpecError(f"{at}: files {unknown} are not in [lab] editable")
+        steps.append(Step(number, _require(entry, "title", str, at), files, _strings(entry, "tests", at)))
+    seen: dict[str, int] = {}
+    for step in steps:
+        for test in step.tests:
+            if test in seen:
+                raise LabSpecError(f"{source}: {test} is listed in step {seen[test]} and step {step.number}")
+            seen[test] = step.number
+    return tuple(steps)
 
 
 def load_lab_spec(package: str, root: Path = COURSE_ROOT) -> LabSpec:
@@ -160,6 +209,26 @@ def missing_evidence(spec: LabSpec) -> list[str]:
     return [
         f"{point.id}: {test}" for point in spec.talking_points for test in point.evidence if test not in defined
     ]
+
+
+def step_coverage_problems(spec: LabSpec) -> list[str]:
+    """What keeps ``spec``'s steps from covering its tests exactly (empty when they do).
+
+    Every test function of ``test_lab.py`` must belong to a step (so the per-step points add up to
+    the lab's points), every test a step names must exist, and the spec must list steps at all.
+    """
+    if not spec.steps:
+        return [f"{spec.package}: lab.toml lists no [[steps]]"]
+    defined = test_functions(spec.test_file)
+    listed = {test for step in spec.steps for test in step.tests}
+    problems = [f"{test}: in no step of lab.toml" for test in sorted(defined - listed)]
+    problems += [
+        f"step {step.number}: {test} is not a test function of {TEST_FILE}"
+        for step in spec.steps
+        for test in step.tests
+        if test not in defined
+    ]
+    return problems
 
 
 test_functions.__test__ = False  # a helper, not a pytest test

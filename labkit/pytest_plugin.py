@@ -10,17 +10,26 @@ It gives every lab the same harness:
 - ``lab``: a fixture returning the lab's public API (the package next to the test file, or its
   reference under ``solutions/``).
 - With pytest-json-report active, each test's ``metadata`` carries ``points`` and ``gpu``.
+- The run ends with each lab's points per handout step and the first step to work on
+  (:class:`StepSummary`, text from :mod:`labkit.step_summary`). A test that fails only because a
+  starter TODO raises ``NotImplementedError`` is reported as "not implemented", one line in that
+  summary instead of a traceback; with an explicit ``--tb`` style (``--tb=long``) it is an ordinary
+  failure with its full traceback. Either way it counts as failed (exit status, ``-x``, the grader).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from labkit import impl as impl_switch
-from labkit.labspec import TEST_FILE
+from labkit import step_summary
+from labkit.labspec import SPEC_FILE, TEST_FILE, LabSpec, LabSpecError, load_lab_spec
+from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, SKIPPED, TestOutcome
 from labkit.triton_env import use_interpreter_without_cuda
 
 GPU_SKIP_REASON = "needs a CUDA GPU (graded as pending on machines without one)"
@@ -45,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[impl_switch.IMPL_ENV_VAR] = chosen
     impl_switch.selected_impl()  # fail early on a bad LABKIT_IMPL
     use_interpreter_without_cuda()
+    config.pluginmanager.register(StepSummary(config), "labkit-step-summary")
 
 
 def points_of(item: pytest.Item) -> int | None:
@@ -86,3 +96,99 @@ def pytest_json_runtest_metadata(item: pytest.Item, call: pytest.CallInfo) -> di
 def lab(request: pytest.FixtureRequest) -> ModuleType:
     """The public API of the lab whose folder holds this test file (student or reference, per ``--impl``)."""
     return impl_switch.load_lab(request.path.parent.name)
+
+
+class StepSummary:
+    """Collects the outcome of every graded test and prints each lab's points per handout step.
+
+    Registered by :func:`pytest_configure`; one instance per pytest run.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.specs: dict[Path, LabSpec | str] = {}  # lab folder -> its spec, or why it could not be read
+        self.graded: dict[str, tuple[Path, str, int, bool]] = {}  # nodeid -> (folder, function, points, gpu)
+        self.outcomes: dict[str, TestOutcome] = {}
+        self.partial: set[Path] = set()  # labs some of whose tests were deselected
+
+    def spec_for(self, folder: Path) -> LabSpec | None:
+        """The ``lab.toml`` next to a graded test file (read once; None when it is missing or invalid)."""
+        if folder not in self.specs:
+            try:
+                self.specs[folder] = load_lab_spec(folder.name, folder.parent)
+            except LabSpecError as error:
+                self.specs[folder] = str(error)
+        spec = self.specs[folder]
+        return spec if isinstance(spec, LabSpec) else None
+
+    def compact_tracebacks(self) -> bool:
+        """True unless the user chose a traceback style (``--tb=long`` shows the TODO tracebacks again)."""
+        return self.config.getoption("tbstyle", "auto") == "auto"
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.partial.update(item.path.parent for item in items if _is_graded(item))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            if _is_graded(item) and (item.path.parent / SPEC_FILE).is_file():
+                function = getattr(item, "originalname", None) or item.name.split("[")[0]
+                points = points_of(item)
+                gpu = item.get_closest_marker("gpu") is not None
+                self.graded[item.nodeid] = (item.path.parent, function, points if isinstance(points, int) else 0, gpu)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Generator[None, object, object]:
+        report = yield
+        if call.excinfo is not None and item.nodeid in self.graded:
+            spec = self.spec_for(self.graded[item.nodeid][0])
+            todo = spec and step_summary.starter_todo(call.excinfo.value, spec)
+            if todo:
+                report.labkit_not_implemented = todo
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        if report.failed and getattr(report, "labkit_not_implemented", None) and self.compact_tracebacks():
+            return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
+        return None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.nodeid not in self.graded:
+            return
+        _, function, points, gpu = self.graded[report.nodeid]
+        previous = self.outcomes.get(report.nodeid)
+        if previous is not None and previous.outcome in (FAILED, NOT_IMPLEMENTED):
+            return  # the first failure of a test (setup, call or teardown) is its outcome
+        if report.failed:
+            todo = getattr(report, "labkit_not_implemented", None)
+            outcome, message = (NOT_IMPLEMENTED, todo) if todo else (FAILED, _failure_line(report))
+        elif report.skipped:
+            outcome, message = (PENDING if gpu else SKIPPED), ""
+        elif report.when == "call":
+            outcome, message = PASSED, ""
+        else:
+            return
+        self.outcomes[report.nodeid] = TestOutcome(report.nodeid, function, points, outcome, message)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        by_lab: dict[Path, list[TestOutcome]] = {}
+        for nodeid, outcome in self.outcomes.items():
+            by_lab.setdefault(self.graded[nodeid][0], []).append(outcome)
+        for folder, outcomes in sorted(by_lab.items()):
+            spec = self.spec_for(folder)
+            if spec is None:
+                terminalreporter.write_line(f"(no points per step for {folder.name}: {self.specs[folder]})")
+                continue
+            terminalreporter.write_sep("=", step_summary.summary_title(spec, outcomes), bold=True)
+            lines = step_summary.summary_lines(
+                spec, outcomes, partial=folder in self.partial, tracebacks_shown=not self.compact_tracebacks()
+            )
+            for line in lines:
+                terminalreporter.write_line(line)
+
+
+def _failure_line(report: pytest.TestReport) -> str:
+    """The first line of a failure's message (pytest's crash line), shortened."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "failed")
+    return step_summary.shorten(text.splitlines()[0] if text.strip() else "failed")

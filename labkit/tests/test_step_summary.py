@@ -1,0 +1,174 @@
+"""What ``nox -s labNN`` ends with: points per handout step, where to start, one line per TODO."""
+
+import textwrap
+
+import pytest
+
+from labkit.labspec import load_lab_spec
+from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, TestOutcome, summary_lines
+
+pytest_plugins = ["pytester"]
+
+LAB_TOML = """
+[lab]
+id = "labX"
+package = "labX_demo"
+title = "Demo lab"
+editable = ["demo.py"]
+
+[[steps]]
+step = 0
+title = "Adding"
+files = ["demo.py"]
+tests = ["test_add"]
+
+[[steps]]
+step = 1
+title = "Scaling"
+files = ["demo.py"]
+tests = ["test_scale", "test_scale_twice"]
+
+[[steps]]
+step = 2
+title = "Wrapped"
+files = ["demo.py"]
+tests = ["test_wrapped", "test_torch_like"]
+"""
+
+DEMO = '''
+def add(a, b):
+    return a + b
+
+
+def scale(x, factor):
+    # TODO(step 1): multiply
+    raise NotImplementedError("scale: multiply x by factor")
+
+
+def wrapped():
+    try:
+        scale(1, 2)
+    except NotImplementedError as error:
+        raise RuntimeError("the backend failed") from error
+'''
+
+TESTS = '''
+import pytest
+from labX_demo import demo
+
+
+@pytest.mark.points(2)
+def test_add():
+    assert demo.add(1, 2) == 3
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("factor", [2, 3])
+def test_scale(factor):
+    assert demo.scale(1, factor) == factor
+
+
+@pytest.mark.points(1)
+def test_scale_twice():
+    assert demo.scale(demo.scale(1, 2), 2) == 4
+
+
+@pytest.mark.points(1)
+def test_wrapped():
+    demo.wrapped()
+
+
+@pytest.mark.points(1)
+def test_torch_like():
+    raise NotImplementedError("aten::frob is not implemented for the Meta backend")
+'''
+
+
+@pytest.fixture
+def demo_lab(pytester):
+    """A one-file lab next to the course plugin: 2 of 11 points pass; TODOs and real failures lose the rest."""
+    pytester.makeconftest('pytest_plugins = ["labkit.pytest_plugin"]')
+    package = pytester.mkpydir("labX_demo")
+    (package / "lab.toml").write_text(textwrap.dedent(LAB_TOML))
+    (package / "demo.py").write_text(DEMO)
+    (package / "test_lab.py").write_text(TESTS)
+    return pytester
+
+
+def test_a_starter_todo_is_one_line_and_the_run_ends_with_points_per_step(demo_lab):
+    result = demo_lab.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, "a TODO is still a failure for the exit status"
+    output = result.stdout.str()
+    assert 'raise NotImplementedError("scale' not in output, "no traceback for a starter TODO"
+    result.stdout.fnmatch_lines(
+        [
+            "*labX Demo lab: 2/11 points*",
+            "Not implemented yet*--tb=long*",
+            "  step 1  test_scale (2 cases): scale: multiply x by factor (demo.py:8)",
+            "  step 1  test_scale_twice: scale: multiply x by factor (demo.py:8)",
+            "  step 2  test_wrapped: scale: multiply x by factor (demo.py:8)",
+            "step  file*passed*points*status",
+            "0  demo.py*1/1*2/2*done",
+            "1  demo.py*0/3*0/7*not implemented",
+            "2  demo.py*0/2*0/2*2 failing (1 not implemented)",
+            "total*1/6*2/11",
+            "Start here: step 1, Scaling (demo.py)",
+            "  its first failing test alone: nox -s labX -- -k test_scale",
+            "*1 failed, 1 passed, 4 not implemented*",
+        ]
+    )
+    # pytest's own NotImplementedError (not from an editable file) keeps its traceback.
+    result.stdout.fnmatch_lines(["*_ test_torch_like _*", "*aten::frob*"])
+
+
+def test_tb_long_brings_the_todo_tracebacks_back(demo_lab):
+    result = demo_lab.runpytest("-p", "no:randomly", "--tb=long")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert 'raise NotImplementedError("scale' in result.stdout.str()
+    result.stdout.fnmatch_lines(["Not implemented yet (a TODO still raises NotImplementedError):", "*5 failed, 1 passed*"])
+
+
+def test_a_deselected_run_says_its_totals_are_partial(demo_lab):
+    result = demo_lab.runpytest("-p", "no:randomly", "-k", "add")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["*labX Demo lab: 2/2 points*", "(only the tests that ran*", "Every step that ran passes."]
+    )
+
+
+def test_the_todo_outcome_stays_failed_for_the_grader(demo_lab):
+    """The event log the grader reads records the TODO as a failure (report.outcome is unchanged)."""
+    demo_lab.makeconftest(
+        'pytest_plugins = ["labkit.pytest_plugin"]\n'
+        "OUTCOMES = []\n"
+        "def pytest_runtest_logreport(report):\n"
+        "    if report.when == 'call':\n"
+        "        OUTCOMES.append((report.nodeid.split('::')[-1], report.outcome))\n"
+        "def pytest_sessionfinish(session):\n"
+        "    import json, pathlib\n"
+        "    pathlib.Path('outcomes.json').write_text(json.dumps(OUTCOMES))\n"
+    )
+    demo_lab.runpytest("-p", "no:randomly", "-k", "scale_twice")
+    assert (demo_lab.path / "outcomes.json").read_text() == '[["test_scale_twice", "failed"]]'
+
+
+def _outcome(function: str, points: int, outcome: str, message: str = "") -> TestOutcome:
+    return TestOutcome(f"test_lab.py::{function}", function, points, outcome, message)
+
+
+def test_pending_gpu_points_are_neither_earned_nor_lost():
+    spec = load_lab_spec("lab03_triton_lowering")
+    gpu_test = spec.steps[1].tests[-1]
+    lines = summary_lines(spec, [_outcome(spec.steps[0].tests[0], 1, PASSED), _outcome(gpu_test, 10, PENDING)])
+    assert any(line.startswith("total") and "1/11" in line and "10 pending" in line for line in lines)
+    assert lines[-1] == "Every step that ran passes. The GPU tests are pending."
+
+
+def test_where_to_start_is_the_first_step_in_handout_order():
+    spec = load_lab_spec("lab01_fx_passes")
+    late, early = spec.steps[7].tests[0], spec.steps[2].tests[0]
+    lines = summary_lines(
+        spec, [_outcome(late, 2, FAILED, "AssertionError"), _outcome(early, 3, NOT_IMPLEMENTED, "fold (x.py:1)")]
+    )
+    assert lines[-2].startswith(f"Start here: step 2, {spec.steps[2].title}")
+    assert lines[-1].endswith(f"nox -s lab01 -- -k {early}")
