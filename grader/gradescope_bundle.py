@@ -11,8 +11,10 @@ Upload the zip as a Gradescope programming assignment's autograder (base image: 
   ``/autograder/submission`` with the course's own grader and writes
   ``/autograder/results/results.json`` (Gradescope's format, from our scorer). Gradescope has no GPU:
   GPU tests are *pending*, listed with their points, to be graded on a GPU run;
-- ``course/``: the course as students receive it (the ``release`` distribution: no solutions), plus
-  ``bundle.json`` with the options chosen here.
+- ``course/``: the course as students receive it (the ``release`` distribution: no solutions) *plus the
+  labs' held-out tests*, which Gradescope runs like the visible ones and reports with their own
+  visibility (``hidden``: never shown to students; ``after_due_date``: shown after the due date); and
+  ``bundle.json`` with the options chosen here. Students never see the bundle.
 
 Students submit their whole course folder (upload it, a zip of it, or a repository); only the files
 each lab declares editable are graded, as everywhere else.
@@ -93,7 +95,7 @@ def build_bundle(out: Path, course_root: Path = COURSE_ROOT, *, labs: list[str] 
     with tempfile.TemporaryDirectory(prefix="gradescope-bundle-") as scratch, \
             zipfile.ZipFile(out, "w") as archive:
         release = Path(scratch) / COURSE_DIR
-        build_release(course, release)
+        build_release(course, release, include_heldout=True)
         for path in sorted(release.rglob("*")):
             if path.is_file():
                 name = f"{COURSE_DIR}/{path.relative_to(release).as_posix()}"
@@ -126,5 +128,5 @@ def main(args: argparse.Namespace) -> int:
         return 2
     course_files = sum(name.startswith(f"{COURSE_DIR}/") for name in names)
     print(f"wrote {args.out}: setup.sh, run_autograder, {CONFIG_FILE} and the course ({course_files} files, "
-          "no solutions); upload it as the assignment's autograder")
+          "held-out tests included, no solutions); upload it as the assignment's autograder")
     return 0

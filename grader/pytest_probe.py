@@ -13,7 +13,7 @@ It does three small jobs inside the pytest process that runs a student's code:
    after every real test. Honest code cannot make a canary pass; code that patched pytest's runner
    in-process (to report failures as passes) makes the next canary "pass", and the grader voids the run.
 3. **The rubric** (``--grader-rubric FILE``, used with ``--collect-only`` on the pristine course):
-   every collected test's node id, function name, points and GPU need, written as JSON.
+   every collected test's node id, function name, points, GPU need, visibility and area, written as JSON.
 
 Nothing here imports the student's code or torch; the plugin is tiny so that it cannot fail on its own.
 """
@@ -96,14 +96,20 @@ def interleave_canaries(items: list[pytest.Item], canary: str) -> list[pytest.It
     return ordered
 
 
+def _marker_arg(item: pytest.Item, name: str, default: Any = None) -> Any:
+    marker = item.get_closest_marker(name)
+    return marker.args[0] if marker is not None and marker.args else default
+
+
 def rubric_entry(item: pytest.Item) -> dict[str, Any]:
-    """What the grader needs to know about one collected test."""
-    marker = item.get_closest_marker("points")
+    """What the grader needs to know about one collected test (the course plugin has set ``visibility``)."""
     return {
         "nodeid": item.nodeid,
         "name": getattr(item, "originalname", item.name),
-        "points": marker.args[0] if marker is not None and marker.args else None,
+        "points": _marker_arg(item, "points"),
         "gpu": item.get_closest_marker("gpu") is not None,
+        "visibility": _marker_arg(item, "visibility", "visible"),
+        "area": _marker_arg(item, "area", ""),
     }
 
 

@@ -1,17 +1,23 @@
 """The ``release`` verb: build the student distribution and prove it is safe to hand out.
 
-The distribution is the course minus instructor material: no ``solutions/``, no project tests
-(``labkit/tests``, ``grader/tests``: they check the solutions), no benchmarks of the grader, no CI or
-container files, nothing under a folder named ``instructor``. The grader itself ships (without its
-tests) so students can check their standing with ``python -m grader run . --out mygrade``.
+The distribution is the course minus instructor material: no ``solutions/``, no held-out tests (each
+lab's ``heldout/`` folder), no project tests (``labkit/tests``, ``grader/tests``: they check the
+solutions), no benchmarks of the grader, no CI or container files, nothing under a folder named
+``instructor``. The grader itself ships (without its tests) so students can check their standing on
+the visible tests with ``python -m grader run . --out mygrade``.
 
 Verification (skipped with ``--no-verify``), each step failing loudly:
 
 1. nothing in the release names the solutions package in an import;
-2. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug);
-3. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
+2. no held-out test is in it: no ``heldout/`` folder, and every test its rubric collects is
+   ``visible`` (the pristine course's held-out tests and points are counted, to show what was left out);
+3. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug);
+4. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
    files must be declared as package data);
-4. every lab's tests collect from the *installed* copy, as many as the pristine rubric lists.
+5. every lab's tests collect from the *installed* copy, as many as the release's rubric lists.
+
+The Gradescope bundle is built from the same function with ``include_heldout=True``: it is uploaded by
+the instructor, and its grader must find the held-out tests in the course it grades against.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from labkit.labspec import HELDOUT_DIR
 from grader.course import SOLUTIONS_DIR, SUPPORT_PATHS, Course, CourseError, ignore_noise, load_course
 from grader.run import GradeOptions, GradingSetup, add_course_options, grade_submission
-from grader.rubric import build_rubric
+from grader.rubric import Rubric, build_rubric
 from grader.runner import RunLimits, pytest_env
 
 #: Root files shipped to students when the course has them.
@@ -43,25 +50,29 @@ class ReleaseError(RuntimeError):
     """The distribution failed a verification step (the message says which and why)."""
 
 
-def _ignore_for(course_root: Path):
+def _ignore_for(course_root: Path, include_heldout: bool = False):
     def ignore(folder: str, names: list[str]) -> list[str]:
         dropped = set(ignore_noise(folder, names))
         for name in names:
             rel = (Path(folder) / name).relative_to(course_root).as_posix()
-            if rel in INSTRUCTOR_ONLY or name == "instructor":
+            if rel in INSTRUCTOR_ONLY or name == "instructor" or (name == HELDOUT_DIR and not include_heldout):
                 dropped.add(name)
         return sorted(dropped)
 
     return ignore
 
 
-def build_release(course: Course, out: Path) -> list[str]:
-    """Copy the student distribution of ``course`` into ``out`` (emptied first); return its top-level entries."""
+def build_release(course: Course, out: Path, *, include_heldout: bool = False) -> list[str]:
+    """Copy the student distribution of ``course`` into ``out`` (emptied first); return its top-level entries.
+
+    ``include_heldout`` keeps the labs' held-out tests: only for a grading copy the instructor uploads
+    (the Gradescope bundle), never for students.
+    """
     if out.resolve() == course.root or course.root in out.resolve().parents:
         raise CourseError(f"--out {out} must be outside the course root {course.root}")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    ignore = _ignore_for(course.root)
+    ignore = _ignore_for(course.root, include_heldout)
     folders = [*SUPPORT_PATHS, *STUDENT_PACKAGES, *(spec.package for spec in course.labs), *course.not_ready]
     for name in dict.fromkeys(folders):
         source = course.root / name
@@ -85,8 +96,26 @@ def check_no_solution_imports(release: Path) -> None:
         raise ReleaseError("the release refers to the reference solutions: " + ", ".join(offenders))
 
 
+def check_no_heldout_tests(release: Path, rubric: Rubric, pristine: Rubric | None = None) -> str:
+    """Step 2: no held-out test file ships, and every collected test is visible; return what was left out.
+
+    Args:
+        rubric: the release's own rubric (collected from the release).
+        pristine: the instructor course's rubric, to count the held-out tests left out (optional).
+    """
+    folders = sorted(path.relative_to(release).as_posix() for path in release.rglob(HELDOUT_DIR) if path.is_dir())
+    shipped = [test.nodeid for lab in rubric.labs for test in lab.tests if test.heldout]
+    if folders or shipped:
+        raise ReleaseError("the release contains held-out tests: " + ", ".join(folders + shipped))
+    if pristine is None:
+        return "no held-out test is in the release"
+    tests = sum(test.heldout for lab in pristine.labs for test in lab.tests)
+    points = sum(lab.heldout_points for lab in pristine.labs)
+    return f"none of the course's {tests} held-out tests ({points} points) is in the release"
+
+
 def install_release(release: Path, target: Path, python: str = sys.executable) -> None:
-    """Step 2: build and install the release into ``target`` (no dependencies, no network)."""
+    """Step 4: build and install the release into ``target`` (no dependencies, no network)."""
     done = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--disable-pip-version-check",
          "--target", str(target), str(release)],
@@ -100,7 +129,7 @@ def install_release(release: Path, target: Path, python: str = sys.executable) -
 
 
 def count_installed_tests(site: Path, packages: list[str], python: str = sys.executable) -> int:
-    """Step 3: collect the labs' tests from the installed copy; return how many were collected."""
+    """Step 5: collect the labs' tests from the installed copy; return how many were collected."""
     with tempfile.TemporaryDirectory(prefix="grader-collect-") as empty:
         done = subprocess.run(
             [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "labkit.pytest_plugin",
@@ -112,8 +141,12 @@ def count_installed_tests(site: Path, packages: list[str], python: str = sys.exe
     return sum(1 for line in done.stdout.splitlines() if "::" in line)
 
 
-def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print) -> None:
-    """Run the four checks of the module docstring on the built release.
+def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print,
+                   pristine: Course | None = None) -> None:
+    """Run the five checks of the module docstring on the built release.
+
+    Args:
+        pristine: the instructor course the release was built from (its held-out tests are counted).
 
     Raises:
         ReleaseError: at the first failed check.
@@ -128,6 +161,10 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
     broken = [f"{lab.lab}: {lab.error}" for lab in rubric.labs if lab.error]
     if broken:
         raise ReleaseError("labs whose tests do not collect in the release: " + "; ".join(broken))
+    pristine_rubric = None
+    if pristine is not None:
+        pristine_rubric = build_rubric(pristine, pristine.select([spec.id for spec in labs]), cache_dir, options.python)
+    log(f"  ok: {check_no_heldout_tests(release, rubric, pristine_rubric)}")
     with tempfile.TemporaryDirectory(prefix="grader-release-") as scratch:
         result = grade_submission(release, Path(scratch) / "starter-grade", GradingSetup(course, labs, rubric, options),
                                   name="untouched starter")
@@ -168,7 +205,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     options = GradeOptions(gpu="off", limits=RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout))
     try:
-        verify_release(args.out, options=options, cache_dir=None if args.no_cache else args.cache_dir)
+        verify_release(args.out, options=options, cache_dir=None if args.no_cache else args.cache_dir, pristine=course)
     except (ReleaseError, CourseError) as error:
         print(f"grader release: VERIFICATION FAILED: {error}", file=sys.stderr)
         return 1

@@ -2,7 +2,8 @@
 
 Reads ``GRADED_DIR/<student>/summary.json`` (what ``batch`` wrote) and writes into ``--out``:
 
-- ``class.csv``: one row per student: total, then per lab score, max, pending points, status, flags;
+- ``class.csv``: one row per student: total (and its visible / held-out split), then per lab score, max,
+  pending points, held-out score and max, status, flags;
 - ``class.json``: the same rows plus per-lab statistics, per-test pass rates, talking-point readiness;
 - ``class.html``: one self-contained page (matplotlib PNGs embedded as base64): a score histogram and
   a per-test pass-rate chart per lab, talking-point readiness across the class, flagged submissions.
@@ -53,12 +54,16 @@ def student_row(result: SubmissionResult, lab_ids: list[str]) -> dict[str, Any]:
     """One CSV row: totals, then ``<lab>_score``, ``_max``, ``_pending``, ``_status`` for each lab."""
     total = result.total
     row: dict[str, Any] = {"student": result.submission, "score": total["score"], "max_score": total["max_score"],
-                           "pending": total["pending"]}
+                           "pending": total["pending"], "visible_score": total["visible"]["score"],
+                           "heldout_score": total["heldout"]["score"], "heldout_max": total["heldout"]["max_score"]}
     labs = {lab.lab: lab for lab in result.labs}
     for lab_id in lab_ids:
         lab = labs.get(lab_id)
         row.update({f"{lab_id}_score": lab.score if lab else 0, f"{lab_id}_max": lab.max_score if lab else 0,
-                    f"{lab_id}_pending": lab.pending if lab else 0, f"{lab_id}_status": lab.status if lab else MISSING})
+                    f"{lab_id}_pending": lab.pending if lab else 0,
+                    f"{lab_id}_heldout_score": lab.heldout.score if lab else 0,
+                    f"{lab_id}_heldout_max": lab.heldout.max_score if lab else 0,
+                    f"{lab_id}_status": lab.status if lab else MISSING})
     row["flags"] = " | ".join(result.flags)
     return row
 
@@ -70,7 +75,8 @@ def _lab_statistics(results: list[SubmissionResult], lab_id: str) -> dict[str, A
     points: dict[str, dict[str, Any]] = {}
     for lab in labs:
         for test in lab.tests:
-            entry = tests.setdefault(test.nodeid.split("::", 1)[-1], {"points": test.max_points, "passed": 0, "pending": 0, "graded": 0})
+            entry = tests.setdefault(test.nodeid.split("::", 1)[-1], {"points": test.max_points, "passed": 0, "pending": 0,
+                                                                      "graded": 0, "visibility": test.visibility})
             entry["graded"] += 1
             entry["passed"] += test.outcome == PASSED
             entry["pending"] += test.outcome == "pending"
@@ -89,6 +95,9 @@ def _lab_statistics(results: list[SubmissionResult], lab_id: str) -> dict[str, A
         "max_score": max((lab.max_score for lab in labs), default=0),
         "students": len(labs),
         "mean": round(statistics.fmean(scores), 3) if scores else 0.0,
+        "heldout_max_score": max((lab.heldout.max_score for lab in labs), default=0),
+        "heldout_mean": round(statistics.fmean(lab.heldout.score for lab in labs), 3) if labs else 0.0,
+        "visible_mean": round(statistics.fmean(lab.visible.score for lab in labs), 3) if labs else 0.0,
         "median": statistics.median(scores) if scores else 0,
         "min": min(scores, default=0),
         "max": max(scores, default=0),
@@ -171,7 +180,10 @@ def lab_charts(lab: dict[str, Any]) -> tuple[str, str]:
     for row, is_pending in enumerate(pending):
         if is_pending:
             axes.text(2, row, "pending (needs a GPU)", va="center", fontsize=7)
-    axes.set_yticks(range(len(names)), [name if len(name) < 48 else name[:45] + "..." for name in names], fontsize=7)
+    # Held-out tests are the instructor's to see here: marked, so nobody mistakes them for test_lab.py's.
+    labels = [("[held-out] " if lab["tests"][name].get("visibility", "visible") != "visible" else "") + name
+              for name in names]
+    axes.set_yticks(range(len(names)), [label if len(label) < 48 else label[:45] + "..." for label in labels], fontsize=7)
     axes.invert_yaxis()
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of students passing")
@@ -205,9 +217,12 @@ def to_html(summary: dict[str, Any], charts: dict[str, tuple[str, str]]) -> str:
     for lab_id, lab in summary["labs"].items():
         histogram, pass_rates = charts[lab_id]
         statuses = ", ".join(f"{status}: {count}" for status, count in sorted(lab["statuses"].items()))
+        split = (f"<p>visible tests: mean {lab['visible_mean']} of {lab['max_score'] - lab['heldout_max_score']}"
+                 f" · held-out tests: mean {lab['heldout_mean']} of {lab['heldout_max_score']}</p>"
+                 if lab["heldout_max_score"] else "")
         parts.append(f"<h2>{html.escape(lab_id)}: {html.escape(lab['title'])}</h2>"
                      f"<p>max {lab['max_score']} · mean {lab['mean']} · median {lab['median']} · "
-                     f"full marks {lab['full_marks']}/{lab['students']} · {html.escape(statuses)}</p>"
+                     f"full marks {lab['full_marks']}/{lab['students']} · {html.escape(statuses)}</p>{split}"
                      f"<img alt='score histogram' src='data:image/png;base64,{histogram}'>"
                      f"<img alt='pass rate per test' src='data:image/png;base64,{pass_rates}'>")
         points = [[p["kind"].replace("_", " "), p["text"], ", ".join(p["evidence"]),
@@ -217,7 +232,8 @@ def to_html(summary: dict[str, Any], charts: dict[str, tuple[str, str]]) -> str:
     if summary["flagged"]:
         parts.append("<h2>Flagged submissions</h2>" + _table(
             ["student", "flags"], [[f["student"], " | ".join(f["flags"])] for f in summary["flagged"]]))
-    columns = ["student", "score", "max_score", "pending"] + [f"{lab}_{k}" for lab in summary["lab_ids"] for k in ("score", "status")]
+    columns = ["student", "score", "max_score", "pending", "heldout_score", "heldout_max"] + [
+        f"{lab}_{k}" for lab in summary["lab_ids"] for k in ("score", "heldout_score", "status")]
     parts.append("<h2>Students</h2>" + _table(columns, [[row.get(c, "") for c in columns] for row in summary["rows"]]))
     parts.append("</body></html>")
     return "\n".join(parts)

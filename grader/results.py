@@ -4,11 +4,18 @@
 
     {"schema": "grader-summary/1", "submission": "alice", "gpu": "auto",
      "labs": {"lab01": {"title", "package", "score", "max_score", "pending", "status", "reason",
-                        "wall_s", "tests": [{"nodeid", "name", "points", "max_points", "gpu",
-                                             "outcome", "message"}, ...],
+                        "wall_s", "visible": {"score", "max_score", "pending"}, "heldout": {...},
+                        "tests": [{"nodeid", "name", "points", "max_points", "gpu",
+                                   "outcome", "message", "visibility", "area"}, ...],
                         "talking_points": [{"id", "kind", "text", "evidence", "status", "tests"}]}},
-     "total": {"score", "max_score", "pending"},
+     "total": {"score", "max_score", "pending", "visible": {...}, "heldout": {...}},
      "flags": ["..."], "notes": ["..."]}
+
+``visible`` and ``heldout`` split a score between the tests students hold (``test_lab.py``) and the
+held-out tests (visibility ``hidden`` or ``after_due_date``); they are derived from ``tests``, stored
+for readers of the file. ``summary.json`` is instructor data: it names every held-out case. What a
+student may read is ``feedback.md`` (held-out results by area only) and Gradescope's ``results.json``
+(held-out cases carry their visibility, so Gradescope hides them).
 
 Test outcomes: ``passed`` (full points), ``pending`` (a GPU test graded on a machine without one: its
 points are shown separately), and, worth 0: ``failed``, ``error`` (setup/teardown), ``timeout``,
@@ -24,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from labkit.labspec import VISIBLE
 
 SCHEMA = "grader-summary/1"
 PASSED, PENDING = "passed", "pending"
@@ -47,8 +56,35 @@ class TestResult:
     gpu: bool
     outcome: str
     message: str = ""
+    visibility: str = VISIBLE
+    area: str = ""
 
     __test__ = False  # not a pytest test class
+
+    @property
+    def heldout(self) -> bool:
+        return self.visibility != VISIBLE
+
+
+@dataclass(frozen=True)
+class Points:
+    """A score, its maximum and its pending GPU points: of a lab or a submission, or of part of one."""
+
+    score: int
+    max_score: int
+    pending: int
+
+    @classmethod
+    def of(cls, tests: "tuple[TestResult, ...] | list[TestResult]") -> "Points":
+        return cls(sum(t.points for t in tests), sum(t.max_points for t in tests),
+                   sum(t.max_points for t in tests if t.outcome == PENDING))
+
+    @classmethod
+    def total(cls, parts: "list[Points]") -> "Points":
+        return cls(sum(p.score for p in parts), sum(p.max_score for p in parts), sum(p.pending for p in parts))
+
+    def to_dict(self) -> dict[str, int]:
+        return {"score": self.score, "max_score": self.max_score, "pending": self.pending}
 
 
 @dataclass(frozen=True)
@@ -79,6 +115,20 @@ class LabResult:
     tests: tuple[TestResult, ...] = ()
     talking_points: tuple[TalkingPointResult, ...] = ()
 
+    @property
+    def visible(self) -> Points:
+        """The points of the tests students hold (``test_lab.py``)."""
+        return Points.of([test for test in self.tests if not test.heldout])
+
+    @property
+    def heldout(self) -> Points:
+        """The points of the held-out tests."""
+        return Points.of([test for test in self.tests if test.heldout])
+
+
+#: Keys of a lab's ``summary.json`` entry derived from its tests (written for readers, not read back).
+DERIVED_LAB_KEYS = ("visible", "heldout")
+
 
 @dataclass(frozen=True)
 class SubmissionResult:
@@ -91,11 +141,14 @@ class SubmissionResult:
     notes: tuple[str, ...] = ()
 
     @property
-    def total(self) -> dict[str, int]:
+    def total(self) -> dict[str, Any]:
+        """``score``, ``max_score``, ``pending``, and the same three for ``visible`` and ``heldout`` tests."""
         return {
             "score": sum(lab.score for lab in self.labs),
             "max_score": sum(lab.max_score for lab in self.labs),
             "pending": sum(lab.pending for lab in self.labs),
+            "visible": Points.total([lab.visible for lab in self.labs]).to_dict(),
+            "heldout": Points.total([lab.heldout for lab in self.labs]).to_dict(),
         }
 
     @property
@@ -115,6 +168,7 @@ class SubmissionResult:
         labs = {}
         for lab in self.labs:
             entry = {key: value for key, value in vars(lab).items() if key not in ("lab", "tests", "talking_points")}
+            entry["visible"], entry["heldout"] = lab.visible.to_dict(), lab.heldout.to_dict()
             entry["tests"] = [dict(vars(test)) for test in lab.tests]
             entry["talking_points"] = [{**vars(point), "evidence": list(point.evidence), "tests": dict(point.tests)}
                                        for point in lab.talking_points]
@@ -133,7 +187,7 @@ class SubmissionResult:
                 TalkingPointResult(p["id"], p["kind"], p["text"], tuple(p["evidence"]), p["status"], dict(p["tests"]))
                 for p in entry.get("talking_points", ())
             )
-            fields = {k: v for k, v in entry.items() if k not in ("tests", "talking_points")}
+            fields = {k: v for k, v in entry.items() if k not in ("tests", "talking_points", *DERIVED_LAB_KEYS)}
             labs.append(LabResult(lab=lab_id, tests=tests, talking_points=points, **fields))
         return cls(data["submission"], data["gpu"], tuple(labs), tuple(data.get("flags", ())),
                    tuple(data.get("notes", ())))

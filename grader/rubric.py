@@ -1,7 +1,11 @@
 """The rubric: every graded test and its points, read from the PRISTINE course, never from a submission.
 
 A submission can delete tests, crash before they run or fake a report; none of that changes what a
-lab is worth. So the grader collects each lab's own tests once (``pytest --collect-only`` with
+lab is worth. The pristine course also holds each lab's **held-out tests** (``<lab>/heldout/``, never in
+the student release): they are rubric entries like the others, with a ``visibility`` (``hidden`` or
+``after_due_date``, Gradescope's values; ``visible`` for ``test_lab.py``) and an ``area`` that feedback
+reports instead of the cases. Visibility is data here, not a separate code path: every test is run,
+scored and stored alike, and only what reports show a student depends on it. So the grader collects each lab's own tests once (``pytest --collect-only`` with
 :mod:`grader.pytest_probe` writing node ids, points and GPU needs) and scores every run against that
 list: a test missing from a run scores 0 of its points.
 
@@ -23,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.labspec import LabSpec
+from labkit.labspec import VISIBILITIES, VISIBLE, LabSpec
 from grader import pytest_probe
 from grader.course import SUPPORT_PATHS, Course, is_noise
 from grader.limits import truncate_text
@@ -31,7 +35,7 @@ from grader.runner import pytest_command, pytest_env
 
 RUBRIC_FILE = "rubric.json"
 #: Bumped when the rubric's shape changes, so stale caches are never read.
-RUBRIC_VERSION = 1
+RUBRIC_VERSION = 2
 DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course-grader"
 
 
@@ -43,6 +47,13 @@ class RubricTest:
     name: str
     points: int
     gpu: bool
+    visibility: str = VISIBLE
+    area: str = ""
+
+    @property
+    def heldout(self) -> bool:
+        """True for a held-out test (not in the student release; feedback shows its area only)."""
+        return self.visibility != VISIBLE
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,14 @@ class LabRubric:
     def gpu_tests(self) -> int:
         return sum(1 for test in self.tests if test.gpu)
 
+    @property
+    def heldout_tests(self) -> int:
+        return sum(1 for test in self.tests if test.heldout)
+
+    @property
+    def heldout_points(self) -> int:
+        return sum(test.points for test in self.tests if test.heldout)
+
 
 @dataclass(frozen=True)
 class Rubric:
@@ -110,7 +129,9 @@ def describe_rubric(lab: LabRubric) -> str:
         return f"{lab.lab}: UNAVAILABLE: {lab.error.splitlines()[0]}"
     gpu = "no GPU tests" if not lab.gpu_tests else (
         f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} (pending without CUDA)")
-    return f"{lab.lab}: {_count(len(lab.tests), 'test')} worth {_count(lab.max_score, 'point')}, {gpu}"
+    heldout = (f"; {_count(lab.heldout_tests, 'held-out test')} worth {_count(lab.heldout_points, 'point')}"
+               if lab.heldout_tests else "")
+    return f"{lab.lab}: {_count(len(lab.tests), 'test')} worth {_count(lab.max_score, 'point')}, {gpu}{heldout}"
 
 
 def _count(number: int, noun: str) -> str:
@@ -158,7 +179,11 @@ def parse_collected(spec: LabSpec, collected: dict[str, Any]) -> LabRubric:
         points = entry["points"]
         if not isinstance(points, int) or isinstance(points, bool) or points <= 0:
             raise ValueError(f"{entry['nodeid']}: points {points!r} is not a positive int")
-        tests.append(RubricTest(entry["nodeid"], entry["name"], points, bool(entry["gpu"])))
+        visibility = entry.get("visibility", VISIBLE)
+        if visibility not in VISIBILITIES:
+            raise ValueError(f"{entry['nodeid']}: visibility {visibility!r} is not one of {', '.join(VISIBILITIES)}")
+        tests.append(RubricTest(entry["nodeid"], entry["name"], points, bool(entry["gpu"]), visibility,
+                                str(entry.get("area") or "")))
     if not tests:
         raise ValueError(f"{spec.package}: no graded tests were collected")
     return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec))

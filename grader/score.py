@@ -12,6 +12,8 @@ The rules, test by test (``rubric`` lists every test the pristine course has):
 - A GPU test that was skipped is ``pending`` (its points listed separately) unless ``gpu="on"``, where
   a GPU was promised and a skip counts as a failure. Any other skip is worth 0.
 - Points and the maximum come from the rubric, never from the report.
+- Held-out tests (visibility ``hidden`` / ``after_due_date``) are scored by the same rules; results
+  carry their visibility, and every report shows visible and held-out points separately.
 
 Lab by lab: a pytest that never started the grader's probe plugin (no ``configure`` event: the plugin
 or pytest-json-report is missing, the event log cannot be written) is a ``grader-error``, never the
@@ -151,7 +153,7 @@ def score_test(test: RubricTest, seen: Observed | None, reported: dict[str, str]
     def result(outcome: str, message: str = "") -> TestResult:
         points = test.points if outcome == PASSED else 0
         return TestResult(test.nodeid, test.name, points, test.points, test.gpu, outcome,
-                          truncate_text(message, MESSAGE_CHARS))
+                          truncate_text(message, MESSAGE_CHARS), test.visibility, test.area)
 
     if status == "void":
         return result("void", "the run was voided (see the lab's reason)")
@@ -182,7 +184,11 @@ def score_test(test: RubricTest, seen: Observed | None, reported: dict[str, str]
 
 
 def talking_point_results(lab: LabRubric, tests: tuple[TestResult, ...]) -> tuple[TalkingPointResult, ...]:
-    """Each talking point is "evidence: passed" when every case of every evidence test passed."""
+    """Each talking point is "evidence: passed" when every case of every evidence test passed.
+
+    Evidence comes from the tests students hold: held-out tests never count for (or against) it.
+    """
+    tests = tuple(test for test in tests if not test.heldout)
     points = []
     for point in lab.talking_points:
         cases = {test.nodeid.split("::", 1)[-1]: test.outcome for test in tests if test.name in point.evidence}

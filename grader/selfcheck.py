@@ -4,7 +4,7 @@ This is the course's main job: it proves, end to end through the real grading pa
 subprocess per lab, scoring), that each lab is gradable:
 
 - the **reference**: ``solutions/<package>/<editable files>`` dropped over the starters must earn every
-  CPU point (GPU tests may be pending);
+  CPU point (GPU tests may be pending), the held-out tests' included;
 - the **untouched starter**: the course as students receive it must score 0.
 
 Both summaries are printed. With ``--container IMAGE`` each is graded in its own container of the course
@@ -58,7 +58,9 @@ def _print_result(title: str, result: SubmissionResult) -> None:
     print(f"\n== {title}: {summary_line(result)}")
     for lab in result.labs:
         pending = f" (+{lab.pending} pending GPU)" if lab.pending else ""
-        print(f"   {lab.lab} {lab.title}: {lab.score}/{lab.max_score}{pending} [{lab.status}] in {lab.wall_s:.1f} s")
+        split = f" (visible {lab.visible.score}/{lab.visible.max_score}, held-out {lab.heldout.score}/{lab.heldout.max_score})"
+        print(f"   {lab.lab} {lab.title}: {lab.score}/{lab.max_score}{pending}{split if lab.heldout.max_score else ''} "
+              f"[{lab.status}] in {lab.wall_s:.1f} s")
         if lab.reason:
             print(f"      {lab.reason.splitlines()[0][:200]}")
 

@@ -41,6 +41,13 @@ COURSE_ROOT = Path(__file__).resolve().parent.parent
 SPEC_FILE = "lab.toml"
 #: Name of the graded test file in every lab folder.
 TEST_FILE = "test_lab.py"
+#: Folder, inside a lab, of its held-out tests: graded, never shipped to students (``test_*.py`` files).
+HELDOUT_DIR = "heldout"
+#: How much of a graded test a student sees in their feedback (Gradescope's and otter-grader's values):
+#: ``visible`` (every test of ``test_lab.py``: students have them), ``hidden`` (held-out: only its
+#: area and points are reported), ``after_due_date`` (held-out; Gradescope reveals it after the due date).
+VISIBLE, HIDDEN, AFTER_DUE_DATE = "visible", "hidden", "after_due_date"
+VISIBILITIES = (VISIBLE, HIDDEN, AFTER_DUE_DATE)
 TALKING_POINT_KINDS = ("talking_point", "interview")
 
 
@@ -232,3 +239,18 @@ def step_coverage_problems(spec: LabSpec) -> list[str]:
 
 
 test_functions.__test__ = False  # a helper, not a pytest test
+
+
+def is_heldout_test_file(path: Path) -> bool:
+    """True for a held-out test module: ``<lab>/heldout/test_*.py``."""
+    return path.parent.name == HELDOUT_DIR and path.name.startswith("test_") and path.suffix == ".py"
+
+
+def is_graded_test_file(path: Path) -> bool:
+    """True for the files whose tests are graded: a lab's ``test_lab.py`` and its held-out test modules."""
+    return path.name == TEST_FILE or is_heldout_test_file(path)
+
+
+def lab_package_of(test_path: Path) -> str:
+    """The lab package a graded test file belongs to (``lab01_fx_passes`` for ``lab01_fx_passes/heldout/test_x.py``)."""
+    return (test_path.parent.parent if is_heldout_test_file(test_path) else test_path.parent).name

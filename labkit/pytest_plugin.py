@@ -7,6 +7,11 @@ It gives every lab the same harness:
   exactly one; collection fails otherwise, so the rubric can never silently lose a test.
 - ``@pytest.mark.gpu``: the test needs CUDA; without it the test is skipped with a clear reason and the
   grader counts its points as *pending*, not failed.
+- **Held-out tests** (``<lab>/heldout/test_*.py``, instructor-only: never in the student release) are
+  graded like ``test_lab.py`` and run after it. Each carries ``@pytest.mark.area("...")``: what it
+  covers, in words a student may read (feedback reports held-out results by area, never the cases),
+  and may carry ``@pytest.mark.visibility("after_due_date")`` (default ``hidden``). Tests of
+  ``test_lab.py`` are ``visible``: students hold them. The grader's rubric records both markers.
 - ``lab``: a fixture returning the lab's public API (the package next to the test file, or its
   reference under ``solutions/``).
 - With pytest-json-report active, each test's ``metadata`` carries ``points`` and ``gpu``.
@@ -28,7 +33,10 @@ import pytest
 
 from labkit import impl as impl_switch
 from labkit import step_summary
-from labkit.labspec import SPEC_FILE, TEST_FILE, LabSpec, LabSpecError, load_lab_spec
+from labkit.labspec import (
+    HIDDEN, SPEC_FILE, VISIBILITIES, VISIBLE, LabSpec, LabSpecError, is_graded_test_file, is_heldout_test_file,
+    lab_package_of, load_lab_spec,
+)  # fmt: skip
 from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, SKIPPED, TestOutcome
 from labkit.triton_env import use_interpreter_without_cuda
 
@@ -48,6 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points this graded test is worth (positive integer)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped (graded as pending) without one")
+    config.addinivalue_line("markers", "area(text): what a held-out test covers, as its feedback names it")
+    config.addinivalue_line("markers", f"visibility(level): one of {', '.join(VISIBILITIES)} (held-out tests only)")
     chosen = config.getoption("--impl")
     if chosen is not None:
         # Through the environment so benchmarks and subprocesses started by tests agree.
@@ -64,7 +74,31 @@ def points_of(item: pytest.Item) -> int | None:
 
 
 def _is_graded(item: pytest.Item) -> bool:
-    return item.path.name == TEST_FILE
+    return is_graded_test_file(item.path)
+
+
+def _marker_text(item: pytest.Item, name: str) -> str | None:
+    marker = item.get_closest_marker(name)
+    return marker.args[0] if marker is not None and marker.args and isinstance(marker.args[0], str) else None
+
+
+def visibility_problem(item: pytest.Item) -> str | None:
+    """Why ``item``'s visibility or area markers are wrong (None when they are right).
+
+    A held-out test needs an ``area`` and a visibility other than ``visible`` (students never see
+    its code); a ``test_lab.py`` test ships to students, so it cannot be hidden.
+    """
+    level = _marker_text(item, "visibility")
+    if item.get_closest_marker("visibility") is not None and level not in VISIBILITIES:
+        return f"{item.nodeid}: visibility must be one of {', '.join(VISIBILITIES)}"
+    if is_heldout_test_file(item.path):
+        if level == VISIBLE:
+            return f"{item.nodeid}: a held-out test cannot be visible (students do not have its code)"
+        if not (_marker_text(item, "area") or "").strip():
+            return f"{item.nodeid}: a held-out test needs @pytest.mark.area(\"what it covers\") for its feedback"
+    elif level not in (None, VISIBLE):
+        return f"{item.nodeid}: tests of test_lab.py ship to students and cannot be {level}; move it to heldout/"
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -75,13 +109,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             value = points_of(item)
             if len(markers) != 1 or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 problems.append(f"{item.nodeid}: needs exactly one @pytest.mark.points(n) with n a positive int")
+            problem = visibility_problem(item)
+            if problem:
+                problems.append(problem)
+            elif item.get_closest_marker("visibility") is None:
+                item.add_marker(pytest.mark.visibility(HIDDEN if is_heldout_test_file(item.path) else VISIBLE))
         if item.get_closest_marker("gpu") is not None:
             import torch
 
             if not torch.cuda.is_available():
                 item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
     if problems:
-        raise pytest.UsageError("graded tests without valid points:\n  " + "\n  ".join(problems))
+        raise pytest.UsageError("graded tests without valid points or visibility:\n  " + "\n  ".join(problems))
+    # Held-out tests run after the visible ones (a stable sort keeps each group's order).
+    items.sort(key=lambda item: is_heldout_test_file(item.path))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -94,8 +135,9 @@ def pytest_json_runtest_metadata(item: pytest.Item, call: pytest.CallInfo) -> di
 
 @pytest.fixture(scope="module")
 def lab(request: pytest.FixtureRequest) -> ModuleType:
-    """The public API of the lab whose folder holds this test file (student or reference, per ``--impl``)."""
-    return impl_switch.load_lab(request.path.parent.name)
+    """The public API of the lab whose folder holds this test file, held-out tests included (student or
+    reference, per ``--impl``)."""
+    return impl_switch.load_lab(lab_package_of(request.path))
 
 
 class StepSummary:

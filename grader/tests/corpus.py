@@ -1,7 +1,8 @@
 """The fixture corpus: whole submissions (good, partial, broken, malicious) graded against the demo course.
 
 Each folder under ``fixtures/submissions/`` holds the files a student changed plus ``expected.json``:
-what the grader must conclude. :func:`materialize` turns one into a full student copy of the course:
+what the grader must conclude (per lab, ``score`` is the points of the visible tests and ``heldout``
+those of the held-out tests, 0 when absent). :func:`materialize` turns one into a full student copy of the course:
 the demo course's starter, the reference solution of the labs listed in ``base_solutions``, then the
 folder's own files on top (``"bare": true`` skips the starter copy: the submission is only those files).
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+
+from labkit.labspec import HELDOUT_DIR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DEMO_COURSE = FIXTURES / "course"
@@ -28,8 +31,8 @@ def expected(name: str) -> dict:
 
 
 def starter_copy(dest: Path) -> Path:
-    """The demo course as a student receives it (no solutions)."""
-    shutil.copytree(DEMO_COURSE, dest, ignore=shutil.ignore_patterns("solutions", "__pycache__"))
+    """The demo course as a student receives it (no solutions, no held-out tests)."""
+    shutil.copytree(DEMO_COURSE, dest, ignore=shutil.ignore_patterns("solutions", HELDOUT_DIR, "__pycache__"))
     return dest
 
 

@@ -21,7 +21,7 @@ from grader.gradescope_bundle import build_bundle
 from grader.warm import warm_rubric
 from grader.tests.corpus import DEMO_COURSE, materialize
 
-DEMO_CPU_POINTS, DEMO_GPU_POINTS, DEMO_MAX = 13, 3, 16
+DEMO_CPU_POINTS, DEMO_GPU_POINTS, DEMO_MAX = 22, 3, 25  # held-out tests included: 6 + 3 points
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,7 @@ def test_bundle_holds_gradescopes_entry_points_and_the_course_without_solutions(
     for script in ("setup.sh", "run_autograder", "install-system-packages.sh"):
         assert (infos[script].external_attr >> 16) & 0o111, f"{script} must be executable"
     assert "course/labA_arith/test_lab.py" in infos and "course/labA_arith/lab.toml" in infos
+    assert "course/labA_arith/heldout/test_heldout.py" in infos, "Gradescope grades the held-out tests too"
     assert not [name for name in infos if "solutions" in name.split("/")], "the reference solutions never ship"
     assert config == {"gpu": "off", "labs": [], "test_timeout": None, "lab_timeout": 60}
     assert "pip install" in setup and "--editable ./course" in setup and "grader.warm" in setup
@@ -75,6 +76,22 @@ def test_run_autograder_grades_a_submission_into_results_json(bundle, tmp_path):
     assert sum(test["max_score"] for test in pending) == DEMO_GPU_POINTS and all(t["score"] == 0 for t in pending)
     assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(results["tests"][0])
     assert (root / "results" / "grader" / "summary.json").is_file(), "the full graded folder is kept"
+    by_visibility = {}
+    for test in results["tests"]:
+        by_visibility[test["visibility"]] = by_visibility.get(test["visibility"], 0) + test["max_score"]
+    assert by_visibility == {"visible": 16, "hidden": 7, "after_due_date": 2}
+    assert results["extra_data"]["heldout"] == {"score": 9, "max_score": 9, "pending": 0}
+
+
+def test_run_autograder_tells_an_overfitting_submission_which_heldout_areas_failed(bundle, tmp_path):
+    root = unpack(bundle, tmp_path / "autograder")
+    materialize("overfit", root / "submission")
+    results = run_autograder(root)
+    hidden = [test for test in results["tests"] if test["visibility"] != "visible"]
+    assert results["extra_data"]["visible"]["score"] == 9 and results["extra_data"]["heldout"]["score"] == 1
+    assert hidden and all("held-out" in test["name"] for test in hidden)
+    assert "labA: held-out areas that lost points: addition of other numbers" in results["output"]
+    assert "test_add_other_numbers" not in results["output"], "the top-level output names areas, not cases"
 
 
 def test_run_autograder_scores_an_untouched_starter_zero(bundle, tmp_path):
@@ -103,4 +120,4 @@ def test_gradescope_bundle_command(tmp_path, capsys):
 def test_warm_collects_the_rubric_once_for_later_runs(tmp_path, capsys):
     assert warm_rubric(DEMO_COURSE, tmp_path) == 2
     assert len(list(tmp_path.glob("*.json"))) == 2
-    assert "labA: 5 tests, 9 points" in capsys.readouterr().out
+    assert "labA: 10 tests, 15 points" in capsys.readouterr().out

@@ -205,3 +205,21 @@ class _Item:
 def test_canaries_are_interleaved_after_every_real_test():
     items = [_Item("test_a"), _Item("test_b"), _Item("c"), _Item("c"), _Item("c")]
     assert [item.name for item in interleave_canaries(items, "c")] == ["test_a", "c", "test_b", "c", "c"]
+
+
+def test_heldout_tests_are_scored_alike_and_reported_apart():
+    heldout = RubricTest("labX_demo/heldout/test_heldout.py::test_more", "test_a", 4, False, "hidden", "more cases")
+    rubric = LabRubric("labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, heldout), talking_points=RUBRIC.talking_points)
+    run = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), failed(heldout.nodeid),
+                 report_passed=ALL_CPU)
+    lab = score_lab(rubric, run)
+    assert (lab.score, lab.max_score) == (4, 11)
+    assert (lab.visible.score, lab.visible.max_score, lab.visible.pending) == (4, 7, 3)
+    assert (lab.heldout.score, lab.heldout.max_score) == (0, 4)
+    (result,) = [test for test in lab.tests if test.heldout]
+    assert result.visibility == "hidden" and result.area == "more cases" and result.outcome == "failed"
+    # a held-out test named like an evidence test never counts for the talking point
+    assert {p.id: p.status for p in lab.talking_points}["a"] == EVIDENCE_PASSED
+    summary = score_submission(Rubric((rubric,)), {"labX": run}, submission="s")
+    assert summary.total["heldout"] == {"score": 0, "max_score": 4, "pending": 0}
+    assert SubmissionResult.from_dict(json.loads(json.dumps(summary.to_dict()))) == summary

@@ -29,8 +29,10 @@ def test_run_grades_a_zip_and_exits_zero(tmp_path, capsys, demo_args):
     assert main(["run", str(archive), "--out", str(out), "--labs", "labA", *demo_args]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["submission"] == "alice" and list(summary["labs"]) == ["labA"]
-    assert summary["labs"]["labA"]["score"] == 9 and summary["total"] == {"score": 9, "max_score": 9, "pending": 0}
-    assert "alice: 9/9" in capsys.readouterr().out
+    assert summary["labs"]["labA"]["score"] == 15 and summary["total"] == {
+        "score": 15, "max_score": 15, "pending": 0, "visible": {"score": 9, "max_score": 9, "pending": 0},
+        "heldout": {"score": 6, "max_score": 6, "pending": 0}}
+    assert "alice: 15/15 [visible 9/9 · held-out 6/6]" in capsys.readouterr().out
     assert (out / "feedback.md").read_text().startswith("# Grade report: alice")
 
 
@@ -45,7 +47,7 @@ def test_run_on_an_unreadable_submission_still_writes_a_result(tmp_path, demo_ar
     assert main(["run", str(tmp_path / "broken.zip"), "--out", str(out), *demo_args]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert {lab["status"] for lab in summary["labs"].values()} == {"not-run"}
-    assert summary["total"]["max_score"] == 16 and "not a readable zip" in summary["flags"][0]
+    assert summary["total"]["max_score"] == 25 and "not a readable zip" in summary["flags"][0]
 
 
 @pytest.mark.parametrize("fmt", ["md", "json", "gradescope"])
@@ -53,10 +55,12 @@ def test_score_rescores_a_graded_folder_in_every_format(graded_corpus, capsys, f
     assert main(["score", str(graded_corpus / "partial"), "--format", fmt]) == 0
     printed = capsys.readouterr().out
     if fmt == "md":
-        assert "**4/9**" in printed and "- [x] *talking point*" in printed
+        assert "**7/15** (visible 4/9 · held-out 3/6)" in printed and "- [x] *talking point*" in printed
+        assert "| ❌ | clamping to other bounds | 0/1 | lost points |" in printed
+        assert "test_clamp_to_other_bounds" not in printed, "feedback names held-out areas, never the cases"
     else:
         data = json.loads(printed)
-        assert (data["total"]["score"] if fmt == "json" else data["score"]) == 4
+        assert (data["total"]["score"] if fmt == "json" else data["score"]) == 7
 
 
 def test_score_refuses_a_folder_that_was_not_graded(tmp_path, capsys):
@@ -69,7 +73,7 @@ def test_a_runner_that_crashes_still_leaves_a_row(demo_setup, tmp_path):
         raise RuntimeError("container would not start")
 
     rows = grade_all([("bob", DEMO_COURSE)], tmp_path, demo_setup, runner=broken_runner, show_progress=False)
-    assert rows[0].student == "bob" and rows[0].max_score == 16 and set(rows[0].statuses.values()) == {"grader-error"}
+    assert rows[0].student == "bob" and rows[0].max_score == 25 and set(rows[0].statuses.values()) == {"grader-error"}
     summary = json.loads((tmp_path / "bob" / "summary.json").read_text())
     assert "container would not start" in summary["flags"][0]
 
@@ -78,13 +82,17 @@ def test_report_covers_every_student_of_the_corpus(graded_corpus, tmp_path):
     assert main(["report", str(graded_corpus), "--out", str(tmp_path)]) == 0
     rows = list(csv.DictReader((tmp_path / CSV_FILE).open()))
     assert [row["student"] for row in rows] == corpus_names()
-    assert {"labA_score", "labA_max", "labA_pending", "labA_status", "labB_status"} <= set(rows[0])
+    assert {"labA_score", "labA_max", "labA_pending", "labA_status", "labB_status", "labA_heldout_score",
+            "labA_heldout_max", "heldout_score", "visible_score"} <= set(rows[0])
+    overfit = next(row for row in rows if row["student"] == "overfit")
+    assert (overfit["labA_score"], overfit["labA_heldout_score"], overfit["labA_heldout_max"]) == ("10", "1", "6")
     data = json.loads((tmp_path / JSON_FILE).read_text())
-    assert data["labs"]["labA"]["tests"]["test_fib"]["passed"] == 4  # solution, big_output, segfault, import_error
+    assert data["labs"]["labA"]["tests"]["test_fib"]["passed"] == 5  # solution, big_output, segfault, import_error, overfit
     sums = data["labs"]["labA"]["talking_points"]["sums"]
     assert sums["students"] == len(corpus_names()) and 0 < sums["ready_rate"] < 1
     page = (tmp_path / HTML_FILE).read_text()
     assert page.count("data:image/png;base64,") == 4 and "Talking-point readiness" in page
+    assert "held-out tests: mean" in page and data["labs"]["labA"]["heldout_max_score"] == 6
     assert {f["student"] for f in data["flagged"]} == {"conftest_plugin", "edits_test_lab", "patches_runner"}
 
 
@@ -92,7 +100,10 @@ def test_release_ships_no_solutions_and_verifies(tmp_path, capsys, demo_args):
     out = tmp_path / "release"
     assert main(["release", "--out", str(out), *demo_args]) == 0
     assert not (out / "solutions").exists() and (out / "labA_arith" / "lab.toml").is_file()
-    assert "untouched starters score 0" in capsys.readouterr().out
+    assert not list(out.rglob("heldout")) and not list(out.rglob("test_heldout.py")), "held-out tests never ship"
+    printed = capsys.readouterr().out
+    assert "untouched starters score 0" in printed
+    assert "none of the course's 7 held-out tests (9 points) is in the release" in printed
 
 
 def test_release_refuses_a_starter_that_already_passes(tmp_path, capsys):
@@ -107,4 +118,5 @@ def test_release_refuses_a_starter_that_already_passes(tmp_path, capsys):
 def test_selfcheck_grades_reference_and_starter(capsys, demo_args):
     assert main(["selfcheck", *demo_args]) == 0
     printed = capsys.readouterr().out
-    assert "reference: 13/16 (+3 pending GPU)" in printed and "starter: 0/16" in printed
+    assert "reference: 22/25 (+3 pending GPU) [visible 13/16 (+3 pending GPU) · held-out 9/9]" in printed
+    assert "starter: 0/25" in printed

@@ -60,3 +60,50 @@ def test_impl_option_sets_environment_for_the_run(course):
         )
     )
     course.runpytest("--impl=solution").assert_outcomes(passed=1)
+
+
+# -- held-out tests: <lab>/heldout/test_*.py, graded, with an area and a visibility ----------------
+HELDOUT_TEST = (
+    "import pytest\n"
+    "@pytest.mark.points(2)\n"
+    "{markers}"
+    "def test_other_cases(lab):\n    assert lab.__name__ == 'mylab'\n"
+)
+
+
+def make_lab_with_heldout(course, markers: str) -> None:
+    lab = course.mkpydir("mylab")
+    (lab / "test_lab.py").write_text("import pytest\n@pytest.mark.points(1)\ndef test_visible(lab):\n    pass\n")
+    heldout = lab / "heldout"
+    heldout.mkdir()
+    (heldout / "__init__.py").write_text("")
+    (heldout / "test_heldout.py").write_text(HELDOUT_TEST.format(markers=markers))
+
+
+def test_heldout_tests_run_after_the_visible_ones_with_the_lab_fixture(course):
+    make_lab_with_heldout(course, "@pytest.mark.area('other cases')\n")
+    result = course.runpytest("-v", "-p", "no:randomly", "--impl=student")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_lab.py::test_visible PASSED*", "*heldout/test_heldout.py::test_other_cases PASSED*"])
+
+
+@pytest.mark.parametrize(
+    "markers, problem",
+    [
+        ("", "needs @pytest.mark.area"),
+        ("@pytest.mark.area('x')\n@pytest.mark.visibility('visible')\n", "cannot be visible"),
+        ("@pytest.mark.area('x')\n@pytest.mark.visibility('secret')\n", "visibility must be one of"),
+    ],
+)
+def test_heldout_tests_need_an_area_and_a_hidden_visibility(course, markers, problem):
+    make_lab_with_heldout(course, markers)
+    result = course.runpytest()
+    assert result.ret != 0
+    result.stderr.fnmatch_lines([f"*test_other_cases*{problem}*"])
+
+
+def test_a_test_students_hold_cannot_be_hidden(course):
+    course.makepyfile(test_lab="import pytest\n@pytest.mark.points(1)\n@pytest.mark.visibility('hidden')\ndef test_a():\n    pass\n")
+    result = course.runpytest()
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*test_a*ship to students and cannot be hidden*"])
