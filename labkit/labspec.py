@@ -21,7 +21,10 @@ The format, defined once for all labs (``lab01_fx_passes/lab.toml`` is a complet
     evidence = ["test_conv_bn_fused_matches_original"]   # test functions in the lab's test_lab.py
 
 The grader takes only ``editable`` files from a submission, and marks a talking point
-"evidence: passed" when every test named in ``evidence`` passed. ``nox -s labNN`` ends with the
+"evidence: passed" when every test named in ``evidence`` passed.
+
+Besides ``test_lab.py``, a lab may hold instructor-only **held-out tests** in ``heldout/test_*.py``
+(:data:`HELDOUT_DIR`): graded like the others, never shipped to students (see the grader's README). ``nox -s labNN`` ends with the
 points per step and the first step that still fails (:mod:`labkit.step_summary`); every graded test
 belongs to exactly one step, and every step has a test (:func:`step_coverage_problems`).
 """

@@ -19,7 +19,8 @@ from grader.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE
 from grader.tests.corpus import DEMO_COURSE, materialize
 
 #: What the demo course's reference earns (labB's GPU test is pending without CUDA).
-REFERENCE_TOTAL = {"score": 13, "max_score": 16, "pending": 3}
+REFERENCE_TOTAL = {"score": 22, "max_score": 25, "pending": 3,  # held-out tests included
+                   "visible": {"score": 13, "max_score": 16, "pending": 3}, "heldout": {"score": 9, "max_score": 9, "pending": 0}}
 
 
 def relative_demo_args(rubric_cache: Path) -> list[str]:
@@ -47,7 +48,7 @@ def test_every_verb_takes_relative_paths_from_another_directory(elsewhere, rubri
 
     assert main(["batch", "../class", "--out", "graded/class", "-j", "2", *args]) == EXIT_OK
     rows = {row["student"]: row for row in json.loads((elsewhere / "graded/class/batch.json").read_text())["rows"]}
-    assert rows["alice"]["score"] == 13 and rows["bob"]["score"] == 0
+    assert rows["alice"]["score"] == REFERENCE_TOTAL["score"] and rows["bob"]["score"] == 0
     assert set(rows["alice"]["statuses"].values()) == set(rows["bob"]["statuses"].values()) == {"graded"}
 
     assert main(["score", "graded/me", "--format", "json"]) == EXIT_OK
@@ -113,4 +114,5 @@ def test_the_grader_run_from_another_python_names_the_right_interpreter():
 def test_the_selfcheck_line_counts_gpu_tests_and_gpu_points_apart(capsys, rubric_cache):
     assert main(["selfcheck", "--course", str(DEMO_COURSE), "--cache-dir", str(rubric_cache), "--labs", "labB",
                  "--test-timeout", "4", "--lab-timeout", "15"]) == EXIT_OK
-    assert "labB: 3 tests worth 7 points, of which 1 GPU test worth 3 points (pending without CUDA)" in capsys.readouterr().err
+    assert ("labB: 5 tests worth 10 points, of which 1 GPU test worth 3 points (pending without CUDA); "
+            "2 held-out tests worth 3 points") in capsys.readouterr().err
