@@ -1,17 +1,18 @@
 """Nox sessions for the course.
 
-Students:       nox -s lab01 lab02 lab03          (your code, CPU)
+Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments after -- go to pytest)
                 nox -s grade-me                   (grade your copy as the grader would: graded/me/feedback.md)
+                nox -s bench-lab01 bench-lab02 bench-lab03
                 nox -s report-lab02               (lab 2's NPU coverage report; -- --model all)
+                nox -s gpu                        (on a CUDA machine: the GPU tests + lab 3's benchmark)
 Environment:    nox -s course-env                 (create the shared environment; print its python)
-Reference:      nox -s solutions
-Instructors:    nox -s grade                      (grade the reference and the untouched starters)
-Course CI:      nox -s tests                      (the project's own test suite)
-Benchmarks:     nox -s bench-lab01 bench-lab02 bench-lab03
-GPU:            nox -s gpu                        (GPU tests + lab 3 benchmark; skips without CUDA)
-Container:      nox -s image image-cpu image-gpu  (build the image; run sessions inside it)
-                nox -s docker-test                (offline image build + grading in containers; slow)
-                nox -s gradescope-test            (the Gradescope bundle's setup + run in a container; slow)
+
+Instructors' repository only (these skip, saying why, in the student distribution):
+                nox -s grade                      (grade the reference and the untouched starters)
+                nox -s solutions                  (every lab's tests against the reference)
+                nox -s tests                      (the project's own test suite, what CI runs)
+                nox -s image image-cpu image-gpu  (build the course image; run sessions inside it)
+                nox -s docker-test gradescope-test  (offline image build + grading in containers; slow)
 
 All sessions share ONE environment (``.nox/course-env``): PyTorch is ~5 GB, so it is installed once
 and reinstalled only when ``pyproject.toml`` changes. Arguments after ``--`` go to pytest (or to the

@@ -3,18 +3,22 @@
 The distribution is the course minus instructor material: no ``solutions/``, no held-out tests (each
 lab's ``heldout/`` folder), no project tests (``labkit/tests``, ``grader/tests``: they check the
 solutions), no benchmarks of the grader, no CI or container files, nothing under a folder named
-``instructor``. The grader itself ships (without its tests) so students can check their standing on
-the visible tests with ``python -m grader run . --out mygrade``.
+``instructor``, and every Markdown file without its instructor-only sections
+(:mod:`grader.student_docs`). The grader itself ships (without its tests) so students can check their
+standing on the visible tests with ``nox -s grade-me``.
 
 Verification (skipped with ``--no-verify``), each step failing loudly:
 
-1. nothing in the release names the solutions package in an import;
+1. nothing in the release names the solutions package in an import, and no document shows the
+   reference or an instructor command;
 2. no held-out test is in it: no ``heldout/`` folder, and every test its rubric collects is
    ``visible`` (the pristine course's held-out tests and points are counted, to show what was left out);
 3. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug);
 4. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
    files must be declared as package data);
-5. every lab's tests collect from the *installed* copy, as many as the release's rubric lists.
+5. every lab's tests collect from the *installed* copy, as many as the release's rubric lists;
+6. every command the student documents show runs in the release (in a cheap form: collect only, or
+   ``--help``), with the course environment's interpreter.
 
 The Gradescope bundle is built from the same function with ``include_heldout=True``: it is uploaded by
 the instructor, and its grader must find the held-out tests in the course it grades against.
@@ -36,6 +40,9 @@ from grader.course import SOLUTIONS_DIR, SUPPORT_PATHS, Course, CourseError, ign
 from grader.run import GradeOptions, GradingSetup, add_course_options, grade_submission
 from grader.rubric import Rubric, build_rubric
 from grader.runner import RunLimits, pytest_env
+from grader.student_docs import (
+    DocsError, documented_commands, reference_mentions, run_documented_commands, strip_instructor_sections,
+)
 
 #: Root files shipped to students when the course has them.
 STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE")
@@ -83,7 +90,35 @@ def build_release(course: Course, out: Path, *, include_heldout: bool = False) -
     for name in STUDENT_ROOT_FILES:
         if (course.root / name).is_file():
             shutil.copy2(course.root / name, out / name)
+    for document in student_documents(out):
+        try:
+            stripped = strip_instructor_sections(document.read_text(encoding="utf-8"), str(document.relative_to(out)))
+        except DocsError as error:
+            raise CourseError(str(error)) from error
+        document.write_text(stripped, encoding="utf-8")
     return sorted(path.name for path in out.iterdir())
+
+
+def student_documents(release: Path) -> list[Path]:
+    """The Markdown files of a release (its README, the handouts, the grader's README)."""
+    return sorted(release.rglob("*.md"))
+
+
+def check_student_documents(release: Path) -> list[str]:
+    """Step 1b: no document shows the reference; return the commands the documents show.
+
+    Raises:
+        ReleaseError: naming each line that still shows the reference or an instructor command.
+    """
+    mentions, commands = [], []
+    for document in student_documents(release):
+        text = document.read_text(encoding="utf-8")
+        mentions += reference_mentions(text, str(document.relative_to(release)))
+        commands += documented_commands(text)
+    if mentions:
+        raise ReleaseError("student documents show instructor material (put it between <!-- instructor-only --> "
+                           "and <!-- /instructor-only -->):\n  " + "\n  ".join(mentions))
+    return list(dict.fromkeys(commands))
 
 
 def check_no_solution_imports(release: Path) -> None:
@@ -143,7 +178,7 @@ def count_installed_tests(site: Path, packages: list[str], python: str = sys.exe
 
 def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print,
                    pristine: Course | None = None) -> None:
-    """Run the five checks of the module docstring on the built release.
+    """Run the six checks of the module docstring on the built release.
 
     Args:
         pristine: the instructor course the release was built from (its held-out tests are counted).
@@ -153,6 +188,8 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
     """
     check_no_solution_imports(release)
     log("  ok: no module imports the reference solutions")
+    commands = check_student_documents(release)
+    log(f"  ok: no document shows the reference or an instructor command ({len(commands)} commands shown)")
     course = load_course(release)
     labs = course.select(None)
     if not labs:
@@ -183,6 +220,10 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
         if collected != expected:
             raise ReleaseError(f"the installed copy collects {collected} tests, the course has {expected}")
         log(f"  ok: the installed copy collects all {collected} graded tests")
+    failures = run_documented_commands(release, commands, options.python, log=log)
+    if failures:
+        raise ReleaseError("commands the student documents show fail in the release:\n  " + "\n  ".join(failures))
+    log(f"  ok: every command the student documents show runs in the release ({len(commands)})")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,7 @@ the course's pinned version; it is a stand-in for a GPU, not a replacement for t
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -252,10 +253,11 @@ def check_inductor(lab) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0] not in CHECKS:
-        print(f"usage: python -m lab03_triton_lowering.simulated_gpu {{{','.join(CHECKS)}}}", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m lab03_triton_lowering.simulated_gpu",
+                                     description="Compile the lab's kernel (kernel) or Inductor's code with the "
+                                                 "lowering (inductor) for a simulated sm_90 GPU.")
+    parser.add_argument("check", choices=CHECKS)
+    argv = [parser.parse_args(sys.argv[1:] if argv is None else argv).check]
     if os.environ.get("TRITON_INTERPRET") != "0":
         # Kernels are decorated when the lab is imported: restart with the interpreter off.
         env = {**os.environ, "TRITON_INTERPRET": "0"}

@@ -1,0 +1,209 @@
+"""The student release's documentation: instructor sections stripped, and every command it shows run.
+
+One README serves both audiences. Whatever only instructors can run (grading the reference, the
+container and Gradescope tooling, ``--impl=solution``) sits between two HTML comments, invisible
+when the Markdown is rendered::
+
+    <!-- instructor-only -->
+    ... (prose, tables, whole fenced code blocks)
+    <!-- /instructor-only -->
+
+``release`` copies every shipped Markdown file through :func:`strip_instructor_sections`, then checks
+the result two ways:
+
+- **statically**: no line may still show the reference solutions (:data:`REFERENCE_PATTERN`:
+  ``--impl=solution``, ``LABKIT_IMPL=solution``, ``nox -s solutions``...): a handout that forgot its
+  markers fails the release, naming the file and line;
+- **by running it**: every command the student docs show (:func:`documented_commands`: lines of
+  shell code blocks and inline code that start with ``nox`` or ``python``) runs in a scratch copy of
+  the release, in a cheap form (:func:`cheap_form`: pytest sessions only collect, scripts print
+  their ``--help``). A command that fails, or a nox session that turns out to be an instructor
+  session, fails the release.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTRUCTOR_BEGIN = "<!-- instructor-only -->"
+INSTRUCTOR_END = "<!-- /instructor-only -->"
+#: What a student document must never show: ways to run or read the reference solutions, and the
+#: instructor's nox sessions (they skip in the release, saying so).
+REFERENCE_PATTERN = re.compile(
+    r"--impl[= ]solution|LABKIT_IMPL=solution|\bsolutions/|nox -s (?:[\w-]+ )*(?:solutions|grade|tests|image[\w-]*"
+    r"|docker-test|gradescope-test)(?![\w-])|python3? -m grader (?:batch|report|release|selfcheck|gradescope-bundle)"
+)
+#: Nox sessions that run pytest: the release check only collects their tests (``-- --co -q``).
+PYTEST_SESSION = re.compile(r"lab\d\d|gpu")
+#: How long one documented command may take in the release check.
+COMMAND_TIMEOUT_S = 600.0
+_FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+_SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console", "zsh"}
+_ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
+
+
+class DocsError(ValueError):
+    """A student document is malformed (unbalanced markers) or shows instructor material."""
+
+
+def strip_instructor_sections(text: str, source: str = "document") -> str:
+    """``text`` without the lines from each :data:`INSTRUCTOR_BEGIN` to its :data:`INSTRUCTOR_END` (pure).
+
+    Raises:
+        DocsError: for a marker without its partner, or nested markers.
+    """
+    kept, inside, opened_at = [], False, 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        marker = line.strip()
+        if marker == INSTRUCTOR_BEGIN:
+            if inside:
+                raise DocsError(f"{source}:{number}: {INSTRUCTOR_BEGIN} inside the section opened at line {opened_at}")
+            inside, opened_at = True, number
+        elif marker == INSTRUCTOR_END:
+            if not inside:
+                raise DocsError(f"{source}:{number}: {INSTRUCTOR_END} without an opening {INSTRUCTOR_BEGIN}")
+            inside = False
+        elif not inside:
+            kept.append(line)
+    if inside:
+        raise DocsError(f"{source}:{opened_at}: {INSTRUCTOR_BEGIN} is never closed")
+    return re.sub(r"\n{3,}", "\n\n", "".join(kept))
+
+
+def reference_mentions(text: str, source: str = "document") -> list[str]:
+    """``source:line: text`` for every line that shows the reference or an instructor command (pure)."""
+    return [f"{source}:{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1)
+            if REFERENCE_PATTERN.search(line)]
+
+
+def _command_of(line: str) -> str | None:
+    """The shell command on ``line`` (prompt and trailing comment removed), or None if it is not one."""
+    line = line.strip().removeprefix("$ ")
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        return None
+    while words and _ENV_ASSIGNMENT.match(words[0]):
+        words = words[1:]
+    if not (words[:1] == ["nox"] or (words[:1] in (["python"], ["python3"]) and words[1:2] == ["-m"] and len(words) > 2)):
+        return None
+    return shlex.join(word for word in shlex.split(line, comments=True) if word != "...")
+
+
+def documented_commands(text: str) -> list[str]:
+    """Every ``nox``/``python`` command ``text`` shows: shell code-block lines and inline code (pure).
+
+    Code blocks in another language (``python``, ``toml``...) hold code, not commands, and are skipped.
+    A line of several commands (``a && b``) counts each of them.
+    """
+    commands: list[str] = []
+    fence: str | None = None
+    shell = False
+    for line in text.splitlines():
+        opened = _FENCE.match(line)
+        if opened and fence is None:
+            fence, shell = opened.group(1), opened.group(2).lower() in _SHELL_LANGUAGES
+            continue
+        if fence is not None:
+            if line.strip().startswith(fence):
+                fence = None
+            elif shell:
+                commands += [c for part in re.split(r"&&|;", line) if (c := _command_of(part))]
+            continue
+        for code in _INLINE_CODE.findall(line):
+            commands += [c for part in re.split(r"&&|;", code) if (c := _command_of(part))]
+    return list(dict.fromkeys(commands))
+
+
+@dataclass(frozen=True)
+class CheapRun:
+    """How the release check runs one documented command: ``argv`` with ``env`` added, or why not."""
+
+    command: str
+    argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    skipped: str = ""
+
+
+def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
+    """The cheap, side-effect-free form of a documented command (pure).
+
+    ``nox -s SESSION... [-- ARGS]``: pytest sessions (``labNN``, ``gpu``) get ``--co -q`` (collect
+    only), the others ``--help``; ``python -m MODULE ARGS``: ``ARGS --help``. ``pip install`` is not
+    run (it installs). ``python``/``nox`` are the course environment's (``python``).
+    """
+    words = shlex.split(command)
+    env = []
+    while words and _ENV_ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env.append((name, value))
+    if words[1:3] == ["-m", "pip"]:
+        return CheapRun(command, skipped="installs packages")
+    if words[1:3] == ["-m", "nox"]:
+        words = ["nox", *words[3:]]
+    if words[0] == "nox":
+        before, _, after = " ".join(words).partition(" -- ")
+        options = shlex.split(before)[1:]
+        sessions = options[options.index("-s") + 1:] if "-s" in options else []
+        if not sessions:
+            return CheapRun(command, skipped="runs nox's default sessions (the labs' tests, checked one by one)")
+        extra = ["--co", "-q"] if all(PYTEST_SESSION.fullmatch(s) for s in sessions) else ["--help"]
+        return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *shlex.split(after), *extra), tuple(env))
+    if words[1:2] == ["-m"] and len(words) > 2:
+        return CheapRun(command, (python, *words[1:], "--help"), tuple(env))
+    return CheapRun(command, skipped="not a module or nox command")
+
+
+def _run_one(run: CheapRun, cwd: Path, env: dict[str, str]) -> str | None:
+    """Run one cheap form; return why it failed, or None."""
+    try:
+        done = subprocess.run(run.argv, cwd=cwd, env={**env, **dict(run.env)}, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"took over {COMMAND_TIMEOUT_S:g} s"
+    output = done.stdout + done.stderr
+    if done.returncode != 0 or "instructor session" in output:
+        return f"`{shlex.join(run.argv[1:])}` exited {done.returncode}: {output.strip()[-800:]}"
+    return None
+
+
+def run_documented_commands(release: Path, commands: list[str], python: str = sys.executable, *,
+                            jobs: int | None = None, log=print) -> list[str]:
+    """Run each command's :func:`cheap_form` in a scratch copy of ``release``, ``jobs`` at a time;
+    return the failures (``command: why``).
+
+    nox uses ``python``'s environment as it is (``COURSE_PYTHON``, as in the course image), so the
+    check installs nothing; the copy keeps caches and output out of the release itself. Commands
+    with the same cheap form (``python3 -m nox -s lab01`` and ``nox -s lab01``) run once.
+    """
+    runs: dict[tuple, CheapRun] = {}
+    for command in commands:
+        run = cheap_form(command, python)
+        if run.skipped:
+            log(f"    - {command}  (not run: {run.skipped})")
+        else:
+            runs.setdefault((run.argv, run.env), run)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "LABKIT_IMPL", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
+    env.update(COURSE_PYTHON=python, PYTHONDONTWRITEBYTECODE="1", PYTEST_ADDOPTS="-p no:cacheprovider")
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="grader-docs-") as scratch:
+        copy = Path(scratch) / "release"
+        shutil.copytree(release, copy)
+        with ThreadPoolExecutor(max_workers=jobs or min(4, os.cpu_count() or 1)) as pool:
+            outcomes = pool.map(lambda run: (run, _run_one(run, copy, env)), runs.values())
+            for run, failure in outcomes:
+                log(f"    {'FAILED' if failure else 'ok'} {run.command}  ({shlex.join(run.argv[1:])[-60:]})")
+                if failure:
+                    failures.append(f"{run.command}: {failure}")
+    return failures
