@@ -50,6 +50,8 @@ _FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 _SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console", "zsh"}
 _ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
+#: A placeholder in a documented command (``labNN``, ``SUBMISSION``, ``DIR``): the command is a template.
+_PLACEHOLDER = re.compile(r"[A-Z]{2,}")
 
 
 class DocsError(ValueError):
@@ -140,7 +142,8 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
 
     ``nox -s SESSION... [-- ARGS]``: pytest sessions (``labNN``, ``gpu``) get ``--co -q`` (collect
     only), the others ``--help``; ``python -m MODULE ARGS``: ``ARGS --help``. ``pip install`` is not
-    run (it installs). ``python``/``nox`` are the course environment's (``python``).
+    run (it installs), nor a template (``nox -s labNN``: a word with capitals stands for a value).
+    ``python``/``nox`` are the course environment's (``python``).
     """
     words = shlex.split(command)
     env = []
@@ -149,6 +152,9 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
         env.append((name, value))
     if words[1:3] == ["-m", "pip"]:
         return CheapRun(command, skipped="installs packages")
+    placeholders = [word for word in words if _PLACEHOLDER.search(word)]
+    if placeholders:
+        return CheapRun(command, skipped=f"a template ({', '.join(placeholders)} stands for a value)")
     if words[1:3] == ["-m", "nox"]:
         words = ["nox", *words[3:]]
     if words[0] == "nox":
