@@ -9,7 +9,8 @@
       rubric.json           the rubric this submission was scored against
       submission.json       what the sandbox took and what it flagged (tampering, missing files)
       raw/<lab>/run.json    how the lab's pytest process ended (grader.runner.RunRecord)
-      raw/<lab>/events.jsonl, report.json, output.txt
+      raw/<lab>/limits.json every test's time limit and how it was derived (grader.budget)
+      raw/<lab>/events.jsonl, report.json (report.1.json... after a resume), output.txt
 
 Everything :mod:`grader.score` needs is in ``rubric.json``, ``submission.json`` and ``raw/``: a regrade
 (new scoring rules, a fixed rubric) reads these files and never runs a student's code again.
@@ -29,6 +30,7 @@ RUBRIC_FILE = "rubric.json"
 SUBMISSION_FILE = "submission.json"
 RAW_DIR = "raw"
 RUN_FILE = "run.json"
+LIMITS_FILE = "limits.json"
 EVENTS_FILE = "events.jsonl"
 REPORT_FILE = "report.json"
 OUTPUT_FILE = "output.txt"
@@ -51,6 +53,8 @@ class LabRun:
         report: pytest-json-report's report, or None when the process died before writing it.
         output_tail: the end of the console output.
         lab_timeout_s: the per-lab limit the run had (for messages).
+        resumed_reports: the reports of the pytest processes resumed after a killed test, in order
+            (None for one that died before writing it); ``report`` is the first process's.
     """
 
     lab: str
@@ -63,6 +67,22 @@ class LabRun:
     report: dict[str, Any] | None
     output_tail: str = ""
     lab_timeout_s: float | None = None
+    resumed_reports: tuple[dict[str, Any] | None, ...] = ()
+
+    @property
+    def reports(self) -> tuple[dict[str, Any] | None, ...]:
+        """One report (or None) per pytest process, in the order they ran."""
+        return (self.report, *self.resumed_reports)
+
+
+def report_file(process: int) -> str:
+    """The JSON report's file name of the lab's ``process``-th pytest process (0: the first)."""
+    return REPORT_FILE if process == 0 else REPORT_FILE.replace(".json", f".{process}.json")
+
+
+def is_canary(test_name: str, canary: str) -> bool:
+    """True when ``test_name`` (a node id or a function name) is one of the grader's canary cases."""
+    return test_name.split("::")[-1].split("[")[0] == canary
 
 
 def read_events(path: Path) -> tuple[dict[str, Any], ...]:
@@ -100,6 +120,7 @@ def load_lab_run(raw_dir: Path) -> LabRun | None:
     record = read_json(raw_dir / RUN_FILE)
     if record is None:
         return None
+    processes = int(record.get("processes") or 1)
     output = raw_dir / OUTPUT_FILE
     tail = output.read_text(encoding="utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:] if output.is_file() else ""
     return LabRun(
@@ -113,6 +134,7 @@ def load_lab_run(raw_dir: Path) -> LabRun | None:
         report=read_json(raw_dir / REPORT_FILE),
         output_tail=tail,
         lab_timeout_s=record.get("lab_timeout_s"),
+        resumed_reports=tuple(read_json(raw_dir / report_file(index)) for index in range(1, processes)),
     )
 
 

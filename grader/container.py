@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, read_json
+from grader.budget import submission_budget_s, time_limit_args
 from grader.feedback import write_outputs
 from grader.limits import truncate_text
 from grader.results import EXIT_GRADER_FAULT, EXIT_OK, SubmissionResult
@@ -262,14 +263,13 @@ class ContainerRunner:
 
     def grader_args(self, setup) -> list[str]:
         """The ``run`` options that make the container grade like this batch (labs, GPU, time limits)."""
-        limits = setup.options.limits
         return ["--labs", ",".join(spec.id for spec in setup.labs), "--gpu", setup.options.gpu,
-                "--test-timeout", f"{limits.test_timeout_s:g}", "--lab-timeout", f"{limits.lab_timeout_s:g}"]
+                *time_limit_args(setup.options.limits)]
 
     def wall_clock_s(self, setup) -> float:
         if self.limits.wall_clock_s is not None:
             return self.limits.wall_clock_s
-        return setup.options.limits.lab_timeout_s * len(setup.labs) + WALL_CLOCK_MARGIN_S
+        return submission_budget_s(setup.rubric, setup.options.limits) + WALL_CLOCK_MARGIN_S
 
     def wants_gpu(self, setup) -> bool:
         """GPUs are passed in with ``--gpu on``, and with ``auto`` where the host has an NVIDIA driver."""
@@ -325,7 +325,7 @@ def add_container_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpus", type=float, default=defaults.cpus, help=f"CPUs per container (default {defaults.cpus:g})")
     group.add_argument("--pids", type=int, default=defaults.pids, help=f"processes per container (default {defaults.pids})")
     group.add_argument("--wall-timeout", type=float, default=None,
-                       help="seconds before a container is killed (default: per-lab limit x labs + "
+                       help="seconds before a container is killed (default: the labs' time budgets + "
                             f"{WALL_CLOCK_MARGIN_S:g})")
 
 

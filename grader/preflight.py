@@ -5,7 +5,7 @@ same way, and would otherwise look like the student's ``collection-error``:
 
 - **the grading interpreter** lacks what a graded pytest loads: the probe plugin
   (:mod:`grader.pytest_probe`, importable from the sandbox, i.e. the course is *installed* there and
-  not merely in the working directory), pytest-json-report, pytest-timeout, or the course's own
+  not merely in the working directory), pytest-json-report, or the course's own
   pinned packages (torch...);
 - **the output folder** cannot be written.
 
@@ -29,9 +29,9 @@ from pathlib import Path
 from labkit.environment import requirements_of, unmet_requirements, what_to_run
 from grader.runner import pytest_env
 
-#: What every graded pytest process imports besides the course: the probe plugin and the two plugins
-#: the grader's command line uses (``--json-report``, ``--timeout``).
-GRADING_MODULES = ("pytest", "pytest_jsonreport", "pytest_timeout", "grader.pytest_probe")
+#: What every graded pytest process imports besides the course: the probe plugin (which also keeps the
+#: per-test time limits) and the plugin the grader's command line uses (``--json-report``).
+GRADING_MODULES = ("pytest", "pytest_jsonreport", "grader.pytest_probe")
 
 
 class GraderEnvironmentError(RuntimeError):

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from labkit.labspec import HELDOUT_DIR
 from grader.course import SOLUTIONS_DIR, SUPPORT_PATHS, Course, CourseError, ignore_noise, load_course
-from grader.run import GradeOptions, GradingSetup, add_course_options, grade_submission
+from grader.run import GradeOptions, GradingSetup, add_course_options, grade_submission, limits_from_args
 from grader.rubric import Rubric, build_rubric
-from grader.runner import RunLimits, pytest_env
+from grader.runner import pytest_env
 from grader.student_docs import (
     DocsError, documented_commands, reference_mentions, run_documented_commands, strip_instructor_sections,
 )
@@ -244,7 +244,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"  note: {package} ships as it is but is not ready to grade ({why})")
     if args.no_verify:
         return 0
-    options = GradeOptions(gpu="off", limits=RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout))
+    options = GradeOptions(gpu="off", limits=limits_from_args(args))
     try:
         verify_release(args.out, options=options, cache_dir=None if args.no_cache else args.cache_dir, pristine=course)
     except (ReleaseError, CourseError) as error:

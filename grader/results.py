@@ -21,7 +21,8 @@ Test outcomes: ``passed`` (full points), ``pending`` (a GPU test graded on a mac
 points are shown separately), and, worth 0: ``failed``, ``error`` (setup/teardown), ``timeout``,
 ``skipped``, ``crashed`` (the process died during it), ``not-run``, ``void`` (the run was voided).
 
-Lab statuses: ``graded`` (pytest finished), ``crashed``, ``timeout``, ``collection-error`` (the
+Lab statuses: ``graded`` (pytest finished), ``crashed``, ``timeout`` (the lab's time budget ran out),
+``stopped`` (too many tests in a row ran out of time: the rest was not run), ``collection-error`` (the
 student's code broke test collection), ``void`` (the canary passed), ``not-run``, and the two that are
 never the student's fault: ``unavailable`` (the pristine lab cannot be graded) and ``grader-error``
 (the grader itself failed: its plugin did not load, its output folder could not be written, a bug).

@@ -9,6 +9,9 @@ scored and stored alike, and only what reports show a student depends on it. So 
 :mod:`grader.pytest_probe` writing node ids, points and GPU needs) and scores every run against that
 list: a test missing from a run scores 0 of its points.
 
+Each test also carries the reference solution's recorded time on it (the lab's ``reference_times.json``,
+:mod:`grader.reference_times`): time limits derive from it (:mod:`grader.budget`).
+
 Collecting a real lab imports torch and the lab's harness (seconds), so rubrics are cached in
 ``cache_dir`` under a hash of everything collection depends on: the lab folder, the course's support
 files and the probe plugin. A lab whose pristine tests do not collect has an ``error`` instead of tests,
@@ -23,7 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from labkit.labspec import VISIBILITIES, VISIBLE, LabSpec
 from grader import pytest_probe
 from grader.course import SUPPORT_PATHS, Course, is_noise
 from grader.limits import truncate_text
+from grader.reference_times import ReferenceTimes, read_reference_times
 from grader.runner import pytest_command, pytest_env
 
 RUBRIC_FILE = "rubric.json"
@@ -41,7 +45,12 @@ DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"
 
 @dataclass(frozen=True)
 class RubricTest:
-    """One graded test case (a parametrized case is its own entry, with its own points)."""
+    """One graded test case (a parametrized case is its own entry, with its own points).
+
+    ``reference_s`` is how long the reference solution takes on it (setup, call and teardown), from
+    the lab's ``reference_times.json``; None when it was never timed. Time limits derive from it
+    (:mod:`grader.budget`).
+    """
 
     nodeid: str
     name: str
@@ -49,6 +58,7 @@ class RubricTest:
     gpu: bool
     visibility: str = VISIBLE
     area: str = ""
+    reference_s: float | None = None
 
     @property
     def heldout(self) -> bool:
@@ -68,7 +78,10 @@ class TalkingPointSpec:
 
 @dataclass(frozen=True)
 class LabRubric:
-    """What one lab is worth. ``error`` is set (and ``tests`` empty) when the pristine tests did not collect."""
+    """What one lab is worth. ``error`` is set (and ``tests`` empty) when the pristine tests did not collect.
+
+    ``reference_wall_s``: the reference solution's whole run of the lab (start-up included), when timed.
+    """
 
     lab: str
     package: str
@@ -76,6 +89,7 @@ class LabRubric:
     tests: tuple[RubricTest, ...] = ()
     talking_points: tuple[TalkingPointSpec, ...] = ()
     error: str | None = None
+    reference_wall_s: float | None = None
 
     @property
     def max_score(self) -> int:
@@ -148,6 +162,7 @@ def _lab_from_dict(data: dict[str, Any]) -> LabRubric:
             TalkingPointSpec(p["id"], p["kind"], p["text"], tuple(p["evidence"])) for p in data["talking_points"]
         ),
         error=data.get("error"),
+        reference_wall_s=data.get("reference_wall_s"),
     )
 
 
@@ -189,6 +204,14 @@ def parse_collected(spec: LabSpec, collected: dict[str, Any]) -> LabRubric:
     return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec))
 
 
+def with_reference_times(lab: LabRubric, times: ReferenceTimes | None) -> LabRubric:
+    """``lab`` with each test's recorded reference time (unchanged without a record)."""
+    if times is None:
+        return lab
+    tests = tuple(replace(test, reference_s=times.tests.get(test.nodeid)) for test in lab.tests)
+    return replace(lab, tests=tests, reference_wall_s=times.lab_wall_s)
+
+
 def collect_lab_rubric(course: Course, spec: LabSpec, python: str = sys.executable,
                        timeout_s: float = 600.0) -> LabRubric:
     """Collect ``spec``'s pristine tests in a subprocess (never raises: failures become ``error``)."""
@@ -206,7 +229,8 @@ def collect_lab_rubric(course: Course, spec: LabSpec, python: str = sys.executab
             return LabRubric(spec.id, spec.package, spec.title,
                              error=f"the course's own tests do not collect (pytest exit {done.returncode}):\n{output}")
         try:
-            return parse_collected(spec, json.loads(out.read_text(encoding="utf-8")))
+            lab = parse_collected(spec, json.loads(out.read_text(encoding="utf-8")))
+            return with_reference_times(lab, read_reference_times(spec.directory))
         except (ValueError, KeyError) as error:
             return LabRubric(spec.id, spec.package, spec.title, error=str(error))
 

@@ -18,6 +18,7 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def _meta(out: Path, **fields) -> None:
     (out / SUBMISSION_FILE).write_text(json.dumps(fields, indent=1) + "\n", encoding="utf-8")
 
 
-def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name: str) -> None:
+def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name: str,
+              only_labs: Collection[str] | None) -> None:
     options = setup.options
     canary = new_canary_name()
     counts = {lab.lab: len(lab.tests) + 1 for lab in setup.rubric.labs}
@@ -74,25 +76,29 @@ def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name:
     overlay = build_sandbox(setup.course, setup.labs, folder, sandbox, canary=canary, canary_counts=counts)
     _meta(out, submission=name, gpu=options.gpu, flags=overlay.flags, notes=overlay.notes, taken=overlay.taken,
           canary=canary)
-    packages = {spec.id: spec.package for spec in setup.labs}
     for lab in setup.rubric.labs:
-        if lab.error is None:
-            run_lab(sandbox, lab.lab, packages[lab.lab], out / RAW_DIR / lab.lab, canary=canary, gpu=options.gpu,
-                    limits=options.limits, python=options.python)
+        if lab.error is None and (only_labs is None or lab.lab in only_labs):
+            run_lab(sandbox, lab, out / RAW_DIR / lab.lab, canary=canary, gpu=options.gpu, limits=options.limits,
+                    python=options.python)
     if options.keep_sandbox:
         shutil.copytree(sandbox, out / "sandbox", dirs_exist_ok=True)
 
 
-def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str | None = None) -> SubmissionResult:
-    """Grade ``submission`` (a folder or ``.zip``) into ``out``; never raises (see the module docstring)."""
+def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str | None = None, *,
+                     only_labs: Collection[str] | None = None) -> SubmissionResult:
+    """Grade ``submission`` (a folder or ``.zip``) into ``out``; never raises (see the module docstring).
+
+    ``only_labs`` (lab ids) runs just those labs and keeps the other labs' runs already in ``out``: a
+    cluster grades a submission's CPU labs and its GPU labs in two tasks (:mod:`grader.slurm_runner`).
+    """
     name = name or submission.resolve().name.removesuffix(".zip")
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / RAW_DIR, ignore_errors=True)
+    _clear_runs(out, only_labs)
     setup.rubric.write(out / RUBRIC_FILE)
     try:
         with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
             folder = unpack_submission(submission, Path(scratch))
-            _run_labs(setup, folder, out, Path(scratch), name)
+            _run_labs(setup, folder, out, Path(scratch), name, only_labs)
         result = rescore(out)
     except SubmissionError as error:
         _meta(out, submission=name, gpu=setup.options.gpu, flags=[str(error)], not_run_reason=str(error),
@@ -102,9 +108,20 @@ def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str
         result = grader_error_result(setup.rubric, error, submission=name, gpu=setup.options.gpu)
         _meta(out, submission=name, gpu=setup.options.gpu, flags=list(result.flags), notes=list(result.notes),
               not_run_reason=result.flags[0], not_run_status=GRADER_ERROR)
-        shutil.rmtree(out / RAW_DIR, ignore_errors=True)
+        _clear_runs(out, only_labs)
+        if only_labs is not None:
+            try:  # the other labs' runs (graded by another task) keep their scores
+                result = rescore(out)
+            except Exception:  # noqa: BLE001 - even unreadable files must not lose the row
+                pass
     write_outputs(result, out)
     return result
+
+
+def _clear_runs(out: Path, only_labs: Collection[str] | None) -> None:
+    """Remove the raw runs this grading replaces (all of them, or those of ``only_labs``)."""
+    for stale in ([out / RAW_DIR] if only_labs is None else [out / RAW_DIR / lab for lab in only_labs]):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- options shared by the grading verbs
@@ -114,8 +131,21 @@ def add_course_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--course", type=Path, default=COURSE_ROOT, help="the pristine course root (default: this repository)")
     parser.add_argument("--labs", default=None, help="comma-separated lab ids or packages (default: every ready lab)")
     parser.add_argument("--gpu", choices=GPU_MODES, default="auto", help="GPU tests: auto (pending without CUDA), on, off")
-    parser.add_argument("--test-timeout", type=float, default=RunLimits.test_timeout_s, help="seconds per test")
-    parser.add_argument("--lab-timeout", type=float, default=RunLimits.lab_timeout_s, help="seconds per lab (kills the process group)")
+    defaults = RunLimits()
+    times = parser.add_argument_group("time limits", "derived from the reference solution's recorded times "
+                                      "(each lab's reference_times.json); each option overrides one part")
+    times.add_argument("--test-timeout", type=float, default=None,
+                       help="one limit in seconds for every test (default: --time-factor x the reference's time "
+                            "on that test, at least --min-test-timeout)")
+    times.add_argument("--lab-timeout", type=float, default=None,
+                       help="seconds per lab (default: the sum of its tests' limits plus a start-up allowance)")
+    times.add_argument("--time-factor", type=float, default=defaults.time_factor,
+                       help=f"a test may take this many times the reference's time (default {defaults.time_factor:g})")
+    times.add_argument("--min-test-timeout", type=float, default=defaults.min_test_timeout_s,
+                       help=f"the least limit of any test, in seconds (default {defaults.min_test_timeout_s:g})")
+    times.add_argument("--max-consecutive-timeouts", type=int, default=defaults.max_consecutive_timeouts,
+                       help="after this many tests in a row ran out of time, the rest of the lab is not run "
+                            f"(default {defaults.max_consecutive_timeouts}; 0: never)")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where pristine rubrics are cached")
     parser.add_argument("--no-cache", action="store_true", help="collect the pristine rubric again")
     parser.add_argument("--keep-sandbox", action="store_true", help="keep each sandbox under OUT/sandbox")
@@ -145,8 +175,20 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True) -> Grad
     rubric = build_rubric(course, labs, None if args.no_cache else args.cache_dir)
     for lab in rubric.labs:
         print(f"  {describe_rubric(lab)}", file=sys.stderr)
-    limits = RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout)
+    limits = limits_from_args(args)
+    for lab in rubric.labs:
+        untimed = sum(test.reference_s is None for test in lab.tests)
+        if lab.error is None and untimed and limits.test_timeout_s is None:
+            print(f"  note: {lab.lab}: {untimed} of {len(lab.tests)} tests have no recorded reference time (limit "
+                  f"{limits.unmeasured_test_timeout_s:g} s each); record them with "
+                  "`python -m grader selfcheck --record-times`", file=sys.stderr)
     return GradingSetup(course, labs, rubric, GradeOptions(args.gpu, limits, keep_sandbox=args.keep_sandbox))
+
+
+def limits_from_args(args: argparse.Namespace) -> RunLimits:
+    """The :class:`RunLimits` the time-limit options of :func:`add_course_options` ask for."""
+    return RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout, time_factor=args.time_factor,
+                     min_test_timeout_s=args.min_test_timeout, max_consecutive_timeouts=args.max_consecutive_timeouts)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

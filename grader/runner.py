@@ -1,10 +1,18 @@
 """Run one lab's pytest in its own process, with limits, and keep everything it left behind.
 
-This is the only place the grader starts student code. One lab = one subprocess:
+This is the only place the grader starts student code. One lab = one subprocess (or a few, see below):
 
-- its own **process group** (``start_new_session``), so the per-lab wall-clock timeout kills the whole
-  tree (pytest plus anything the student's code started) with one ``killpg``;
-- **pytest-timeout** per test (signal method): an infinite loop fails that one test and the run goes on;
+- its own **process group** (``start_new_session``), so a kill takes the whole tree (pytest plus
+  anything the student's code started) with one ``killpg``;
+- **per-test time limits** from the reference's recorded times (:mod:`grader.budget`), enforced twice:
+  inside pytest by :mod:`grader.pytest_probe` (an alarm that fails the test and lets the lab go on),
+  and from outside by :func:`supervise`, which watches the event log: a test still running a grace
+  period after its limit (its code swallowed the alarm, or hangs in native code where no Python signal
+  handler runs) has its process group killed, a ``killed`` event is logged, and pytest **resumes**
+  with the tests not yet started (``--grader-resume``). Each resumed process writes its own
+  ``report.<n>.json``;
+- a **lab budget** over all those processes (wall clock), and the **streak rule**: after
+  ``max_consecutive_timeouts`` tests in a row ran out of time the lab is stopped (``stopped`` event);
 - ``PYTHONPATH`` = the sandbox, which shadows the course's editable install (setuptools' editable finder
   sits *after* the path finder on ``sys.meta_path``);
 - a scrubbed environment: no ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS`` from the caller, ``LABKIT_IMPL=student``,
@@ -12,8 +20,10 @@ This is the only place the grader starts student code. One lab = one subprocess:
 - console output goes to a file that a watchdog caps while the run goes on, and is trimmed to its head
   and tail afterwards; the JSON report is rewritten with long strings shortened when it is huge.
 
-Artifacts in ``raw_dir``: ``run.json`` (command, exit code, timing, what was killed), ``events.jsonl``
-(:mod:`grader.pytest_probe`), ``report.json`` (pytest-json-report, absent after a crash), ``output.txt``.
+Artifacts in ``raw_dir``: ``run.json`` (commands, exit code, timing, what was killed), ``limits.json``
+(every test's limit and why), ``events.jsonl`` (:mod:`grader.pytest_probe`, plus the supervisor's
+``killed``/``stopped`` events), ``report.json`` (pytest-json-report, absent after a crash; resumed
+processes write ``report.1.json``...), ``output.txt``.
 """
 
 from __future__ import annotations
@@ -26,9 +36,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from grader.artifacts import EVENTS_FILE, OUTPUT_FILE, REPORT_FILE, RUN_FILE
+from grader.artifacts import (
+    EVENTS_FILE, LIMITS_FILE, OUTPUT_FILE, RUN_FILE, is_canary, read_events, report_file,
+)
+from grader.budget import KILLED_EVENT, STOPPED_EVENT, LabBudget, lab_budget, stop_reason, timeout_streak
 from grader.limits import shorten_strings, trim_file
+
+if TYPE_CHECKING:
+    from grader.rubric import LabRubric
 
 GPU_MODES = ("auto", "on", "off")
 #: Environment variables that would let the caller's shell change how pytest runs the student's code.
@@ -39,18 +56,29 @@ REPORT_OMIT = ("collectors", "log", "streams", "traceback", "keywords", "warning
 
 @dataclass(frozen=True)
 class RunLimits:
-    """Time and size limits of one lab's run.
+    """Time and size limits of one lab's run (the time limits per test and per lab: :mod:`grader.budget`).
 
     Attributes:
-        test_timeout_s: per-test limit (pytest-timeout), setup and teardown included.
-        lab_timeout_s: wall-clock limit of the whole lab's pytest process tree.
+        test_timeout_s: one limit for every test (``--test-timeout``); None: from the reference's times.
+        lab_timeout_s: the lab's wall-clock budget (``--lab-timeout``); None: the sum of its test limits
+            plus a start-up allowance.
+        time_factor: a test's limit is this many times the reference solution's time on it...
+        min_test_timeout_s: ...but never less than this.
+        unmeasured_test_timeout_s: the limit of a test the reference was never timed on.
+        min_startup_s: the least start-up allowance (Python, imports, collection) in a lab budget.
+        max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped.
         output_cap_bytes: console output beyond this kills the run (a flood, not a test).
         output_keep_bytes: console output kept after the run (head and tail halves).
         report_cap_bytes: a JSON report larger than this is rewritten with long strings shortened.
     """
 
-    test_timeout_s: float = 300.0
-    lab_timeout_s: float = 1800.0
+    test_timeout_s: float | None = None
+    lab_timeout_s: float | None = None
+    time_factor: float = 10.0
+    min_test_timeout_s: float = 10.0
+    unmeasured_test_timeout_s: float = 300.0
+    min_startup_s: float = 60.0
+    max_consecutive_timeouts: int = 15
     output_cap_bytes: int = 64 * 1024 * 1024
     output_keep_bytes: int = 64 * 1024
     report_cap_bytes: int = 4 * 1024 * 1024
@@ -58,7 +86,11 @@ class RunLimits:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """How one lab's pytest process ended (``run.json``)."""
+    """How one lab's pytest processes ended (``run.json``).
+
+    ``timed_out``: the lab budget ran out; ``killed_tests``: tests killed for overrunning their limit
+    (pytest resumed after each); ``stopped``: why the streak rule stopped the lab ("" if it did not).
+    """
 
     lab: str
     package: str
@@ -69,6 +101,9 @@ class RunRecord:
     wall_s: float
     canary: str
     lab_timeout_s: float
+    processes: int = 1
+    killed_tests: tuple[str, ...] = ()
+    stopped: str = ""
 
 
 def pytest_env(pythonpath: Path, gpu: str) -> dict[str, str]:
@@ -108,63 +143,168 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def supervise(command: list[str], *, cwd: Path, env: dict[str, str], output: Path,
-              limits: RunLimits) -> tuple[int | None, bool, bool, float]:
-    """Run ``command`` in its own process group; return (exit code, timed out, flooded, wall seconds).
+def overrun_grace_s(limit_s: float) -> float:
+    """How long past its limit a test may take to unwind the in-process alarm before it is killed."""
+    return 5.0 + 0.1 * limit_s
 
+
+class TestWatch:
+    """Follows a lab's event log while pytest runs and tells which test overran its limit.
+
+    The log is read incrementally (only new lines); the running test is the last ``start`` not followed
+    by its ``finish`` (or ``killed``), and its clock starts when the watch first sees it.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, events: Path, budget: LabBudget) -> None:
+        self.events, self.budget = events, budget
+        self._offset = 0
+        self._running: tuple[str, float] | None = None
+
+    def overrun(self) -> str | None:
+        """The node id of the test running past its limit plus grace, or None."""
+        self._read_new_events()
+        if self._running is None:
+            return None
+        nodeid, since = self._running
+        limit = self.budget.limit(nodeid)
+        return nodeid if time.monotonic() - since > limit + overrun_grace_s(limit) else None
+
+    def _read_new_events(self) -> None:
+        try:
+            with open(self.events, "rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a torn last line is read on the next call
+        self._offset += len(complete)
+        for line in complete.decode("utf-8", "replace").splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = event.get("event")
+            if kind == "start":
+                self._running = (str(event.get("nodeid")), time.monotonic())
+            elif kind in ("finish", KILLED_EVENT, "configure"):  # a new process starts with no test running
+                self._running = None
+
+
+@dataclass
+class Supervised:
+    """How one supervised process ended (see :func:`supervise`)."""
+
+    exit_code: int | None
+    timed_out: bool = False
+    flooded: bool = False
+    overrun: str | None = None  # node id of the test killed for overrunning its limit
+
+
+def supervise(command: list[str], *, cwd: Path, env: dict[str, str], output: Path, limits: RunLimits,
+              deadline: float, watch: TestWatch | None = None, append: bool = False) -> Supervised:
+    """Run ``command`` in its own process group until it exits or must be killed.
+
+    It is killed (the whole group) when the wall clock passes ``deadline`` (``time.monotonic()``), when
+    its output passes ``limits.output_cap_bytes``, or when ``watch`` reports a test past its limit.
     The exit code is negative for a signal (``-11`` = segfault) and None only if waiting failed.
     """
-    start = time.monotonic()
-    timed_out = flooded = False
-    with open(output, "wb") as sink:
+    ended = Supervised(exit_code=None)
+    with open(output, "ab" if append else "wb") as sink:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=sink,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             while process.poll() is None:
-                if time.monotonic() - start > limits.lab_timeout_s:
-                    timed_out = True
+                if time.monotonic() > deadline:
+                    ended.timed_out = True
                 elif output.stat().st_size > limits.output_cap_bytes:
-                    flooded = True
-                if timed_out or flooded:
+                    ended.flooded = True
+                elif watch is not None:
+                    ended.overrun = watch.overrun()
+                if ended.timed_out or ended.flooded or ended.overrun:
                     _kill_group(process)
                     break
                 time.sleep(0.05)
-            exit_code = process.wait(timeout=30)
+            ended.exit_code = process.wait(timeout=30)
         finally:
             if process.poll() is None:
                 _kill_group(process)
                 process.wait()
             _kill_group(process)  # children the student's code left behind in the group
-    return exit_code, timed_out, flooded, time.monotonic() - start
+    return ended
 
 
-def run_lab(sandbox: Path, lab_id: str, package: str, raw_dir: Path, *, canary: str, gpu: str,
-            limits: RunLimits, python: str = sys.executable) -> RunRecord:
+def _append_event(path: Path, event: str, **fields) -> None:
+    """Add the supervisor's own event to the log (only ever while no pytest process is writing to it)."""
+    with open(path, "ab+") as handle:
+        torn = handle.tell() > 0 and handle.seek(-1, os.SEEK_END) >= 0 and handle.read(1) != b"\n"
+        line = json.dumps({"event": event, "t": round(time.time(), 3), **fields}) + "\n"
+        handle.write((("\n" if torn else "") + line).encode("utf-8"))
+
+
+def _not_started(events: Path, nodeids: list[str]) -> list[str]:
+    started = {event.get("nodeid") for event in read_events(events) if event.get("event") == "start"}
+    return [nodeid for nodeid in nodeids if nodeid not in started]
+
+
+def run_lab(sandbox: Path, lab: LabRubric, raw_dir: Path, *, canary: str, gpu: str, limits: RunLimits,
+            python: str = sys.executable) -> RunRecord:
     """Run one lab's graded tests in ``sandbox`` and store the artifacts in ``raw_dir``.
+
+    pytest is resumed after every test killed for overrunning its limit (see the module docstring),
+    until the lab is done, its budget is spent or the streak rule stops it.
 
     Both paths may be relative to this process's working directory: they are made absolute here,
     because pytest runs with the sandbox as its working directory.
     """
     sandbox, raw_dir = sandbox.absolute(), raw_dir.absolute()
     raw_dir.mkdir(parents=True, exist_ok=True)
-    for name in (EVENTS_FILE, REPORT_FILE, OUTPUT_FILE):
-        (raw_dir / name).unlink(missing_ok=True)
-    command = pytest_command(
-        python, package, sandbox,
-        "--grader-events", str(raw_dir / EVENTS_FILE),
-        "--grader-canary", canary,
-        "--json-report", "--json-report-file", str(raw_dir / REPORT_FILE),
-        "--json-report-omit", *REPORT_OMIT,
-        "--timeout", str(limits.test_timeout_s),
-        "-q", "-p", "no:randomly",
-    )
-    exit_code, timed_out, flooded, wall = supervise(
-        command, cwd=sandbox, env=pytest_env(sandbox, gpu), output=raw_dir / OUTPUT_FILE, limits=limits
-    )
+    for stale in (*raw_dir.glob("report*.json"), raw_dir / EVENTS_FILE, raw_dir / OUTPUT_FILE):
+        stale.unlink(missing_ok=True)
+    budget = lab_budget(lab, limits)
+    limits_file = raw_dir / LIMITS_FILE
+    limits_file.write_text(json.dumps(budget.to_dict(), indent=1) + "\n", encoding="utf-8")
+    events = raw_dir / EVENTS_FILE
+    start = time.monotonic()
+    watch = TestWatch(events, budget)
+    killed: list[str] = []
+    stopped = ""
+    commands: list[list[str]] = []
+    streak = 0
+    while True:
+        command = pytest_command(
+            python, lab.package, sandbox,
+            "--grader-events", str(events),
+            "--grader-canary", canary,
+            "--grader-limits", str(limits_file),
+            *(["--grader-resume", "--grader-timeout-streak", str(streak)] if killed else []),
+            "--json-report", "--json-report-file", str(raw_dir / report_file(len(commands))),
+            "--json-report-omit", *REPORT_OMIT,
+            "-q", "-p", "no:randomly", "-p", "no:timeout",
+        )
+        commands.append(command)
+        ended = supervise(command, cwd=sandbox, env=pytest_env(sandbox, gpu), output=raw_dir / OUTPUT_FILE,
+                          limits=limits, deadline=start + budget.lab_s, watch=watch, append=len(commands) > 1)
+        if ended.overrun is None:
+            break
+        killed.append(ended.overrun)
+        limit = budget.limit(ended.overrun)
+        _append_event(events, KILLED_EVENT, nodeid=ended.overrun, limit_s=limit)
+        streak = timeout_streak(read_events(events), lambda nodeid: is_canary(nodeid, canary))
+        remaining = _not_started(events, [test.nodeid for test in lab.tests])
+        if streak >= budget.max_consecutive_timeouts:
+            stopped = stop_reason(streak, len(remaining))
+            _append_event(events, STOPPED_EVENT, streak=streak, reason=stopped)
+            break
+        if not remaining:
+            break
+    wall = time.monotonic() - start
     trim_file(raw_dir / OUTPUT_FILE, limits.output_keep_bytes)
-    _shrink_report(raw_dir / REPORT_FILE, limits.report_cap_bytes)
-    record = RunRecord(lab_id, package, command, exit_code, timed_out, flooded, round(wall, 3), canary,
-                       limits.lab_timeout_s)
+    for index in range(len(commands)):
+        _shrink_report(raw_dir / report_file(index), limits.report_cap_bytes)
+    record = RunRecord(lab.lab, lab.package, commands[0], ended.exit_code, ended.timed_out, ended.flooded,
+                       round(wall, 3), canary, budget.lab_s, len(commands), tuple(killed), stopped)
     (raw_dir / RUN_FILE).write_text(json.dumps(asdict(record), indent=1) + "\n", encoding="utf-8")
     return record
 

@@ -7,8 +7,11 @@ well under a second.
 The rules, test by test (``rubric`` lists every test the pristine course has):
 
 - A test earns its points only if the probe's event log shows every phase passed **and**, when the
-  final pytest-json-report exists, the report agrees. A test that never reported (the process died
-  first) is ``not-run``; the one running when the process died is ``crashed``: neither is ever passed.
+  pytest process that ran it wrote its final pytest-json-report, the report agrees. A test that never
+  reported (the process died first) is ``not-run``; the one running when the process died is
+  ``crashed``: neither is ever passed.
+- A test that ran past its time limit is ``timeout``, whether the grader's alarm stopped it in-process
+  or the runner had to kill its process (pytest then resumed with the next test).
 - A GPU test that was skipped is ``pending`` (its points listed separately) unless ``gpu="on"``, where
   a GPU was promised and a skip counts as a failure. Any other skip is worth 0.
 - Points and the maximum come from the rubric, never from the report.
@@ -18,9 +21,10 @@ The rules, test by test (``rubric`` lists every test the pristine course has):
 Lab by lab: a pytest that never started the grader's probe plugin (no ``configure`` event: the plugin
 or pytest-json-report is missing, the event log cannot be written) is a ``grader-error``, never the
 student's: nothing of the student's runs before that point. A failed collection scores 0 of the full
-maximum (reason: the collection error); a crash
-or a timeout keeps the points of tests that finished before it; a canary that passed voids the run
-(0 points, flagged: the student's code altered pytest's results in-process).
+maximum (reason: the collection error); a crash or a timeout keeps the points of tests that finished
+before it; a lab stopped by the streak rule (too many timeouts in a row, :mod:`grader.budget`) is
+``stopped`` and keeps the points earned before; a canary that passed voids the run (0 points, flagged:
+the student's code altered pytest's results in-process).
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.artifacts import (
-    LabRun, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, load_lab_runs, read_json,
+    LabRun, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, is_canary, load_lab_runs, read_json,
 )
+from grader.budget import KILLED_EVENT, STOPPED_EVENT, stop_reason
 from grader.limits import truncate_text
 from grader.results import (
     EVIDENCE_PASSED, EVIDENCE_PENDING, GRADER_ERROR, NOT_YET, PASSED, PENDING, UNAVAILABLE, LabResult,
@@ -54,29 +59,43 @@ GRADER_ERROR_ADVICE = ("this is the grader's failure, not the submission's: run 
 
 @dataclass
 class Observed:
-    """What the event log says about one test case."""
+    """What the event log says about one test case.
+
+    ``process``: which of the lab's pytest processes ran it (0: the first; more after a resume);
+    ``timed_out``: a phase hit the grader's time limit; ``killed_after_s``: the runner killed it at this limit.
+    """
 
     started: bool = False
     finished: bool = False
     phases: dict[str, tuple[str, str]] = field(default_factory=dict)  # when -> (outcome, message)
+    process: int = 0
+    timed_out: bool = False
+    killed_after_s: float | None = None
 
 
 def observe(events: tuple[dict[str, Any], ...]) -> dict[str, Observed]:
     """Fold the event log into one :class:`Observed` per node id."""
     seen: dict[str, Observed] = {}
+    process = -1
     for event in events:
+        kind = event.get("event")
+        if kind == "configure":
+            process += 1
         nodeid = event.get("nodeid")
         if not isinstance(nodeid, str):
             continue
-        kind = event.get("event")
         entry = seen.setdefault(nodeid, Observed())
         if kind == "start":
             entry.started = True
+            entry.process = max(process, 0)
         elif kind == "finish":
             entry.finished = True
         elif kind == "report":
             entry.started = True
             entry.phases[str(event.get("when"))] = (str(event.get("outcome")), str(event.get("message") or ""))
+            entry.timed_out = entry.timed_out or bool(event.get("timeout"))
+        elif kind == KILLED_EVENT:
+            entry.killed_after_s = float(event.get("limit_s") or 0.0)
     return seen
 
 
@@ -104,17 +123,25 @@ def describe_exit(exit_code: int | None) -> str:
     return f"exited with code {exit_code}"
 
 
-def is_canary(test_name: str, canary: str) -> bool:
-    return test_name.split("::")[-1].split("[")[0] == canary
-
-
 def canary_passed(run: LabRun, seen: dict[str, Observed]) -> bool:
-    """True when any canary case was reported passed, by the event log (``seen``) or by the final report."""
+    """True when any canary case was reported passed, by the event log (``seen``) or by a final report."""
     for nodeid, entry in seen.items():
         if is_canary(nodeid, run.canary) and entry.phases.get("call", ("", ""))[0] == "passed":
             return True
-    outcomes = _report_outcomes(run.report) or {}
-    return any(is_canary(str(nodeid), run.canary) and outcome == "passed" for nodeid, outcome in outcomes.items())
+    return any(is_canary(str(nodeid), run.canary) and outcome == "passed"
+               for report in run.reports for nodeid, outcome in (_report_outcomes(report) or {}).items())
+
+
+def _last_process_ended_normally(events: tuple[dict[str, Any], ...]) -> bool:
+    """True when the last pytest process finished its session, or was killed for an overrunning test
+    with no test left to resume (the runner's ``killed`` event is then the log's last word)."""
+    for event in reversed(events):
+        kind = event.get("event")
+        if kind in ("session_finish", KILLED_EVENT):
+            return True
+        if kind == "configure":
+            return False
+    return False
 
 
 def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
@@ -140,15 +167,21 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
     if "collected" not in kinds:
         tail = run.output_tail.strip()[-MESSAGE_CHARS:]
         return "collection-error", f"pytest stopped before running any test (it {describe_exit(run.exit_code)}): {tail}"
-    if "session_finish" not in kinds:
+    stops = [event for event in run.events if event.get("event") == STOPPED_EVENT]
+    if stops:
+        return "stopped", stop_reason(int(stops[-1].get("streak") or 0))
+    if not _last_process_ended_normally(run.events):
         return "crashed", (f"the test process {describe_exit(run.exit_code)} before pytest finished "
                            "(os._exit, sys.exit, a crash in native code?)")
     return "graded", ""
 
 
-def score_test(test: RubricTest, seen: Observed | None, reported: dict[str, str] | None, status: str,
+def score_test(test: RubricTest, seen: Observed | None, reports: tuple[dict[str, str] | None, ...], status: str,
                gpu: str) -> TestResult:
-    """One rubric test's outcome (see the module docstring for the rules)."""
+    """One rubric test's outcome (see the module docstring for the rules).
+
+    ``reports``: each pytest process's final report as node id -> outcome (None where it wrote none).
+    """
 
     def result(outcome: str, message: str = "") -> TestResult:
         points = test.points if outcome == PASSED else 0
@@ -159,15 +192,19 @@ def score_test(test: RubricTest, seen: Observed | None, reported: dict[str, str]
         return result("void", "the run was voided (see the lab's reason)")
     if seen is None or not seen.started:
         why = {"timeout": "the lab timed out before this test", "collection-error": "the tests did not collect",
-               "crashed": "the test process died before this test"}.get(status, "this test was not run")
+               "crashed": "the test process died before this test",
+               "stopped": "not run: the lab was stopped after too many timeouts in a row"}.get(status, "this test was not run")
         return result("not-run", why)
+    if seen.killed_after_s is not None:
+        return result("timeout", f"this test ran over its time limit of {seen.killed_after_s:g} s and "
+                                 "did not stop when interrupted; the grader killed it and went on with the next test")
     if not seen.finished and "teardown" not in seen.phases:
         return result("timeout" if status == "timeout" else "crashed",
                       "the test process died or was stopped during this test")
     for when in ("setup", "call", "teardown"):
         outcome, message = seen.phases.get(when, ("", ""))
         if outcome == "failed":
-            if "Timeout" in message and "pytest-timeout" in message:
+            if seen.timed_out or ("Timeout" in message and "pytest-timeout" in message):
                 return result("timeout", message)
             return result("failed" if when == "call" else "error", message)
         if outcome == "skipped":
@@ -178,6 +215,7 @@ def score_test(test: RubricTest, seen: Observed | None, reported: dict[str, str]
             return result("skipped", f"skipped: {message}")
     if seen.phases.get("call", ("",))[0] != "passed":
         return result("crashed", "the test did not report a result")
+    reported = reports[seen.process] if seen.process < len(reports) else None
     if reported is not None and reported.get(test.nodeid) != "passed":
         return result("failed", "the final pytest report does not confirm this pass")
     return result(PASSED)
@@ -215,22 +253,39 @@ def score_lab(lab: LabRubric, run: LabRun | None, gpu: str = "auto", not_run_rea
         return LabResult(lab.lab, lab.title, lab.package, 0, 0, 0, UNAVAILABLE,
                          f"this lab cannot be graded: {lab.error}")
     if run is None:
-        status, reason, seen, reported, wall = not_run_status, not_run_reason or "the lab was not run", {}, None, 0.0
+        status, reason, seen, reports, wall = not_run_status, not_run_reason or "the lab was not run", {}, (), 0.0
     else:
-        seen, reported, wall = observe(run.events), _report_outcomes(run.report), run.wall_s
+        seen, wall = observe(run.events), run.wall_s
+        reports = tuple(_report_outcomes(report) for report in run.reports)
         status, reason = lab_status(run, seen)
-    tests = tuple(score_test(test, seen.get(test.nodeid), reported, status, gpu) for test in lab.tests)
+    tests = tuple(score_test(test, seen.get(test.nodeid), reports, status, gpu) for test in lab.tests)
+    if status == "stopped":
+        reason = stop_reason(_stop_streak(run), sum(test.outcome == "not-run" for test in tests))
     score = sum(test.points for test in tests)
     pending = sum(test.max_points for test in tests if test.outcome == PENDING)
     return LabResult(lab.lab, lab.title, lab.package, score, lab.max_score, pending, status, reason,
                      round(wall, 3), tests, talking_point_results(lab, tests))
 
 
+def _stop_streak(run: LabRun | None) -> int:
+    stops = [event for event in (run.events if run else ()) if event.get("event") == STOPPED_EVENT]
+    return int(stops[-1].get("streak") or 0) if stops else 0
+
+
 def score_submission(rubric: Rubric, runs: dict[str, LabRun | None], *, submission: str, gpu: str = "auto",
                      flags: tuple[str, ...] = (), notes: tuple[str, ...] = (),
-                     not_run_reason: str = "", not_run_status: str = "not-run") -> SubmissionResult:
-    """Score every lab of ``rubric`` (pure): runs missing from ``runs`` score 0 as ``not_run_status``."""
-    labs = tuple(score_lab(lab, runs.get(lab.lab), gpu, not_run_reason, not_run_status) for lab in rubric.labs)
+                     not_run_reason: str = "", not_run_status: str = "not-run",
+                     not_run_labs: dict[str, tuple[str, str]] | None = None) -> SubmissionResult:
+    """Score every lab of ``rubric`` (pure): runs missing from ``runs`` score 0 as ``not_run_status``.
+
+    ``not_run_labs`` gives some labs their own (status, reason) when they have no run (e.g. the cluster
+    task grading them was killed, while another task graded the other labs).
+    """
+    labs = []
+    for lab in rubric.labs:
+        status, reason = (not_run_labs or {}).get(lab.lab, (not_run_status, not_run_reason))
+        labs.append(score_lab(lab, runs.get(lab.lab), gpu, not_run_reason=reason, not_run_status=status))
+    labs = tuple(labs)
     void = [f"{lab.lab}: {lab.reason}" for lab in labs if lab.status == "void"]
     return SubmissionResult(submission, gpu, labs, tuple(flags) + tuple(void), tuple(notes))
 
@@ -259,7 +314,9 @@ def rescore(out: Path) -> SubmissionResult:
     return score_submission(rubric, runs, submission=meta.get("submission", out.name), gpu=meta.get("gpu", "auto"),
                             flags=tuple(meta.get("flags", ())), notes=tuple(meta.get("notes", ())),
                             not_run_reason=meta.get("not_run_reason", ""),
-                            not_run_status=meta.get("not_run_status", "not-run"))
+                            not_run_status=meta.get("not_run_status", "not-run"),
+                            not_run_labs={lab: (entry["status"], entry["reason"])
+                                          for lab, entry in (meta.get("not_run_labs") or {}).items()})
 
 
 # ---------------------------------------------------------------- the `score` verb

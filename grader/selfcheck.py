@@ -7,7 +7,10 @@ subprocess per lab, scoring), that each lab is gradable:
   CPU point (GPU tests may be pending), the held-out tests' included;
 - the **untouched starter**: the course as students receive it must score 0.
 
-Both summaries are printed. With ``--container IMAGE`` each is graded in its own container of the course
+Both summaries are printed. With ``--record-times`` the reference's time on every test it passed is
+written to each lab's ``reference_times.json`` (:mod:`grader.reference_times`), where the grader's
+time limits come from; the reference is then graded alone, so that the starter does not share its
+CPUs. With ``--container IMAGE`` each is graded in its own container of the course
 image (network off), which checks the image too. Labs that are not written yet (no ``lab.toml`` or ``test_lab.py``) are
 listed and skipped; the exit status is 1 only when a ready lab breaks one of the two rules.
 """
@@ -25,7 +28,8 @@ from grader.course import CourseError, make_reference_submission
 from grader.feedback import summary_line
 from grader.preflight import GraderEnvironmentError
 from grader.results import PASSED, SubmissionResult
-from grader.run import add_course_options, grade_submission, prepare
+from grader.reference_times import measure, merged, read_reference_times, write_reference_times
+from grader.run import GradingSetup, add_course_options, grade_submission, prepare
 from grader.score import rescore
 
 REFERENCE, STARTER = "reference", "starter"
@@ -65,9 +69,32 @@ def _print_result(title: str, result: SubmissionResult) -> None:
             print(f"      {lab.reason.splitlines()[0][:200]}")
 
 
+def record_times(setup: GradingSetup, graded: Path, log=print) -> None:
+    """Write each lab's ``reference_times.json`` from the reference's graded folder ``graded``.
+
+    A lab the reference did not pass cleanly keeps its old file (the times would be a failure's times).
+    """
+    result = rescore(graded)
+    for lab in setup.rubric.labs:
+        scored = result.lab(lab.lab)
+        if lab.error is not None or scored.status != "graded" or scored.score + scored.pending != scored.max_score:
+            log(f"  {lab.lab}: times NOT recorded: the reference scores {scored.score}/{scored.max_score} "
+                f"({scored.status}); fix that first (or grade with a larger --time-factor)")
+            continue
+        nodeids = {test.nodeid for test in lab.tests}
+        lab_dir = setup.course.root / lab.package
+        times = merged(measure(graded, lab.lab, nodeids, setup.options.gpu), read_reference_times(lab_dir), nodeids)
+        path = write_reference_times(lab_dir, times)
+        log(f"  {lab.lab}: recorded {len(times.tests)} of {len(nodeids)} tests' times "
+            f"(sum {sum(times.tests.values()):.1f} s, whole run {times.lab_wall_s:.1f} s) in "
+            f"{lab.package}/{path.name}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep both graded folders here (default: a temp folder)")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="grade the two submissions at once (default 2)")
+    parser.add_argument("--record-times", action="store_true",
+                        help="write each lab's reference_times.json from the reference's run (time limits derive from it)")
     add_course_options(parser)
     add_container_options(parser)
 
@@ -90,8 +117,12 @@ def main(args: argparse.Namespace) -> int:
         out = args.out or Path(scratch) / "graded"
         reference = make_reference_submission(setup.course, Path(scratch) / REFERENCE)
         submissions = [(REFERENCE, reference), (STARTER, setup.course.root)]
-        grade_all(submissions, out, setup, jobs=args.jobs, runner=runner, show_progress=sys.stderr.isatty())
+        jobs = 1 if args.record_times else args.jobs
+        grade_all(submissions, out, setup, jobs=jobs, runner=runner, show_progress=sys.stderr.isatty())
         results = {name: rescore(out / name) for name, _ in submissions}
+        if args.record_times:
+            print("\nreference times:")
+            record_times(setup, out / REFERENCE)
     _print_result("reference solutions", results[REFERENCE])
     _print_result("untouched starters", results[STARTER])
     for package, why in setup.course.not_ready.items():

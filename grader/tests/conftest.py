@@ -20,8 +20,10 @@ from grader.tests.corpus import DEMO_COURSE, corpus_names, materialize
 
 collect_ignore_glob = ["fixtures/*"]
 
-#: Limits for the demo course: its tests take milliseconds, so a few seconds means "stuck".
-DEMO_LIMITS = RunLimits(test_timeout_s=4.0, lab_timeout_s=15.0)
+#: Limits for the demo course. Its tests take milliseconds, so every test gets the 3 s minimum ("stuck");
+#: starting Python and pytest is most of a demo lab's time, so a factor of 2 (not 10) on that start-up
+#: keeps the lab budget short; the streak rule stops a lab after 3 timeouts in a row (labA has 6 tests).
+DEMO_LIMITS = RunLimits(time_factor=2.0, min_test_timeout_s=3.0, min_startup_s=10.0, max_consecutive_timeouts=3)
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +36,8 @@ def rubric_cache(tmp_path_factory) -> Path:
 def demo_args(rubric_cache) -> list[str]:
     """Command-line options grading the demo course with the session's rubric cache and demo limits."""
     return ["--course", str(DEMO_COURSE), "--cache-dir", str(rubric_cache),
-            "--test-timeout", str(DEMO_LIMITS.test_timeout_s), "--lab-timeout", str(DEMO_LIMITS.lab_timeout_s)]
+            "--time-factor", str(DEMO_LIMITS.time_factor), "--min-test-timeout", str(DEMO_LIMITS.min_test_timeout_s),
+            "--max-consecutive-timeouts", str(DEMO_LIMITS.max_consecutive_timeouts)]
 
 
 @pytest.fixture(scope="session")

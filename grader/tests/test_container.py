@@ -25,7 +25,7 @@ from grader.results import SubmissionResult
 from grader.tests.corpus import DEMO_COURSE, materialize, starter_copy
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
-DEMO_CPU_MAX = 22  # labA 9 + 6 held-out, labB 4 + 3 held-out (labB's other 3 points need a GPU: pending here)
+DEMO_CPU_MAX = 23  # labA 10 + 6 held-out, labB 4 + 3 held-out (labB's other 3 points need a GPU: pending here)
 
 
 def values(command: list[str], flag: str) -> list[str]:
@@ -149,7 +149,7 @@ def test_batch_grades_every_submission_in_its_own_container(tmp_path, engine, de
     assert oom.total["score"] == 0 and {lab.status for lab in oom.labs} == {"crashed"}
     assert "out of memory (limit 2g)" in oom.labs[0].reason
     later = summary(out / "oom-later")  # the lab finished before the kill keeps its points
-    assert (later.lab("labA").score, later.lab("labA").status) == (15, "graded")  # 9 + 6 held-out
+    assert (later.lab("labA").score, later.lab("labA").status) == (16, "graded")  # 10 + 6 held-out
     assert (later.lab("labB").score, later.lab("labB").status) == (0, "crashed")
     assert any("out of memory" in flag for flag in later.flags)
     broken = summary(out / "broken")
@@ -189,8 +189,9 @@ def test_batch_command_line_runs_containers(tmp_path, engine, capsys):
     assert f"solution: {DEMO_CPU_MAX}/" in printed
     (run,) = [call for call in engine_calls(tmp_path) if call[0] == "run"]
     assert values(run, "--memory") == ["1g"]
-    assert run[run.index("course:test") + 1:][-8:] == ["--labs", "labA,labB", "--gpu", "auto",
-                                                       "--test-timeout", "300", "--lab-timeout", "1800"]
+    assert run[run.index("course:test") + 1:][-10:] == ["--labs", "labA,labB", "--gpu", "auto",
+                                                        "--time-factor", "10", "--min-test-timeout", "10",
+                                                        "--max-consecutive-timeouts", "15"]
 
 
 def test_batch_without_an_engine_says_so(tmp_path, monkeypatch, capsys):

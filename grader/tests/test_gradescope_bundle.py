@@ -21,7 +21,7 @@ from grader.gradescope_bundle import build_bundle
 from grader.warm import warm_rubric
 from grader.tests.corpus import DEMO_COURSE, materialize
 
-DEMO_CPU_POINTS, DEMO_GPU_POINTS, DEMO_MAX = 22, 3, 25  # held-out tests included: 6 + 3 points
+DEMO_CPU_POINTS, DEMO_GPU_POINTS, DEMO_MAX = 23, 3, 26  # held-out tests included: 6 + 3 points
 
 
 @pytest.fixture(scope="module")
@@ -120,4 +120,4 @@ def test_gradescope_bundle_command(tmp_path, capsys):
 def test_warm_collects_the_rubric_once_for_later_runs(tmp_path, capsys):
     assert warm_rubric(DEMO_COURSE, tmp_path) == 2
     assert len(list(tmp_path.glob("*.json"))) == 2
-    assert "labA: 10 tests, 15 points" in capsys.readouterr().out
+    assert "labA: 11 tests, 16 points" in capsys.readouterr().out

@@ -7,6 +7,7 @@ not written yet.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from grader.course import load_course, make_reference_submission
 from grader.results import EVIDENCE_PASSED, EVIDENCE_PENDING, PASSED, PENDING
 from grader.rubric import build_rubric
 from grader.run import GradeOptions, GradingSetup
+from grader.runner import RunLimits
 from grader.score import rescore
 
 LAB = "lab01_fx_passes"
@@ -57,3 +59,42 @@ def test_the_untouched_starter_scores_zero(lab01_graded):
     passing = [t.nodeid for t in lab.tests if t.points]
     assert lab.status == "graded" and lab.score == 0, f"{lab.reason}; passing on the starter: {passing}"
     assert lab.max_score == lab01_graded["reference"].max_score
+
+
+# ---------------------------------------------------------------- time limits on real code
+
+HANG = "    while True:  # the student's hang\n        pass\n"
+
+
+def hanging_fuse_conv_bn(reference: Path, dest: Path) -> Path:
+    """The reference, except that ``fuse_conv_bn`` loops forever on its first line."""
+    shutil.copytree(reference, dest)
+    module = dest / LAB / "conv_bn.py"
+    source = module.read_text()
+    body = source.index('"""', source.index('"""', source.index("def fuse_conv_bn(")) + 3) + 4
+    module.write_text(source[:body] + HANG + source[body:])
+    return dest
+
+
+#: Test functions that call fuse_conv_bn (directly, or through the pass manager and the pipeline).
+CALLS_FUSE_CONV_BN = ("test_conv_bn_", "test_pass_manager_", "test_default_pipeline_")
+
+
+def test_a_hanging_fuse_conv_bn_costs_only_the_tests_that_call_it(tmp_path_factory):
+    """The hang used to score 0/111 after the whole lab timed out (a Hypothesis test re-ran the hanging
+    example with no alarm left). Now each test calling it times out alone, and the 13 in a row that do
+    stay under the streak limit, so the rest of the lab is graded. Limits are tighter than the defaults
+    (5 x the reference, at least 3 s) to keep this test near two minutes."""
+    base = _lab01_setup(tmp_path_factory.mktemp("rubric-hang"))
+    setup = GradingSetup(base.course, base.labs, base.rubric,
+                         GradeOptions(gpu="auto", limits=RunLimits(time_factor=5.0, min_test_timeout_s=3.0)))
+    scratch = tmp_path_factory.mktemp("lab01-hang")
+    submission = hanging_fuse_conv_bn(make_reference_submission(setup.course, scratch / "reference"), scratch / "hangs")
+    grade_all([("hangs", submission)], scratch / "graded", setup, show_progress=False)
+    lab = rescore(scratch / "graded" / "hangs").lab(setup.rubric.labs[0].lab)
+    assert lab.status == "graded", lab.reason
+    calls = [t for t in lab.tests if t.name.startswith(CALLS_FUSE_CONV_BN)]
+    others = [t for t in lab.tests if not t.name.startswith(CALLS_FUSE_CONV_BN)]
+    assert calls and all(t.outcome == "timeout" for t in calls), [(t.name, t.outcome) for t in calls]
+    assert others and all(t.outcome == PASSED for t in others), [(t.name, t.outcome, t.message) for t in others if t.outcome != PASSED]
+    assert lab.score == sum(t.max_points for t in others) > 0

@@ -122,6 +122,50 @@ def test_a_per_test_timeout_is_reported_as_timeout():
     assert outcomes(score_lab(RUBRIC, run))["test_a"] == "timeout"
 
 
+def test_the_graders_time_limit_is_reported_as_timeout():
+    timed_out = failed(node("test_a"), "grader.pytest_probe.TestTimeLimit: this test ran over its time limit of 3 s")
+    timed_out[2]["timeout"] = True
+    run = run_of(timed_out, *(passed(n) for n in ALL_CPU[1:]), report_passed=ALL_CPU[1:])
+    lab = score_lab(RUBRIC, run)
+    assert lab.status == "graded" and outcomes(lab)["test_a"] == "timeout" and lab.score == 2
+
+
+def test_a_killed_test_is_a_timeout_and_the_resumed_process_is_scored_with_its_own_report():
+    """test_b[1] swallowed the alarm: the runner killed pytest (no report) and resumed it (report.1.json)."""
+    first = [*passed(node("test_a")), {"event": "start", "nodeid": node("test_b[1]")},
+             {"event": "killed", "nodeid": node("test_b[1]"), "limit_s": 3.0}]
+    resumed = [{"event": "configure"}, {"event": "collected", "nodeids": []}, *passed(node("test_b[2]")),
+               *skipped(node("test_gpu"), "needs a CUDA GPU")]
+    run = run_of(first, resumed, report_passed=None)
+    run = LabRun(**{**vars(run), "resumed_reports": ({"tests": [{"nodeid": node("test_b[2]"), "outcome": "passed"}]},)})
+    lab = score_lab(RUBRIC, run)
+    assert lab.status == "graded", lab.reason
+    assert outcomes(lab) == {"test_a": "passed", "test_b[1]": "timeout", "test_b[2]": "passed", "test_gpu": "pending"}
+    assert "killed it and went on" in next(t.message for t in lab.tests if t.outcome == "timeout")
+    forged = LabRun(**{**vars(run), "resumed_reports": ({"tests": []},)})
+    assert outcomes(score_lab(RUBRIC, forged))["test_b[2]"] == "failed", "each process's own report must confirm"
+
+
+def test_a_lab_killed_on_its_last_test_is_graded_not_crashed():
+    run = run_of(*(passed(n) for n in ALL_CPU), [{"event": "start", "nodeid": node("test_gpu")},
+                                                 {"event": "killed", "nodeid": node("test_gpu"), "limit_s": 9.0}],
+                 finished=False, report_passed=None, exit_code=-9)
+    lab = score_lab(RUBRIC, run)
+    assert (lab.status, lab.score, outcomes(lab)["test_gpu"]) == ("graded", 4, "timeout")
+
+
+def test_a_lab_stopped_by_the_streak_rule_says_so_and_lists_the_rest_as_not_run():
+    timeouts = [failed(node(name), "TestTimeLimit") for name in ("test_a", "test_b[1]")]
+    for events in timeouts:
+        events[2]["timeout"] = True
+    run = run_of(*timeouts, [{"event": "stopped", "streak": 2}], report_passed=[])
+    lab = score_lab(RUBRIC, run)
+    assert lab.status == "stopped" and lab.score == 0
+    assert "2 tests in a row ran out of time" in lab.reason and "remaining 2 tests were not run" in lab.reason
+    assert outcomes(lab) == {"test_a": "timeout", "test_b[1]": "timeout", "test_b[2]": "not-run", "test_gpu": "not-run"}
+    assert "stopped after too many timeouts" in lab.tests[-1].message
+
+
 def test_setup_failures_are_errors():
     run = run_of(failed(node("test_a"), "ImportError", when="setup"), report_passed=[])
     assert outcomes(score_lab(RUBRIC, run))["test_a"] == "error"

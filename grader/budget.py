@@ -1,0 +1,144 @@
+"""Time budgets: how long each test and each lab may run, derived from the reference solution's own times.
+
+A fixed limit for every test (say 300 s) is either far too long for a test the reference finishes in
+0.2 s, so a hanging submission costs the instructor hours, or too short for a test that compiles a
+model. So each test gets a limit from what the **reference** needs on it (recorded in each lab's
+``reference_times.json``, see :mod:`grader.reference_times`, and carried by the rubric)::
+
+    test limit = max(min_test_timeout_s, time_factor x the reference's time on that test)
+    lab budget = sum of the lab's test limits + start-up allowance
+
+The start-up allowance covers what happens outside any test (starting Python, importing torch,
+collecting): ``time_factor`` x the reference's own start-up, at least ``min_startup_s``. A test the
+reference was never timed on (a new test, or a GPU test timed on a machine without one) gets
+``unmeasured_test_timeout_s``. ``--test-timeout`` / ``--lab-timeout`` replace the derived values.
+
+Because the lab budget is the sum of its tests' limits, a submission whose every test stays within its
+own limit is never stopped by the lab budget, however slow: a correct but slow submission is not
+punished. What bounds a submission where *everything* hangs is the streak rule: after
+``max_consecutive_timeouts`` tests in a row ran out of time, the rest of the lab is not run and the lab's
+status says so (``stopped``). Its default is generous on purpose: lab 1 runs 13 tests in a row that all
+call ``fuse_conv_bn``, and one hanging function must cost only its own tests, not the whole lab.
+
+Everything here is a pure function of the rubric and the limits: the supervisor
+(:mod:`grader.runner`), the in-process timer (:mod:`grader.pytest_probe`) and the scorer all read the
+same numbers, and ``raw/<lab>/limits.json`` records them for every graded run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the rubric imports the runner, which imports this module
+    from grader.rubric import LabRubric, Rubric
+    from grader.runner import RunLimits
+
+#: Event names the grader adds to a lab's event log (besides the probe's own).
+KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
+STOPPED_EVENT = "stopped"  # the streak rule stopped the lab
+
+
+@dataclass(frozen=True)
+class LabBudget:
+    """The time limits of one lab's run.
+
+    Attributes:
+        tests: node id -> (limit in seconds, how it was derived, in words).
+        default_test_s: the limit of a test missing from ``tests`` (the grader's canaries).
+        lab_s: the whole lab's wall-clock budget (all its pytest processes together).
+        max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped.
+    """
+
+    tests: dict[str, tuple[float, str]]
+    default_test_s: float
+    lab_s: float
+    max_consecutive_timeouts: int
+
+    def limit(self, nodeid: str) -> float:
+        return self.tests.get(nodeid, (self.default_test_s, ""))[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The form written to ``raw/<lab>/limits.json`` and read by the probe plugin."""
+        return {"lab_s": self.lab_s, "default_test_s": self.default_test_s,
+                "max_consecutive_timeouts": self.max_consecutive_timeouts,
+                "tests": {nodeid: {"limit_s": limit, "basis": basis} for nodeid, (limit, basis) in self.tests.items()}}
+
+
+def _seconds(value: float) -> str:
+    if value < 0.001:
+        return "under 1 ms"
+    return f"{value:.2g} s" if value < 10 else f"{value:.0f} s"
+
+
+def limit_for_test(reference_s: float | None, limits: RunLimits) -> tuple[float, str]:
+    """One test's limit and its derivation in words."""
+    if limits.test_timeout_s is not None:
+        return float(limits.test_timeout_s), "set with --test-timeout"
+    if reference_s is None:
+        return float(limits.unmeasured_test_timeout_s), "the reference solution was never timed on this test"
+    scaled = limits.time_factor * reference_s
+    if scaled <= limits.min_test_timeout_s:
+        return float(limits.min_test_timeout_s), (f"the minimum per-test limit; the reference solution takes "
+                                                  f"{_seconds(reference_s)}")
+    return round(scaled, 1), f"{limits.time_factor:g} x the reference solution's {_seconds(reference_s)}"
+
+
+def lab_budget(lab: LabRubric, limits: RunLimits) -> LabBudget:
+    """The limits of ``lab``'s run (see the module docstring)."""
+    tests = {test.nodeid: limit_for_test(test.reference_s, limits) for test in lab.tests}
+    if limits.lab_timeout_s is not None:
+        lab_s = float(limits.lab_timeout_s)
+    else:
+        measured = [test.reference_s for test in lab.tests if test.reference_s is not None]
+        startup = 0.0
+        if lab.reference_wall_s is not None:
+            startup = limits.time_factor * max(0.0, lab.reference_wall_s - sum(measured))
+        lab_s = round(sum(limit for limit, _ in tests.values()) + max(limits.min_startup_s, startup), 1)
+    default = float(limits.test_timeout_s if limits.test_timeout_s is not None else limits.min_test_timeout_s)
+    return LabBudget(tests, default, lab_s, limits.max_consecutive_timeouts)
+
+
+def submission_budget_s(rubric: Rubric, limits: RunLimits) -> float:
+    """The sum of one submission's lab budgets: the longest an honest grading of it can take."""
+    return sum(lab_budget(lab, limits).lab_s for lab in rubric.labs if lab.error is None)
+
+
+def time_limit_args(limits: RunLimits) -> list[str]:
+    """The ``grader run`` options that give another process (a container, a Slurm task) these limits."""
+    args = ["--time-factor", f"{limits.time_factor:g}", "--min-test-timeout", f"{limits.min_test_timeout_s:g}",
+            "--max-consecutive-timeouts", str(limits.max_consecutive_timeouts)]
+    if limits.test_timeout_s is not None:
+        args += ["--test-timeout", f"{limits.test_timeout_s:g}"]
+    if limits.lab_timeout_s is not None:
+        args += ["--lab-timeout", f"{limits.lab_timeout_s:g}"]
+    return args
+
+
+def timeout_streak(events: Iterable[dict[str, Any]], is_canary: Callable[[str], bool]) -> int:
+    """How many real tests in a row, counting back from the last one that ended, ran out of time.
+
+    A test ran out of time when a phase reported the grader's time limit (``"timeout": true``) or
+    when the supervisor killed it (a ``killed`` event). Canaries (``is_canary(nodeid)``) are ignored.
+    """
+    streak = 0
+    timed_out: set[str] = set()
+    for event in events:
+        nodeid, kind = event.get("nodeid"), event.get("event")
+        if not isinstance(nodeid, str) or is_canary(nodeid):
+            continue
+        if kind == "report" and event.get("timeout"):
+            timed_out.add(nodeid)
+        elif kind == KILLED_EVENT:
+            streak += 1
+        elif kind == "finish":
+            streak = streak + 1 if nodeid in timed_out else 0
+    return streak
+
+
+def stop_reason(streak: int, remaining: int | None = None) -> str:
+    """The lab's reason when the streak rule stopped it."""
+    rest = f"the remaining {remaining} tests were" if remaining else "the rest of the lab was"
+    return (f"{streak} tests in a row ran out of time, so {rest} not run (they score 0); "
+            "fix the hang and grade again")

@@ -1,0 +1,95 @@
+"""The reference solution's recorded times, one file per lab: ``<lab package>/reference_times.json``.
+
+The grader's time limits derive from these times (:mod:`grader.budget`), so they are recorded once by
+the instructor and shipped with the lab (students grading themselves get the same limits)::
+
+    python -m grader selfcheck --record-times          # grade the reference, write every lab's file
+
+The file (schema ``reference-times/1``)::
+
+    {"schema": "reference-times/1",
+     "recorded": {"date", "cpus", "platform", "python", "gpu"},
+     "lab_wall_s": 14.8,                  # the whole pytest run of the lab, start-up included
+     "tests": {"<node id>": 0.412, ...}}  # setup + call + teardown of each test the reference passed
+
+Only tests the reference *passed* are timed: a GPU test skipped on a machine without one has no time
+(its limit is the grader's default for unmeasured tests) until it is recorded on a GPU machine. A
+new recording keeps the old entries of tests it could not time, so a CPU recording never erases GPU
+times. The lab folder is part of the rubric's cache key, so a new file means a new rubric.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.artifacts import EVENTS_FILE, RAW_DIR, RUN_FILE, read_events, read_json
+
+TIMES_FILE = "reference_times.json"
+SCHEMA = "reference-times/1"
+
+
+@dataclass(frozen=True)
+class ReferenceTimes:
+    """One lab's recorded times (see the module docstring)."""
+
+    tests: dict[str, float]
+    lab_wall_s: float | None = None
+    recorded: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "recorded": self.recorded, "lab_wall_s": self.lab_wall_s,
+                "tests": dict(sorted(self.tests.items()))}
+
+
+def read_reference_times(lab_dir: Path) -> ReferenceTimes | None:
+    """The lab's recorded times, or None when the lab has no (readable) ``reference_times.json``."""
+    data = read_json(lab_dir / TIMES_FILE)
+    if data is None or data.get("schema") != SCHEMA or not isinstance(data.get("tests"), dict):
+        return None
+    tests = {str(nodeid): float(seconds) for nodeid, seconds in data["tests"].items()
+             if isinstance(seconds, (int, float)) and seconds >= 0}
+    wall = data.get("lab_wall_s")
+    return ReferenceTimes(tests, float(wall) if isinstance(wall, (int, float)) else None, data.get("recorded") or {})
+
+
+def passed_test_times(events: tuple[dict[str, Any], ...], nodeids: set[str]) -> dict[str, float]:
+    """Seconds of every test of ``nodeids`` whose phases all passed, from a probe event log (pure)."""
+    durations: dict[str, float] = {}
+    failed: set[str] = set()
+    for event in events:
+        nodeid = event.get("nodeid")
+        if event.get("event") != "report" or nodeid not in nodeids:
+            continue
+        if event.get("outcome") != "passed":
+            failed.add(nodeid)
+        durations[nodeid] = durations.get(nodeid, 0.0) + float(event.get("duration") or 0.0)
+    return {nodeid: round(seconds, 3) for nodeid, seconds in durations.items() if nodeid not in failed}
+
+
+def measure(graded: Path, lab_id: str, nodeids: set[str], gpu: str) -> ReferenceTimes:
+    """The times of one lab from the reference's graded folder (``graded/raw/<lab>/``)."""
+    raw = graded / RAW_DIR / lab_id
+    record = read_json(raw / RUN_FILE) or {}
+    recorded = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
+                "platform": platform.platform(terse=True), "python": platform.python_version(), "gpu": gpu}
+    wall = record.get("wall_s")
+    return ReferenceTimes(passed_test_times(read_events(raw / EVENTS_FILE), nodeids),
+                          float(wall) if isinstance(wall, (int, float)) else None, recorded)
+
+
+def merged(new: ReferenceTimes, old: ReferenceTimes | None, nodeids: set[str]) -> ReferenceTimes:
+    """``new``, plus ``old``'s times of tests ``new`` could not time that still exist (see the module docstring)."""
+    kept = {nodeid: seconds for nodeid, seconds in (old.tests.items() if old else ()) if nodeid in nodeids}
+    return ReferenceTimes({**kept, **new.tests}, new.lab_wall_s, new.recorded)
+
+
+def write_reference_times(lab_dir: Path, times: ReferenceTimes) -> Path:
+    path = lab_dir / TIMES_FILE
+    path.write_text(json.dumps(times.to_dict(), indent=1) + "\n", encoding="utf-8")
+    return path
