@@ -16,6 +16,10 @@ Only tests the reference *passed* are timed: a GPU test skipped on a machine wit
 (its limit is the grader's default for unmeasured tests) until it is recorded on a GPU machine. A
 new recording keeps the old entries of tests it could not time, so a CPU recording never erases GPU
 times. The lab folder is part of the rubric's cache key, so a new file means a new rubric.
+
+Held-out tests' times go to ``<lab package>/heldout/reference_times.json`` instead: their node ids
+(names, parameters) must not reach students, and the release drops every ``heldout/`` folder.
+:func:`read_reference_times` reads both files.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.labspec import HELDOUT_DIR
 from grader.artifacts import EVENTS_FILE, RAW_DIR, RUN_FILE, read_events, read_json
 
 TIMES_FILE = "reference_times.json"
@@ -47,15 +52,28 @@ class ReferenceTimes:
                 "tests": dict(sorted(self.tests.items()))}
 
 
-def read_reference_times(lab_dir: Path) -> ReferenceTimes | None:
-    """The lab's recorded times, or None when the lab has no (readable) ``reference_times.json``."""
-    data = read_json(lab_dir / TIMES_FILE)
+def _read_file(path: Path) -> ReferenceTimes | None:
+    data = read_json(path)
     if data is None or data.get("schema") != SCHEMA or not isinstance(data.get("tests"), dict):
         return None
     tests = {str(nodeid): float(seconds) for nodeid, seconds in data["tests"].items()
              if isinstance(seconds, (int, float)) and seconds >= 0}
     wall = data.get("lab_wall_s")
     return ReferenceTimes(tests, float(wall) if isinstance(wall, (int, float)) else None, data.get("recorded") or {})
+
+
+def read_reference_times(lab_dir: Path) -> ReferenceTimes | None:
+    """The lab's recorded times (held-out tests' included), or None when the lab has no readable file."""
+    visible, heldout = _read_file(lab_dir / TIMES_FILE), _read_file(lab_dir / HELDOUT_DIR / TIMES_FILE)
+    if visible is None:
+        return heldout
+    return visible if heldout is None else ReferenceTimes({**heldout.tests, **visible.tests}, visible.lab_wall_s,
+                                                         visible.recorded)
+
+
+def is_heldout_nodeid(nodeid: str) -> bool:
+    """True for a test in the lab's ``heldout/`` folder (never shipped to students)."""
+    return HELDOUT_DIR in nodeid.split("::")[0].split("/")
 
 
 def passed_test_times(events: tuple[dict[str, Any], ...], nodeids: set[str]) -> dict[str, float]:
@@ -90,6 +108,16 @@ def merged(new: ReferenceTimes, old: ReferenceTimes | None, nodeids: set[str]) -
 
 
 def write_reference_times(lab_dir: Path, times: ReferenceTimes) -> Path:
+    """Write ``times`` into the lab's file, held-out tests' into ``heldout/`` (see the module docstring)."""
+    heldout = {nodeid: seconds for nodeid, seconds in times.tests.items() if is_heldout_nodeid(nodeid)}
+    visible = {nodeid: seconds for nodeid, seconds in times.tests.items() if nodeid not in heldout}
+    if heldout:
+        (lab_dir / HELDOUT_DIR).mkdir(exist_ok=True)
+        _write(lab_dir / HELDOUT_DIR / TIMES_FILE, ReferenceTimes(heldout, None, times.recorded))
     path = lab_dir / TIMES_FILE
-    path.write_text(json.dumps(times.to_dict(), indent=1) + "\n", encoding="utf-8")
+    _write(path, ReferenceTimes(visible, times.lab_wall_s, times.recorded))
     return path
+
+
+def _write(path: Path, times: ReferenceTimes) -> None:
+    path.write_text(json.dumps(times.to_dict(), indent=1) + "\n", encoding="utf-8")

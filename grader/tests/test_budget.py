@@ -18,7 +18,8 @@ LIMITS = RunLimits()  # factor 10, at least 10 s, 300 s unmeasured, 60 s start-u
 
 
 def lab_with(*reference_s: float | None, wall: float | None = None) -> LabRubric:
-    tests = tuple(RubricTest(f"labX/test_lab.py::test_{i}", f"test_{i}", 1, False, ref) for i, ref in enumerate(reference_s))
+    tests = tuple(RubricTest(f"labX/test_lab.py::test_{i}", f"test_{i}", 1, False, reference_s=ref)
+                  for i, ref in enumerate(reference_s))
     return LabRubric("labX", "labX", "Demo", tests, reference_wall_s=wall)
 
 
@@ -111,6 +112,14 @@ def test_a_new_recording_keeps_old_times_of_tests_it_could_not_time(tmp_path):
     assert read_reference_times(tmp_path) == both
     (tmp_path / TIMES_FILE).write_text("{not json")
     assert read_reference_times(tmp_path) is None
+
+
+def test_held_out_tests_times_stay_in_the_heldout_folder_which_never_ships(tmp_path):
+    hidden = "labX/heldout/test_heldout.py::test_other_shapes[7]"
+    write_reference_times(tmp_path, ReferenceTimes({"labX/test_lab.py::test_a": 1.0, hidden: 2.0}, 4.0))
+    assert hidden not in (tmp_path / TIMES_FILE).read_text()
+    assert hidden in (tmp_path / "heldout" / TIMES_FILE).read_text()
+    assert read_reference_times(tmp_path).tests == {"labX/test_lab.py::test_a": 1.0, hidden: 2.0}
 
 
 def test_the_rubric_carries_the_recorded_times():

@@ -19,8 +19,8 @@ from grader.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE
 from grader.tests.corpus import DEMO_COURSE, materialize
 
 #: What the demo course's reference earns (labB's GPU test is pending without CUDA).
-REFERENCE_TOTAL = {"score": 22, "max_score": 25, "pending": 3,  # held-out tests included
-                   "visible": {"score": 13, "max_score": 16, "pending": 3}, "heldout": {"score": 9, "max_score": 9, "pending": 0}}
+REFERENCE_TOTAL = {"score": 23, "max_score": 26, "pending": 3,  # held-out tests included
+                   "visible": {"score": 14, "max_score": 17, "pending": 3}, "heldout": {"score": 9, "max_score": 9, "pending": 0}}
 
 
 def relative_demo_args(rubric_cache: Path) -> list[str]:
