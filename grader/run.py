@@ -178,7 +178,7 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True) -> Grad
     limits = limits_from_args(args)
     for lab in rubric.labs:
         untimed = sum(test.reference_s is None for test in lab.tests)
-        if lab.error is None and untimed and limits.test_timeout_s is None:
+        if lab.error is None and untimed and limits.test_timeout_s is None and course.solutions.is_dir():
             print(f"  note: {lab.lab}: {untimed} of {len(lab.tests)} tests have no recorded reference time (limit "
                   f"{limits.unmeasured_test_timeout_s:g} s each); record them with "
                   "`python -m grader selfcheck --record-times`", file=sys.stderr)
