@@ -2,7 +2,7 @@
 
 Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments after -- go to pytest)
                 nox -s grade-me                   (grade your copy as the grader would: graded/me/feedback.md)
-                nox -s bench-lab01 bench-lab02 bench-lab03
+                nox -s bench-lab01 bench-lab02 bench-lab03  (~2 min, ~1 min, GPU; lab 1's long form: -- --full)
                 nox -s report-lab02               (lab 2's NPU coverage report; -- --model all)
                 nox -s gpu                        (on a CUDA machine: the GPU tests + lab 3's benchmark)
 Environment:    nox -s course-env                 (create the shared environment; print its python)

@@ -1,8 +1,11 @@
 """Shared course machinery: one place for what every lab, benchmark and the grader need.
 
 - :mod:`labkit.impl`: pick the student's package or the reference solution (``--impl``).
-- :mod:`labkit.labspec`: each lab's ``lab.toml`` (editable files, talking points and their evidence).
+- :mod:`labkit.labspec`: each lab's ``lab.toml`` (editable files, handout steps and their tests,
+  talking points and their evidence).
 - :mod:`labkit.numerics`: how far apart two outputs are (max abs / rel error over pytrees).
-- :mod:`labkit.bench`: interleaved timing, readable tables, JSON and plots for benchmark scripts.
-- :mod:`labkit.pytest_plugin`: the ``points`` and ``gpu`` markers, the ``--impl`` option, the ``lab`` fixture.
+- :mod:`labkit.bench`: interleaved timing with its spread, verdicts the noise cannot flip, progress,
+  readable tables, JSON and plots for benchmark scripts.
+- :mod:`labkit.pytest_plugin`: the ``points`` and ``gpu`` markers, the ``--impl`` option, the ``lab`` fixture,
+  and the points-per-step summary that ends a lab's run (:mod:`labkit.step_summary`).
 """

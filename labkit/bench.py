@@ -344,7 +344,8 @@ def bar_chart(
     import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(max(4.0, 1.2 * len(labels)), 3.8))
+    longest = max((len(line) for label in labels for line in label.splitlines()), default=0)
+    figure, axes = plt.subplots(figsize=(max(4.0, len(labels) * max(1.2, 0.1 * longest)), 3.8))
     errors = None
     if spread is not None:
         if len(spread) != len(values):
@@ -354,7 +355,7 @@ def bar_chart(
     bars = axes.bar(labels, values, color="#4C72B0", yerr=errors, capsize=4 if errors else 0, ecolor="#222222")
     axes.bar_label(bars, fmt="%.3g", label_type="center", color="white")
     if target is not None:
-        axes.axhline(target, color="#C44E52", linestyle="--", linewidth=1.2, label=f"{target_label} ({target:g})")
+        axes.axhline(target, color="#C44E52", linestyle="--", linewidth=1.2, label=f"{target_label}: {target:g}")
         axes.legend(loc="best", fontsize="small")
     axes.set_ylabel(ylabel)
     axes.set_title(title + ("\n(bars: median; whiskers: interquartile range)" if errors else ""), fontsize="medium")
