@@ -76,25 +76,29 @@ def hanging_fuse_conv_bn(reference: Path, dest: Path) -> Path:
     return dest
 
 
-#: Test functions that call fuse_conv_bn (directly, or through the pass manager and the pipeline).
-CALLS_FUSE_CONV_BN = ("test_conv_bn_", "test_pass_manager_", "test_default_pipeline_")
+#: The only test groups that may call fuse_conv_bn (directly, or through the pass manager and the pipeline).
+MAY_CALL_FUSE_CONV_BN = ("test_conv_bn_", "test_pass_manager_", "test_default_pipeline_")
 
 
 def test_a_hanging_fuse_conv_bn_costs_only_the_tests_that_call_it(tmp_path_factory):
     """The hang used to score 0/111 after the whole lab timed out (a Hypothesis test re-ran the hanging
-    example with no alarm left). Now each test calling it times out alone, and the 13 in a row that do
-    stay under the streak limit, so the rest of the lab is graded. Limits are tighter than the defaults
-    (5 x the reference, at least 3 s) to keep this test near two minutes."""
+    example with no alarm left). Now each test calling it times out alone, the 13 conv-bn tests in a row
+    stay under the streak limit, and every other test is graded. Limits are tighter than the defaults
+    (3 x the reference, at least 3 s) to keep this test short."""
     base = _lab01_setup(tmp_path_factory.mktemp("rubric-hang"))
     setup = GradingSetup(base.course, base.labs, base.rubric,
-                         GradeOptions(gpu="auto", limits=RunLimits(time_factor=5.0, min_test_timeout_s=3.0)))
+                         GradeOptions(gpu="auto", limits=RunLimits(time_factor=3.0, min_test_timeout_s=3.0)))
     scratch = tmp_path_factory.mktemp("lab01-hang")
     submission = hanging_fuse_conv_bn(make_reference_submission(setup.course, scratch / "reference"), scratch / "hangs")
     grade_all([("hangs", submission)], scratch / "graded", setup, show_progress=False)
     lab = rescore(scratch / "graded" / "hangs").lab(setup.rubric.labs[0].lab)
     assert lab.status == "graded", lab.reason
-    calls = [t for t in lab.tests if t.name.startswith(CALLS_FUSE_CONV_BN)]
-    others = [t for t in lab.tests if not t.name.startswith(CALLS_FUSE_CONV_BN)]
-    assert calls and all(t.outcome == "timeout" for t in calls), [(t.name, t.outcome) for t in calls]
-    assert others and all(t.outcome == PASSED for t in others), [(t.name, t.outcome, t.message) for t in others if t.outcome != PASSED]
-    assert lab.score == sum(t.max_points for t in others) > 0
+    conv_bn = [t for t in lab.tests if t.name.startswith("test_conv_bn_")]
+    assert len(conv_bn) >= 13 and all(t.outcome == "timeout" for t in conv_bn), [(t.name, t.outcome) for t in conv_bn]
+    assert all("ran over its time limit" in t.message for t in lab.tests if t.outcome == "timeout")
+    others = [t for t in lab.tests if not t.name.startswith(MAY_CALL_FUSE_CONV_BN)]
+    assert others and all(t.outcome == PASSED for t in others), [(t.name, t.outcome, t.message) for t in others
+                                                                 if t.outcome != PASSED]
+    unsure = [t for t in lab.tests if t.name.startswith(MAY_CALL_FUSE_CONV_BN[1:])]
+    assert all(t.outcome in (PASSED, "timeout") for t in unsure), [(t.name, t.outcome, t.message) for t in unsure]
+    assert lab.score >= sum(t.max_points for t in others) > 0
