@@ -12,12 +12,6 @@ from labkit.environment import require_course_environment
 
 require_course_environment()
 
-# Triton reads TRITON_INTERPRET when a kernel is decorated: choose the interpreter (no CUDA)
-# before the kernel module is imported.
-from labkit.triton_env import use_interpreter_without_cuda
-
-use_interpreter_without_cuda()
-
 from .lowering import LoweringHandle, install_lowering, uninstall_lowering  # noqa: E402
 from .op import layernorm_gelu  # noqa: E402
 

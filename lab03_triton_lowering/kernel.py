@@ -20,6 +20,11 @@ Rules that hold on both machines you target (the tests check both):
 - On a GPU the kernel is compiled. A kernel may not read plain Python globals (use literals), and
   every construct must be Triton, not Python (``python -m lab03_triton_lowering.simulated_gpu kernel``
   compiles your launches for an sm_90 GPU without needing one).
+- One process may hold both: a GPU machine runs the CPU tests too. Launch through
+  ``labkit.triton_env.kernel_for(kernel, x.device)``, which picks the compiled kernel (wrapped by
+  ``wrap_triton``) for CUDA tensors and the interpreter for CPU tensors, per launch.
+- Loop bounds must be ``tl.constexpr`` (e.g. the number of blocks per row): the interpreter of some
+  Triton releases cannot loop to a runtime value (``only 0-dimensional arrays can be converted``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton  # noqa: F401  (launch the kernel through it: see layernorm_gelu_forward)
+from labkit.triton_env import kernel_for  # noqa: F401  (launch the kernel through it: see layernorm_gelu_forward)
 
 #: The largest block one program holds in registers. Rows up to this length are read exactly once;
 #: longer rows are processed in a loop of blocks (a statistics pass, then a normalise pass).
@@ -52,7 +57,7 @@ def layernorm_gelu_kernel(
     HAS_BIAS: tl.constexpr,
     APPROXIMATE_TANH: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    SINGLE_TILE: tl.constexpr,
+    NUM_TILES: tl.constexpr,  # blocks per row: 1 when the row fits one block
 ):
     """One program normalises one row: ``out[row] = gelu(layer_norm(x[row]) * weight + bias)``.
 
@@ -67,10 +72,11 @@ def layernorm_gelu_kernel(
     """
     # TODO(student): write the kernel. Suggested steps (see the handout):
     #   1. row = tl.program_id(0), as int64 (row * stride can exceed 2**31); pointers to the row.
-    #   2. SINGLE_TILE (the row fits one block): cols = tl.arange(0, BLOCK_SIZE), mask = cols < n_cols,
+    #   2. NUM_TILES == 1 (the row fits one block): cols = tl.arange(0, BLOCK_SIZE), mask = cols < n_cols,
     #      load once, mean, variance of (x - mean) with masked lanes zeroed, rstd, normalise.
     #   3. otherwise: loop over blocks accumulating statistics, then loop again to normalise and store.
-    #      Beware E[x^2] - E[x]^2 when the mean is large (subtract a shift first).
+    #      Beware E[x^2] - E[x]^2 when the mean is large (subtract a shift first). The number of
+    #      blocks per row must be a constexpr parameter, not range(0, n_cols, BLOCK_SIZE).
     #   4. affine (HAS_WEIGHT / HAS_BIAS are constexpr: the branch not taken is not compiled), GELU, store.
     #   Helper functions decorated with @triton.jit (e.g. a tanh written with tl.exp) may be called here.
     pass
@@ -109,8 +115,9 @@ def layernorm_gelu_forward(
     - any leading shape (flatten to rows with ``reshape(-1, n)``), zero rows (launch nothing),
       any strides (copy only when the last dimension is not contiguous; otherwise pass the row stride);
     - returns a NEW contiguous tensor with ``x``'s shape and dtype;
-    - launch with ``wrap_triton(layernorm_gelu_kernel)[grid](...)``: run eagerly it is a plain
-      launch; traced on CUDA it becomes a node Inductor can compile (the lowering relies on it).
+    - launch with ``kernel_for(layernorm_gelu_kernel, x.device)[grid](...)``: on CUDA that is
+      ``wrap_triton(layernorm_gelu_kernel)``, a plain launch when run eagerly and, traced, a node
+      Inductor can compile (the lowering relies on it); on CPU it is Triton's interpreter.
       Pass ``num_warps`` as a launch keyword.
     """
     # TODO(student): allocate with torch.empty (not empty_like: x may be non-contiguous), launch, reshape back.

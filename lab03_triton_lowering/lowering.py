@@ -26,15 +26,20 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: F401
+from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config  # noqa: F401
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files  # noqa: F401
 from torch._inductor.pattern_matcher import Match, PatternMatcherPass, fwd_only, register_replacement  # noqa: F401
 
+from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips  # noqa: F401
+
 from .kernel import GELU_APPROXIMATIONS  # noqa: F401
-from .op import SUPPORTED_DTYPES, layernorm_gelu_replacement  # noqa: F401
+from .op import OP_NAMESPACE, SUPPORTED_DTYPES, layernorm_gelu_replacement  # noqa: F401
 
 #: Which affine parameters a LayerNorm has: nn.LayerNorm(d), nn.LayerNorm(d, bias=False), elementwise_affine=False.
 AFFINE_FORMS = ("weight_and_bias", "weight_only", "none")
+#: This pass's key in ``torch._dynamo.utils.counters["inductor"]`` (see LayerNormGeluPass and LoweringHandle).
+REPLACEMENTS_COUNTER = f"{OP_NAMESPACE}_layernorm_gelu_replacements"
 #: Files whose contents decide what the pass does: part of its cache key (see LayerNormGeluPass.uuid).
 _SOURCE_FILES = tuple(str(Path(__file__).with_name(name)) for name in ("kernel.py", "op.py", "lowering.py"))
 
@@ -69,7 +74,9 @@ def build_patterns() -> PatternMatcherPass:
 
     Hints: one pattern per dtype in ``SUPPORTED_DTYPES`` (half precision adds convert nodes);
     example inputs of that dtype, a distinct tensor per argument; ``fwd_only`` as the trace
-    function; ``skip_duplicates=True``.
+    function; ``skip_duplicates=True``. Half precision needs each pattern twice: traced with
+    ``fwd_only`` and with ``fwd_only_folding_round_trips`` (PyTorch releases differ on whether the
+    LayerNorm output is rounded to half before GELU: see ``round_trips.py``).
     """
     raise NotImplementedError("TODO(student): register_replacement for every form and dtype")
 
@@ -77,19 +84,22 @@ def build_patterns() -> PatternMatcherPass:
 class LayerNormGeluPass(CustomGraphPass):
     """The post-grad pass Inductor calls on every graph it compiles while the lowering is installed.
 
+    Counting: a compile served from Inductor's FX graph cache runs no passes at all, so a count
+    kept in the pass misses it. Inductor records how much each compile moved
+    ``counters["inductor"]`` and replays that on every cache hit: add this compile's replacements
+    (``PatternMatcherPass.apply`` returns how many matches it replaced) to
+    ``counters["inductor"][REPLACEMENTS_COUNTER]``.
+
     Attributes:
-        replacements: LayerNorm+GELU sites this pass has replaced so far (``PatternMatcherPass.apply``
-            returns how many matches it replaced).
         previous: the custom post-grad pass installed before, run first and restored on uninstall.
     """
 
     def __init__(self, patterns: PatternMatcherPass, previous: Callable | None) -> None:
         self.patterns = patterns
         self.previous = previous
-        self.replacements = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        raise NotImplementedError("TODO(student): run the previous pass, then apply the patterns and count")
+        raise NotImplementedError("TODO(student): run the previous pass, then apply the patterns and count them")
 
     def uuid(self) -> bytes | None:
         """Cache key of the pass: Inductor reuses a cached graph only if this is unchanged.
@@ -102,26 +112,34 @@ class LayerNormGeluPass(CustomGraphPass):
 
 @dataclass(frozen=True)
 class LoweringHandle:
-    """What :func:`install_lowering` returns: a window on the installed pass."""
+    """What :func:`install_lowering` returns: a window on the installed pass (given: read it, keep it).
+
+    Attributes:
+        graph_pass: the installed pass.
+        counted_before: the replacement counter when the lowering was installed.
+    """
 
     graph_pass: LayerNormGeluPass
+    counted_before: int
 
     @property
     def replacements(self) -> int:
-        """LayerNorm+GELU sites replaced by compilations since this lowering was installed.
+        """LayerNorm+GELU sites in the graphs compiled since this lowering was installed.
 
-        A compilation served from Inductor's FX graph cache runs no passes and adds nothing.
+        Compilations served from Inductor's caches count too: their replacements are replayed into
+        the same counter. (``counters.clear()`` resets the count.)
         """
-        return self.graph_pass.replacements
+        return max(counters["inductor"][REPLACEMENTS_COUNTER] - self.counted_before, 0)
 
 
 def install_lowering() -> LoweringHandle:
     """Make every later ``torch.compile`` (Inductor) use the fused kernel for LayerNorm -> GELU.
 
     Contract: sets ``torch._inductor.config.post_grad_custom_post_pass`` to a new
-    :class:`LayerNormGeluPass` (remembering the pass that was there). Idempotent: while installed,
-    calling it again returns the same handle and installs nothing. Trace the patterns once per
-    process, on the first call (it takes about a second).
+    :class:`LayerNormGeluPass` (remembering the pass that was there) and returns
+    ``LoweringHandle(the_pass, counted_before=counters["inductor"][REPLACEMENTS_COUNTER])``.
+    Idempotent: while installed, calling it again returns the same handle and installs nothing.
+    Trace the patterns once per process, on the first call (it takes about a second).
     """
     raise NotImplementedError("TODO(student): install the pass and return a handle")
 

@@ -1,30 +1,38 @@
-"""Check the GPU half of the lab on a machine without a GPU (harness: do not edit).
+"""Check the GPU half of the lab on a machine without a GPU, and for real on one that has it (harness: do not edit).
 
 Triton's interpreter runs kernels as NumPy code, so it accepts things the GPU compiler rejects (a
 plain Python float read as a global, Python-only calls, types NumPy quietly promotes), and the CPU
-lowering never exercises the CUDA replacement at all. Two checks close that gap, each in a fresh
-process with the interpreter off and nothing ever launched:
+lowering never exercises the CUDA replacement at all. Three checks close that gap, each in a fresh
+process. Without a GPU they simulate one (nothing is ever launched on it); on a machine with a CUDA
+GPU they run the real thing instead.
 
 ``kernel``
-    Triton gets a stand-in driver that reports a Hopper GPU (``sm_90``, as H100/H200), and every
-    kernel launch becomes a compile-only warm-up. The lab's public ``layernorm_gelu`` is called on
-    CPU tensors for several dtypes and row lengths, so each launch your launcher makes is compiled
+    Simulated: Triton gets a stand-in driver that reports a Hopper GPU (``sm_90``, as H100/H200),
+    and every kernel launch becomes a compile-only warm-up. The lab's public ``layernorm_gelu`` is
+    called for several dtypes and row lengths, so each launch your launcher makes is compiled
     through Triton's whole pipeline (TTIR -> TTGIR -> LLVM IR -> PTX -> cubin with ``ptxas``).
+    Real GPU: the same cases run on CUDA tensors and must match ``F.gelu(F.layer_norm(...))``.
 
 ``inductor``
-    PyTorch's device queries are answered for the same simulated GPU, the test model
-    :class:`~lab03_triton_lowering.models.FusableSites` is built in float16 on (fake) CUDA tensors,
-    and Inductor compiles it with your lowering installed, up to its generated Python code. The
-    check reads that code: every site must launch your Triton kernel (compiled *by Inductor*),
-    not call an opaque operator.
+    Simulated: PyTorch's device queries are answered for the same GPU, the test model
+    :class:`~lab03_triton_lowering.models.FusableSites` is built in float16 and bfloat16 on (fake)
+    CUDA tensors, and Inductor compiles it with your lowering installed, up to its generated Python
+    code. Real GPU: the model is compiled and run on CUDA. Either way the check reads that code:
+    every site must launch your Triton kernel (compiled *by Inductor*), not call an opaque operator.
+
+``cpu``
+    The kernel on CPU tensors in a process that has a GPU (simulated: PyTorch reports a CUDA device,
+    and any compiled launch raises). A GPU machine still runs the CPU tests, so CPU launches must
+    take Triton's interpreter there too: launch through ``labkit.triton_env.kernel_for``.
 
 Usage::
 
     python -m lab03_triton_lowering.simulated_gpu kernel      # LABKIT_IMPL=solution for the reference
     python -m lab03_triton_lowering.simulated_gpu inductor
+    python -m lab03_triton_lowering.simulated_gpu cpu
 
 Each prints what it found and exits 1 on failure. The simulation reaches into PyTorch internals of
-the course's pinned version; it is a stand-in for a GPU, not a replacement for the ``gpu`` tests.
+the course's supported versions; it is a stand-in for a GPU, not a replacement for the ``gpu`` tests.
 """
 
 from __future__ import annotations
@@ -44,7 +52,12 @@ DEVICE_PROPERTIES = types.SimpleNamespace(
     shared_memory_per_multiprocessor=233472, total_memory=80 * 2**30, L2_cache_size=50 * 2**20, gcnArchName="",
     uuid="simulated", clock_rate=1980000, memory_clock_rate=2619000, memory_bus_width=5120,
 )
-CHECKS = ("kernel", "inductor")
+CHECKS = ("kernel", "inductor", "cpu")
+#: Half-precision dtypes the lowering must fire for on CUDA.
+HALF_DTYPES = ("float16", "bfloat16")
+#: How far the kernel may be from eager: fp32 within 1e-4; half precision within two units in the last place.
+TOLERANCE = {"float32": dict(rtol=0.0, atol=1e-4), "float16": dict(rtol=2e-3, atol=1e-3),
+             "bfloat16": dict(rtol=1.6e-2, atol=1e-2)}
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,20 @@ def compile_instead_of_launching(record: list[str]) -> None:
     JITFunction.run = run
 
 
+def refuse_compiled_launches() -> None:
+    """Patch ``JITFunction.run`` so that any launch of a *compiled* kernel raises a clear error."""
+    from triton.runtime.jit import JITFunction
+
+    def run(self, *args, **kwargs):
+        raise RuntimeError(
+            f"{self.__name__}: a compiled kernel was launched on CPU tensors (on a GPU machine this fails with "
+            "'Pointer argument cannot be accessed from Triton (cpu tensor?)'); launch through "
+            "labkit.triton_env.kernel_for(kernel, x.device), which takes the interpreter for CPU tensors"
+        )
+
+    JITFunction.run = run
+
+
 def simulate_cuda_device() -> None:
     """Answer PyTorch's and Inductor's device queries for the simulated GPU (no driver is touched)."""
     import torch
@@ -135,23 +162,62 @@ def simulate_cuda_device() -> None:
     cuda.get_raw_stream = staticmethod(lambda *args: 0)
     cuda.raise_if_triton_unavailable = staticmethod(lambda *args, **kwargs: None)
     cuda.is_triton_capable = staticmethod(lambda *args, **kwargs: True)
+    cuda.is_bf16_supported = staticmethod(lambda *args, **kwargs: True)
 
 
-def _inputs(case: Case):
+def _inputs(case: Case, device: str = "cpu"):
     import torch
 
+    generator = torch.Generator().manual_seed(0)
     dtype = getattr(torch, case.dtype)
-    x = torch.randn(case.shape, dtype=dtype)
+    x = torch.randn(case.shape, generator=generator).to(device, dtype)
     n = case.shape[-1]
-    weight = torch.randn(n, dtype=dtype) if case.affine != "none" else None
-    bias = torch.randn(n, dtype=dtype) if case.affine == "weight_and_bias" else None
+    weight = torch.randn(n, generator=generator).to(device, dtype) if case.affine != "none" else None
+    bias = torch.randn(n, generator=generator).to(device, dtype) if case.affine == "weight_and_bias" else None
     return x, weight, bias
+
+
+def _matches_eager(lab, case: Case, device: str) -> str | None:
+    """Run one case on ``device``; None when it matches eager (computed in fp32), else what went wrong."""
+    import torch
+    import torch.nn.functional as F
+
+    x, weight, bias = _inputs(case, device)
+    out = lab.layernorm_gelu(x, weight, bias, eps=1e-5, approximate=case.approximate)
+    as_fp32 = lambda t: None if t is None else t.float()  # noqa: E731
+    expected = F.gelu(F.layer_norm(x.float(), x.shape[-1:], as_fp32(weight), as_fp32(bias), 1e-5),
+                      approximate=case.approximate).to(x.dtype)
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        return f"returned {tuple(out.shape)} {out.dtype} on {out.device}"
+    if not torch.allclose(out.float(), expected.float(), **TOLERANCE[case.dtype]):
+        return f"max |error| {(out.float() - expected.float()).abs().max().item():.3g}"
+    return None
+
+
+def check_kernel_on_gpu(lab) -> bool:
+    """Run :data:`KERNEL_CASES` on the real GPU; True if every case matches eager."""
+    import torch
+
+    print(f"running {lab.__name__}'s kernel on {torch.cuda.get_device_name()}")
+    failures = 0
+    for case in KERNEL_CASES:
+        try:
+            problem = _matches_eager(lab, case, "cuda")
+        except Exception as error:  # report every case, then fail
+            problem = f"{type(error).__name__}: {error}"
+        failures += problem is not None
+        print(f"{'FAILED ' if problem else 'ok     '} {case.describe()}{': ' + problem if problem else ''}")
+    print(f"{len(KERNEL_CASES) - failures}/{len(KERNEL_CASES)} cases match eager on the GPU")
+    return failures == 0
 
 
 def check_kernel(lab) -> bool:
     """Compile every launch ``layernorm_gelu`` makes for :data:`KERNEL_CASES`; True if all compiled."""
+    from labkit import triton_env
+
     launches: list[str] = []
     compile_instead_of_launching(launches)
+    triton_env.cpu_launches = "compiled"  # the CPU tensors stand in for the simulated GPU's
     print(f"compiling {lab.__name__}'s kernel launches for {TARGET[0]} sm_{TARGET[1]}")
     failures = 0
     for case in KERNEL_CASES:
@@ -169,6 +235,36 @@ def check_kernel(lab) -> bool:
         for launch in launches[before:]:
             print(f"ok      {case.describe()}: {launch}")
     print(f"{len(KERNEL_CASES) - failures}/{len(KERNEL_CASES)} cases compiled for sm_{TARGET[1]}")
+    return failures == 0
+
+
+#: CPU cases: single and multi-block rows, both GELU forms, every affine form.
+CPU_CASES = (
+    Case("float32", (4, 100), "weight_and_bias", "none"),
+    Case("float32", (3, 1), "weight_only", "tanh"),
+    Case("float32", (2, 20000), "none", "none"),
+)
+
+
+def check_cpu(lab, simulated: bool) -> bool:
+    """Run :data:`CPU_CASES` on CPU tensors while a GPU is present (or simulated); True if all match eager."""
+    import torch
+
+    if simulated:
+        torch.cuda.is_available = lambda: True
+        torch.cuda.device_count = lambda: 1
+        refuse_compiled_launches()
+    where = "a simulated" if simulated else "this"
+    print(f"running {lab.__name__}'s kernel on CPU tensors in a process with {where} GPU")
+    failures = 0
+    for case in CPU_CASES:
+        try:
+            problem = _matches_eager(lab, case, "cpu")
+        except Exception as error:  # report every case, then fail
+            problem = f"{type(error).__name__}: {error}"
+        failures += problem is not None
+        print(f"{'FAILED ' if problem else 'ok     '} {case.describe()}{': ' + problem if problem else ''}")
+    print(f"{len(CPU_CASES) - failures}/{len(CPU_CASES)} CPU cases match eager")
     return failures == 0
 
 
@@ -191,53 +287,54 @@ def _fake_cuda_model(dtype):
     return model, x
 
 
-def check_inductor(lab) -> bool:
-    """Compile FusableSites for the simulated GPU with the lowering installed; True if Inductor inlined the kernel."""
+def _compile_simulated(model, x) -> list[str]:
+    """Compile ``model`` with Inductor for the simulated GPU; return the generated code (nothing runs)."""
     import torch
     from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.graph import GraphLowering
 
-    from lab03_triton_lowering.models import FUSABLE_SITES
-
-    simulate_cuda_device()
     codes: list[str] = []
     GraphLowering.save_output_code = staticmethod(codes.append)
-    model, x = _fake_cuda_model(torch.float16)
-    graph_module = torch.fx.symbolic_trace(model)
-    print(f"compiling FusableSites (float16, simulated sm_{TARGET[1]}) with {lab.__name__}'s lowering")
-    try:
-        handle = lab.install_lowering()
-    except Exception as error:
-        print(f"FAILED: install_lowering raised {type(error).__name__}: {error}")
-        return False
     try:
         with (
-            torch.no_grad(),
             inductor_config.patch(shape_padding=False, compile_threads=1, fx_graph_cache=False),
             functorch_config.patch(enable_autograd_cache=False),
         ):
-            compile_fx(graph_module, [x])
-    except Exception as error:
+            compile_fx(torch.fx.symbolic_trace(model), [x])
+    except Exception:
         if not codes:  # failed before Inductor wrote its code: a real failure
-            print(f"FAILED: Inductor did not finish compiling: {type(error).__name__}: {error}")
-            return False
+            raise
         # Loading the generated module needs a real GPU; the code is all this check reads.
-    finally:
-        lab.uninstall_lowering()
-    code = "\n".join(codes)
+    return codes
+
+
+def _compile_on_gpu(model, x) -> list[str]:
+    """Compile and run ``model`` with default ``torch.compile`` on the real GPU; return the generated code."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    _, codes = run_and_get_code(torch.compile(model), x)
+    return codes
+
+
+def _read_inductor_code(code: str, replaced: int) -> list[str]:
+    """Print what Inductor generated for FusableSites; return the problems found."""
+    from lab03_triton_lowering.models import FUSABLE_SITES
+
     launches = re.findall(r"^\s*(layernorm_gelu_kernel_\d+\.run\(.*)$", code, flags=re.MULTILINE)
     opaque = re.findall(r"^\s*\w+ = (torch\.ops\.\w+\.layernorm_gelu\w*\.default\(.*)$", code, flags=re.MULTILINE)
-    print(f"replacements counted by the handle: {handle.replacements} (sites: {len(FUSABLE_SITES)})")
-    print(f"Triton kernel defined in Inductor's code: {'def layernorm_gelu_kernel(' in code}")
+    print(f"  replacements counted by the handle: {replaced} (sites: {len(FUSABLE_SITES)})")
+    print(f"  Triton kernel defined in Inductor's code: {'def layernorm_gelu_kernel(' in code}")
     for line in launches:
         print(f"  launch: {line}")
     for line in opaque:
         print(f"  opaque operator call (Inductor cannot see the kernel): {line}")
     problems = []
-    if handle.replacements != len(FUSABLE_SITES):
-        problems.append(f"{handle.replacements} sites replaced, expected {len(FUSABLE_SITES)}")
+    if replaced != len(FUSABLE_SITES):
+        problems.append(f"{replaced} sites replaced, expected {len(FUSABLE_SITES)}")
     if "def layernorm_gelu_kernel(" not in code or len(launches) != len(FUSABLE_SITES):
         problems.append(
             f"{len(launches)} launches of layernorm_gelu_kernel compiled by Inductor, expected {len(FUSABLE_SITES)}"
@@ -245,31 +342,80 @@ def check_inductor(lab) -> bool:
         )
     if opaque:
         problems.append(f"{len(opaque)} sites call an operator instead of the kernel")
+    return problems
+
+
+def check_inductor(lab, simulated: bool) -> bool:
+    """Compile FusableSites in every half dtype with the lowering installed; True if Inductor inlined the kernel."""
+    import torch
+
+    if simulated:
+        simulate_cuda_device()
+    where = f"simulated sm_{TARGET[1]}" if simulated else torch.cuda.get_device_name()
+    try:
+        handle = lab.install_lowering()
+    except Exception as error:
+        print(f"FAILED: install_lowering raised {type(error).__name__}: {error}")
+        return False
+    problems = []
+    try:
+        for dtype_name in HALF_DTYPES:
+            dtype = getattr(torch, dtype_name)
+            print(f"compiling FusableSites ({dtype_name}, {where}) with {lab.__name__}'s lowering")
+            before = handle.replacements
+            try:
+                with torch.no_grad():
+                    codes = _compile_simulated(*_fake_cuda_model(dtype)) if simulated else _compile_on_gpu(*_gpu_model(dtype))
+            except Exception as error:
+                problems.append(f"{dtype_name}: Inductor did not finish compiling: {type(error).__name__}: {error}")
+                continue
+            problems += [f"{dtype_name}: {p}" for p in _read_inductor_code("\n".join(codes), handle.replacements - before)]
+    finally:
+        lab.uninstall_lowering()
     for problem in problems:
         print(f"FAILED: {problem}")
     if not problems:
-        print("ok: every site launches the Triton kernel that Inductor compiled")
+        print("ok: in every half dtype, every site launches the Triton kernel that Inductor compiled")
     return not problems
+
+
+def _gpu_model(dtype):
+    """FusableSites and an input on the real GPU."""
+    import torch
+
+    from lab03_triton_lowering.models import FusableSites
+
+    torch.manual_seed(0)
+    return FusableSites().to("cuda", dtype).eval(), torch.randn(2, 5, 32, device="cuda", dtype=dtype)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab03_triton_lowering.simulated_gpu",
-                                     description="Compile the lab's kernel (kernel) or Inductor's code with the "
-                                                 "lowering (inductor) for a simulated sm_90 GPU.")
+                                     description="Check the lab's kernel (kernel), Inductor's code with the lowering "
+                                                 "(inductor) and CPU launches beside a GPU (cpu): on a simulated sm_90 "
+                                                 "GPU, or for real where CUDA is present.")
     parser.add_argument("check", choices=CHECKS)
     argv = [parser.parse_args(sys.argv[1:] if argv is None else argv).check]
-    if os.environ.get("TRITON_INTERPRET") != "0":
-        # Kernels are decorated when the lab is imported: restart with the interpreter off.
-        env = {**os.environ, "TRITON_INTERPRET": "0"}
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        # TRITON_INTERPRET=1 decorates every kernel interpreted at import: restart without it.
+        env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
         os.execve(sys.executable, [sys.executable, "-m", "lab03_triton_lowering.simulated_gpu", *argv], env)
 
+    import torch
     import triton
 
     from labkit.impl import load_lab
 
-    triton.runtime.driver.set_active(CompileOnlyDriver())
+    simulated = not torch.cuda.is_available()
+    if simulated and argv[0] != "cpu":
+        triton.runtime.driver.set_active(CompileOnlyDriver())
     lab = load_lab("lab03_triton_lowering")
-    passed = check_kernel(lab) if argv[0] == "kernel" else check_inductor(lab)
+    if argv[0] == "kernel":
+        passed = check_kernel(lab) if simulated else check_kernel_on_gpu(lab)
+    elif argv[0] == "inductor":
+        passed = check_inductor(lab, simulated)
+    else:
+        passed = check_cpu(lab, simulated)
     return 0 if passed else 1
 
 

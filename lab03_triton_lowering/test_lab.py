@@ -6,6 +6,7 @@ CPU tests run the kernel in Triton's interpreter and the lowering in CPU Inducto
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -19,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch._functorch import config as functorch_config
 from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.pattern_matcher import fwd_only
 from torch._inductor.utils import run_and_get_code
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -35,6 +36,7 @@ from lab03_triton_lowering.models import (
     FusableSites,
     NonFusableSites,
 )
+from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips
 
 #: The spec's bar: the kernel matches F.gelu(F.layer_norm(...)) within 1e-4 (fp32).
 TOLERANCE = 1e-4
@@ -82,6 +84,7 @@ EDGE_SHAPES = {
     "row_1000_not_power_of_two": (5, 1000),
     "row_1024_power_of_two": (2, 1024),
     "long_row_12288": (2, 12288),
+    "row_65537_longer_than_any_block": (2, 65537),
     "zero_rows": (0, 64),
     "three_dims": (2, 3, 33),
     "four_dims": (2, 2, 3, 17),
@@ -216,18 +219,24 @@ def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
     torch.library.opcheck(custom[0], (x, weight, bias, 1e-5, "none"))
 
 
-def run_simulated_gpu_check(lab, check: str) -> subprocess.CompletedProcess:
-    """Run ``python -m lab03_triton_lowering.simulated_gpu <check>`` for the implementation under test.
+def run_python(lab, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``python <args>`` (``-m module ...`` or ``-c code``) in a fresh process, against the implementation under test.
 
-    From the folder the tested package was imported from (``-m`` puts it first on ``sys.path``),
-    so the subprocess sees the same code as this test.
+    From the folder the tested package was imported from (``-m`` and ``-c`` put it first on
+    ``sys.path``), so the subprocess sees the same code as this test. ``TRITON_INTERPRET`` is removed: the
+    subprocess decides per launch, as a user's process does.
     """
     root = Path(lab.__file__).resolve().parents[len(lab.__name__.split("."))]
-    env = {**os.environ, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), "TRITON_INTERPRET": "0"}
+    base = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env = {**base, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "lab03_triton_lowering.simulated_gpu", check],
-        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+        [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+def run_simulated_gpu_check(lab, check: str) -> subprocess.CompletedProcess:
+    """Run ``python -m lab03_triton_lowering.simulated_gpu <check>`` for the implementation under test."""
+    return run_python(lab, "-m", "lab03_triton_lowering.simulated_gpu", check)
 
 
 @pytest.mark.points(4)
@@ -235,6 +244,14 @@ def test_kernel_compiles_for_a_real_gpu(lab):
     # The interpreter accepts kernels the GPU compiler rejects: compile every launch for sm_90 (no GPU needed).
     result = run_simulated_gpu_check(lab, "kernel")
     assert result.returncode == 0, f"compiling for sm_90 failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+
+
+@pytest.mark.points(2)
+def test_kernel_runs_on_cpu_tensors_in_a_process_that_has_a_gpu(lab):
+    # A GPU machine runs the CPU tests too: CPU launches must take the interpreter even where CUDA
+    # exists (launch through kernel_for, which chooses per launch by the tensors' device).
+    result = run_simulated_gpu_check(lab, "cpu")
+    assert result.returncode == 0, f"CPU launches beside a GPU failed:\n{result.stdout}\n{result.stderr[-3000:]}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,12 +294,8 @@ def compile_with_lowering(lab, model_class, device="cpu", dtype=torch.float32) -
     x = torch.randn(2, 5, 32, device=device, dtype=dtype)
     handle = lab.install_lowering()
     try:
-        # Caches off: a compile served from Inductor's FX graph cache runs no passes (so counts nothing).
-        with (
-            torch.no_grad(),
-            inductor_config.patch(fx_graph_cache=False),
-            functorch_config.patch(enable_autograd_cache=False),
-        ):
+        # Inductor's caches stay on, as users have them: a compile served from the cache counts too.
+        with torch.no_grad():
             compiled, code = run_and_get_code(torch.compile(model), x)
             eager = model(x)
         replacements = handle.replacements
@@ -342,6 +355,69 @@ def test_inductor_compiles_the_kernel_into_cuda_code_on_a_simulated_gpu(lab):
     # The CUDA replacement, checked without a GPU: Inductor must compile your kernel at every site.
     result = run_simulated_gpu_check(lab, "inductor")
     assert result.returncode == 0, f"simulated-GPU compile failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("form", ["round_trip", "folded"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_lowering_fires_in_half_precision_with_or_without_the_round_trip(lab, dtype, form):
+    # The graph a post-grad pass sees in half precision, as PyTorch 2.14 leaves it (LayerNorm's
+    # output rounded to half before GELU) and as 2.11 leaves it (the round trip folded away).
+    trace = fwd_only if form == "round_trip" else fwd_only_folding_round_trips
+    x, weight, bias = make_inputs((4, 32), dtype=dtype)
+    traced = trace(lambda x, w, b: reference(x, w, b, 1e-5, "none"), [x, weight, bias])
+    graph_module = make_fx(traced, tracing_mode="fake")(x, weight, bias)  # one fake mode, as in Inductor's graphs
+    handle = lab.install_lowering()
+    try:
+        before = handle.replacements
+        inductor_config.post_grad_custom_post_pass(graph_module.graph)
+        replaced = handle.replacements - before
+    finally:
+        lab.uninstall_lowering()
+    assert replaced == 1, f"{dtype}, {form}: {replaced} replacements in a graph with one LayerNorm -> GELU"
+    graph_module.recompile()
+    expected = reference(x.float(), weight.float(), bias.float(), 1e-5, "none").to(dtype)
+    out = graph_module(x, weight, bias)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), f"{dtype}, {form}: {output_error(out, expected)}"
+
+
+#: Compiles a small model after install_lowering() with Inductor's default caches and prints what happened.
+CACHED_COMPILE = """
+import json, torch
+from torch import nn
+from torch._dynamo.utils import counters
+from torch._inductor.utils import run_and_get_code
+from labkit.impl import load_lab
+lab = load_lab("lab03_triton_lowering")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16, eps=1e-6), nn.GELU()).eval()
+handle = lab.install_lowering()
+with torch.no_grad():
+    out, code = run_and_get_code(torch.compile(model), torch.randn(3, 16))
+print(json.dumps({"replacements": handle.replacements, "cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+                  "kernel_calls": "\\n".join(code).count("layernorm_gelu")}))
+"""
+
+
+@pytest.mark.points(3)
+def test_count_holds_when_the_compile_is_served_from_inductors_cache(lab, tmp_path):
+    # Two identical processes sharing one (fresh) cache directory, caches on as users have them:
+    # the second is served from Inductor's FX graph cache, where no pass runs.
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    runs = []
+    for attempt in ("first", "second"):
+        result = run_python(lab, "-c", CACHED_COMPILE, env=env)
+        assert result.returncode == 0, f"{attempt} process failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["kernel_calls"] > 0 and first["replacements"] == 1, f"first process (cold cache): {first}"
+    assert second["cache_hits"] >= 1, f"the second process was not served from the cache, so this proves nothing: {second}"
+    assert second["kernel_calls"] > 0, f"the cached code should still call the kernel: {second}"
+    assert second["replacements"] == 1, (
+        f"served from the cache, the handle counts {second['replacements']} replacements although the compiled "
+        "code calls the kernel: count through Inductor's counters, which the cache replays"
+    )
 
 
 class _SentinelPass(CustomGraphPass):

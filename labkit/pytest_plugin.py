@@ -38,7 +38,6 @@ from labkit.labspec import (
     lab_package_of, load_lab_spec,
 )  # fmt: skip
 from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, SKIPPED, TestOutcome
-from labkit.triton_env import use_interpreter_without_cuda
 
 GPU_SKIP_REASON = "needs a CUDA GPU (graded as pending on machines without one)"
 
@@ -63,7 +62,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # Through the environment so benchmarks and subprocesses started by tests agree.
         os.environ[impl_switch.IMPL_ENV_VAR] = chosen
     impl_switch.selected_impl()  # fail early on a bad LABKIT_IMPL
-    use_interpreter_without_cuda()
     config.pluginmanager.register(StepSummary(config), "labkit-step-summary")
 
 

@@ -1,27 +1,184 @@
-"""Make Triton kernels runnable on machines without a GPU.
+"""Launch one Triton kernel on either device a lab targets: compiled on CUDA, interpreted on CPU.
 
-Triton's interpreter (``TRITON_INTERPRET=1``) runs kernels one program at a time with NumPy on CPU
-tensors. Triton reads the variable when a kernel is *decorated*, so it must be set before any module
-defining ``@triton.jit`` kernels is imported. The pytest plugin and lab 3's package both call
-:func:`use_interpreter_without_cuda` first thing.
+Triton decides how a kernel runs when it is *decorated*: ``@triton.jit`` returns a compiled
+``JITFunction``, or, when ``TRITON_INTERPRET=1`` is set at that moment, an ``InterpretedFunction``
+that runs the kernel with NumPy, one program at a time. Neither serves both devices:
+
+- a compiled kernel cannot read CPU memory (``Pointer argument (at 0) cannot be accessed from
+  Triton (cpu tensor?)``), and on a machine without a GPU it cannot be launched at all;
+- an interpreted kernel is a correctness tool, thousands of times too slow for a GPU.
+
+A process that holds both kinds of tensors (the CPU tests on a GPU machine, a CPU model next to a
+CUDA one) therefore needs both forms of the same kernel, chosen per launch by the tensors' device.
+That is :func:`kernel_for`::
+
+    kernel_for(layernorm_gelu_kernel, x.device)[grid](x, ...)
+
+- **CUDA**: ``torch.library.wrap_triton(kernel)``. Run eagerly it is a plain launch of the compiled
+  kernel; traced by ``make_fx`` (as Inductor does) it becomes a node that Inductor compiles into its
+  own generated code.
+- **CPU**: the kernel's *interpreted twin* (:func:`interpreted`): the same Python function run by
+  Triton's interpreter.
+
+A twin alone is not enough: the kernel calls other ``@triton.jit`` functions (your helpers, and
+Triton's own ``tl.sum``, ``tl.max``, ``tl.cdiv``, ... which are ``@triton.jit`` functions too), and a
+compiled one refuses to be called outside a kernel. So for the duration of an interpreted launch,
+every ``@triton.jit`` function the kernel can reach (in its module, the modules of the functions
+found there, and ``triton.language``) is swapped for its own twin, and put back afterwards. That is
+what the interpreter does anyway for Triton's builtins (``tl.load``, ``tl.store``, ...), and what
+``TRITON_INTERPRET=1`` achieves by decorating everything interpreted at import.
+
+Nothing here reads or sets ``TRITON_INTERPRET``: with it unset, kernels are decorated compiled
+(which needs no GPU until a launch), and CPU launches still take the interpreter. With it set to
+``1`` (Triton's own switch, e.g. to debug a kernel with ``print``), every launch is interpreted.
 """
 
 from __future__ import annotations
 
-import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
 
-INTERPRET_ENV_VAR = "TRITON_INTERPRET"
+import torch
+
+#: Where launches on CPU tensors go. ``"interpreted"`` (the default) runs them in Triton's
+#: interpreter. ``"compiled"`` is for compile-only simulations of a GPU (``simulated_gpu``), where
+#: CPU tensors stand in for CUDA ones and nothing is ever executed.
+cpu_launches = "interpreted"
+CPU_LAUNCH_MODES = ("interpreted", "compiled")
+#: Triton's own modules of ``@triton.jit`` functions (``tl.sum`` lives in ``triton.language.standard``).
+TRITON_LANGUAGE_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")
+
+# Interpreted twins, keyed by id() of the compiled function; the function is kept beside its twin so
+# that its id cannot be reused by another object.
+_twins: dict[int, tuple[Any, Any]] = {}
+# Swapping module attributes is process-wide: one interpreted launch at a time.
+_swap_lock = threading.RLock()
 
 
-def use_interpreter_without_cuda() -> bool:
-    """Set ``TRITON_INTERPRET=1`` when no CUDA device is present and the variable is unset.
+def _is_interpreted(kernel: Any) -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(kernel, InterpretedFunction)
+
+
+def _is_jit_function(kernel: Any) -> bool:
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(kernel, JITFunction)
+
+
+def _twin_of(function: Any) -> Any:
+    """The ``InterpretedFunction`` running the same Python code as the compiled ``function`` (made once)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    cached = _twins.get(id(function))
+    if cached is None or cached[0] is not function:
+        cached = (function, InterpretedFunction(function.fn))
+        _twins[id(function)] = cached
+    return cached[1]
+
+
+def _reachable_modules(kernel: Any) -> list[ModuleType]:
+    """The modules whose ``@triton.jit`` functions an interpreted ``kernel`` may call."""
+    pending = [sys.modules[kernel.fn.__module__], *(sys.modules[name] for name in TRITON_LANGUAGE_MODULES
+                                                    if name in sys.modules)]
+    found: dict[str, ModuleType] = {}
+    while pending:
+        module = pending.pop()
+        if module.__name__ in found:
+            continue
+        found[module.__name__] = module
+        for value in list(vars(module).values()):
+            if _is_jit_function(value) and value.fn.__module__ in sys.modules:
+                pending.append(sys.modules[value.fn.__module__])
+    return list(found.values())
+
+
+def _import_lazy_triton_modules() -> None:
+    """Import what Triton imports on its first launch, so it is not imported while functions are swapped.
+
+    Gluon (Triton's lower-level dialect) is imported lazily by argument specialisation and checks,
+    as it is imported, that ``tl.cdiv`` & co. are compiled functions.
+    """
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:  # older Triton: no Gluon
+        pass
+
+
+@contextmanager
+def _jit_functions_interpreted(kernel: Any) -> Iterator[None]:
+    """Swap every ``@triton.jit`` function reachable from ``kernel`` for its twin, then put them back."""
+    _import_lazy_triton_modules()
+    with _swap_lock:
+        swapped: list[tuple[ModuleType, str, Any]] = []
+        try:
+            for module in _reachable_modules(kernel):
+                for name, value in list(vars(module).items()):
+                    if _is_jit_function(value):
+                        swapped.append((module, name, value))
+                        setattr(module, name, _twin_of(value))
+            yield
+        finally:
+            for module, name, value in reversed(swapped):
+                setattr(module, name, value)
+
+
+class InterpretedLaunch:
+    """What :func:`interpreted` returns: ``launch[grid](*args, **kwargs)`` runs the kernel in the interpreter."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.twin = _twin_of(kernel)
+
+    def __getitem__(self, grid: Any) -> Any:
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def run(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
+        with _jit_functions_interpreted(self.kernel):
+            return self.twin.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+def interpreted(kernel: Any) -> Any:
+    """The interpreted form of a ``@triton.jit`` kernel (the kernel itself if already interpreted).
+
+    Raises:
+        TypeError: ``kernel`` is not a ``@triton.jit`` function.
+    """
+    if _is_interpreted(kernel):
+        return kernel
+    if not _is_jit_function(kernel):
+        raise TypeError(f"expected a @triton.jit kernel, got {type(kernel).__name__}")
+    return InterpretedLaunch(kernel)
+
+
+def kernel_for(kernel: Any, device: torch.device | str) -> Any:
+    """The launchable form of ``kernel`` for tensors on ``device``: index it with the grid and call it.
+
+    Args:
+        kernel: a ``@triton.jit`` function.
+        device: where the launch's tensors live (``x.device``).
 
     Returns:
-        True when kernels will run in the interpreter.
-    """
-    if INTERPRET_ENV_VAR not in os.environ:
-        import torch
+        On CUDA, ``wrap_triton(kernel)`` (compiled; traceable by ``make_fx`` and Inductor). On CPU, the
+        kernel's interpreted form, unless :data:`cpu_launches` is ``"compiled"``.
 
-        if not torch.cuda.is_available():
-            os.environ[INTERPRET_ENV_VAR] = "1"
-    return os.environ.get(INTERPRET_ENV_VAR) == "1"
+    Raises:
+        ValueError: a device other than CPU or CUDA, or an unknown :data:`cpu_launches`.
+    """
+    device = torch.device(device)
+    if cpu_launches not in CPU_LAUNCH_MODES:
+        raise ValueError(f"cpu_launches={cpu_launches!r}: expected one of {CPU_LAUNCH_MODES}")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"Triton kernels here run on CPU (interpreted) or CUDA, not on {device}")
+    if device.type == "cpu" and cpu_launches == "interpreted":
+        return interpreted(kernel)
+    if _is_interpreted(kernel):  # TRITON_INTERPRET=1 was set: there is no compiled form to trace
+        return kernel
+    from torch.library import wrap_triton
+
+    return wrap_triton(kernel)

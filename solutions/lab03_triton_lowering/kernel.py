@@ -3,15 +3,18 @@
 Eager PyTorch runs ``F.gelu(F.layer_norm(x))`` as two kernels: LayerNorm reads ``x`` and writes a
 normalised copy to DRAM, GELU reads that copy back and writes the result. For a memory-bound op
 that is four passes over the tensor. This kernel does the same arithmetic in one pass: each
-program loads one row into registers, computes its mean and variance in fp32, normalises, applies
-the optional affine and GELU, and stores the row once (two passes: one read, one write).
+program loads a few rows into registers, computes their mean and variance in fp32, normalises,
+applies the optional affine and GELU, and stores the rows once (two passes: one read, one write).
 
 Programming model in one paragraph: a Triton *program* is one instance of the kernel (a CUDA
-thread block). ``tl.program_id(0)`` says which row it owns; ``tl.arange(0, BLOCK_SIZE)`` is a
+thread block). ``tl.program_id(0)`` says which rows it owns; ``tl.arange(0, BLOCK_SIZE)`` is a
 *block* of column indices that the compiler spreads over the program's warps, so one
 ``tl.load`` of a block becomes coalesced, vectorised loads by 32 threads per warp. Block sizes are
 compile-time constants (``tl.constexpr``) and powers of two, so a row whose length is not a power
 of two is handled with a *mask*: lanes past the end neither load nor store.
+
+Launches go through :func:`labkit.triton_env.kernel_for`, which picks the kernel's form for the
+tensors' device: compiled (and traceable by Inductor) on CUDA, Triton's interpreter on CPU.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
-#: The largest block one program holds in registers. Rows up to this length are read exactly once;
-#: longer rows are processed in a loop of blocks (a statistics pass, then a normalise pass).
-MAX_BLOCK_SIZE = 8192
+from labkit.triton_env import kernel_for
+
+#: The longest row one program holds in registers (fp32, at most 32 values per thread with 16 warps).
+#: Rows up to this length are read exactly once; longer rows are processed in a loop of blocks.
+MAX_BLOCK_SIZE = 16384
 #: The GELU forms the kernel implements, named as ``F.gelu``'s ``approximate`` argument.
 GELU_APPROXIMATIONS = ("none", "tanh")
 
@@ -40,19 +44,30 @@ def _tanh(z):
 
 
 @triton.jit
-def _affine_gelu(normed, cols, mask, weight_ptr, bias_ptr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 APPROXIMATE_TANH: tl.constexpr):
-    """``gelu(normed * weight + bias)`` on one block, in fp32."""
-    y = normed
-    if HAS_WEIGHT:  # constexpr: the branch not taken is not compiled at all
-        y = y * tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        y = y + tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+def _erf(z, FAST_ERF: tl.constexpr):
+    if FAST_ERF:
+        # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 over the whole line, one exp and one
+        # division, no branches (libdevice's erf evaluates two polynomials and picks one).
+        a = tl.abs(z)
+        t = 1.0 / (1.0 + 0.3275911 * a)
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        r = 1.0 - poly * tl.exp(-a * a)
+        return tl.where(z >= 0, r, -r)
+    else:
+        return tl.erf(z)
+
+
+@triton.jit
+def _gelu(y, APPROXIMATE_TANH: tl.constexpr, FAST_ERF: tl.constexpr):
+    """GELU of an fp32 block: ``0.5 * y * (1 + erf(y / sqrt 2))`` or the tanh polynomial."""
     # The constants are literals on purpose: a kernel may not read a plain Python global (the
     # interpreter allows it, the GPU compiler does not).
+    half_y = 0.5 * y
     if APPROXIMATE_TANH:  # 0.79788... = sqrt(2 / pi)
-        return 0.5 * y * (1.0 + _tanh(0.7978845608028654 * (y + 0.044715 * y * y * y)))
-    return 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))  # 0.70710... = 1 / sqrt(2)
+        inner = _tanh(0.7978845608028654 * (y + 0.044715 * y * y * y))
+    else:  # 0.70710... = 1 / sqrt(2)
+        inner = _erf(y * 0.7071067811865476, FAST_ERF)
+    return half_y + half_y * inner
 
 
 @triton.jit
@@ -61,101 +76,146 @@ def layernorm_gelu_kernel(
     weight_ptr,  # [n_cols] or None
     bias_ptr,  # [n_cols] or None
     out_ptr,  # [n_rows, n_cols] output, contiguous
+    n_rows,
+    n_cols,
     x_row_stride,
     out_row_stride,
-    n_cols,
     eps,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     APPROXIMATE_TANH: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    SINGLE_TILE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,  # columns per block, a power of two
+    ROWS_PER_PROGRAM: tl.constexpr,  # rows one program normalises (a power of two)
+    NUM_TILES: tl.constexpr,  # blocks per row: 1 keeps the row in registers, more loops over it
+    MASKED: tl.constexpr,  # False when every row and column of every program is in bounds
+    FAST_ERF: tl.constexpr,
 ):
-    """One program normalises one row: ``out[row] = gelu(layer_norm(x[row]) * weight + bias)``."""
-    # int64 row offsets: n_rows * n_cols can exceed 2**31 for real activations.
-    row = tl.program_id(0).to(tl.int64)
+    """One program normalises ``ROWS_PER_PROGRAM`` rows: ``out[r] = gelu(layer_norm(x[r]) * weight + bias)``."""
     # A Python float arrives as fp32 from an eager launch but as fp64 from Inductor's generated
     # code; without this cast the whole row would be computed in (slow) fp64 there.
     eps = tl.cast(eps, tl.float32)
-    x_row = x_ptr + row * x_row_stride
-    out_row = out_ptr + row * out_row_stride
+    # int64 row offsets: n_rows * n_cols can exceed 2**31 for real activations.
+    rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_mask = rows < n_rows
+    x_rows = x_ptr + rows[:, None] * x_row_stride  # [ROWS, 1] pointers to each row's start
+    out_rows = out_ptr + rows[:, None] * out_row_stride
+    # Statistics are taken of (x - shift), shift being each row's first element: when the mean is
+    # large next to the spread (mean 1000, std 1), sums of raw values lose the digits that matter.
+    shift = tl.load(x_rows, mask=row_mask[:, None], other=0.0).to(tl.float32)  # [ROWS, 1]
 
-    if SINGLE_TILE:
-        # The whole row fits in one block: load it once and keep it in registers.
+    if NUM_TILES == 1:
+        # Each row fits one block: load the rows once and keep them in registers. The affine
+        # parameters are loaded once per program and shared by its rows.
         cols = tl.arange(0, BLOCK_SIZE)
-        mask = cols < n_cols
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / n_cols
-        # Masked lanes hold 0, and 0 - mean is not 0: zero them so they add nothing to the variance.
-        centered = tl.where(mask, x - mean, 0.0)
-        var = tl.sum(centered * centered, axis=0) / n_cols
-        rstd = tl.rsqrt(var + eps)
-        y = _affine_gelu(centered * rstd, cols, mask, weight_ptr, bias_ptr, HAS_WEIGHT, HAS_BIAS, APPROXIMATE_TANH)
-        tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        if MASKED:
+            # Masked lanes load 0, and 0 - shift is not 0: zero them so they add nothing to the sums.
+            x = tl.where(mask, tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
+        else:
+            x = tl.load(x_rows + cols[None, :]).to(tl.float32) - shift
+        mean = tl.sum(x, axis=1) / n_cols  # of the shifted values
+        centered = x - mean[:, None]
+        if MASKED:
+            centered = tl.where(mask, centered, 0.0)
+        var = tl.sum(centered * centered, axis=1) / n_cols
+        y = centered * tl.rsqrt(var + eps)[:, None]
+        if HAS_WEIGHT:  # constexpr: the branch not taken is not compiled at all
+            y = y * tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        if HAS_BIAS:
+            y = y + tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        y = _gelu(y, APPROXIMATE_TANH, FAST_ERF).to(out_ptr.dtype.element_ty)
+        if MASKED:
+            tl.store(out_rows + cols[None, :], y, mask=mask)
+        else:
+            tl.store(out_rows + cols[None, :], y)
     else:
         # The row is longer than a block. Pass 1 accumulates sums of (x - shift) lane by lane;
-        # shifting by the row's first element keeps sum-of-squares from cancelling when the mean
-        # is large compared with the spread. Pass 2 re-reads the row (from L2 on a GPU: a program's
-        # row was just read) to normalise and store it.
-        shift = tl.load(x_row).to(tl.float32)
-        acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-        acc_sq = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_SIZE):
-            cols = start + tl.arange(0, BLOCK_SIZE)
-            mask = cols < n_cols
-            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        # pass 2 re-reads the row (from L2 on a GPU: the program just read it) to normalise and
+        # store it. (The loop bound is a constexpr: some interpreter versions cannot loop to a
+        # runtime bound.)
+        acc = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)
+        acc_sq = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)
+        for tile in range(0, NUM_TILES):
+            cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             d = tl.where(mask, x - shift, 0.0)
             acc += d
             acc_sq += d * d
-        shifted_mean = tl.sum(acc, axis=0) / n_cols
-        var = tl.maximum(tl.sum(acc_sq, axis=0) / n_cols - shifted_mean * shifted_mean, 0.0)
-        mean = shift + shifted_mean
+        shifted_mean = tl.sum(acc, axis=1) / n_cols
+        var = tl.maximum(tl.sum(acc_sq, axis=1) / n_cols - shifted_mean * shifted_mean, 0.0)
+        mean = tl.sum(shift, axis=1) + shifted_mean
         rstd = tl.rsqrt(var + eps)
-        for start in range(0, n_cols, BLOCK_SIZE):
-            cols = start + tl.arange(0, BLOCK_SIZE)
-            mask = cols < n_cols
-            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-            y = _affine_gelu((x - mean) * rstd, cols, mask, weight_ptr, bias_ptr, HAS_WEIGHT, HAS_BIAS,
-                             APPROXIMATE_TANH)
-            tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        for tile in range(0, NUM_TILES):
+            cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+            col_mask = cols < n_cols
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = (x - mean[:, None]) * rstd[:, None]
+            if HAS_WEIGHT:
+                y = y * tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            if HAS_BIAS:
+                y = y + tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            y = _gelu(y, APPROXIMATE_TANH, FAST_ERF)
+            tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How one row is tiled: the block width, the warps per program, and whether one block holds the row."""
+    """How the rows are tiled: block width, rows per program, warps per program (and which erf)."""
 
     block_size: int
+    rows_per_program: int
     num_warps: int
-    single_tile: bool
+    fast_erf: bool = True
+
+    def num_tiles(self, n_cols: int) -> int:
+        """Blocks per row: 1 when the row fits one block (kept in registers), else the loop's length."""
+        return triton.cdiv(n_cols, self.block_size)
 
 
-def launch_config(n_cols: int) -> LaunchConfig:
-    """Choose the block and warp count for rows of ``n_cols`` elements.
+def launch_config(n_cols: int, n_rows: int = 1 << 16, element_size: int = 2) -> LaunchConfig:
+    """Choose block, rows per program and warps for ``n_rows`` rows of ``n_cols`` elements.
 
-    The block is the next power of two (a Triton requirement) so a row fits in one block when it
-    can, capped at :data:`MAX_BLOCK_SIZE` to bound registers per thread. Warps grow with the block
-    so each thread holds ~8-16 elements: enough for 128-bit vector loads, few enough to avoid
-    register spills. (The same rule as Triton's LayerNorm tutorial, allowing 16 warps for 4-8K rows.)
+    The block is the next power of two (a Triton requirement) so a row fits one block when it
+    can, capped at :data:`MAX_BLOCK_SIZE`. Short rows are grouped several to a program so each
+    program moves enough bytes to keep the memory system busy and reuses the affine parameters it
+    loaded; warps grow with the elements a program holds, at ~16 fp32 values per thread.
     """
     if n_cols < 1:
         raise ValueError(f"rows must have at least one element, got n_cols={n_cols}")
     block_size = min(triton.next_power_of_2(n_cols), MAX_BLOCK_SIZE)
-    num_warps = min(max(block_size // 256, 1), 16)
-    return LaunchConfig(block_size=block_size, num_warps=num_warps, single_tile=n_cols <= block_size)
+    rows_per_program = 1
+    if n_cols <= block_size:
+        # ~8 KiB of input per program, but never more rows than there are.
+        while (rows_per_program * 2 * block_size * element_size <= 8192
+               and rows_per_program * 2 <= triton.next_power_of_2(max(n_rows, 1))):
+            rows_per_program *= 2
+    elements = rows_per_program * block_size
+    num_warps = min(max(elements // 512, 1), 16)
+    return LaunchConfig(block_size, rows_per_program, num_warps)
 
 
 def layernorm_gelu_forward(
-    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, approximate: str
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    approximate: str,
+    config: LaunchConfig | None = None,
 ) -> torch.Tensor:
-    """Allocate the output and launch :func:`layernorm_gelu_kernel`, one program per row.
+    """Allocate the output and launch :func:`layernorm_gelu_kernel` over the rows of ``x``.
 
     Arguments are trusted (the public ``layernorm_gelu`` validates them). Any leading shape is
     flattened into rows; a row layout the kernel cannot address (last dimension not contiguous)
-    is copied first. Returns a new contiguous tensor shaped and typed like ``x``.
+    is copied first. ``config`` overrides :func:`launch_config` (the benchmark's tuning sweep).
+    Returns a new contiguous tensor shaped and typed like ``x``.
 
-    The launch goes through ``wrap_triton``: run eagerly it is a plain kernel launch, and traced
-    by ``make_fx`` (as Inductor's pattern replacement does on CUDA) it is recorded as a
-    ``triton_kernel_wrapper`` node, so Inductor compiles and schedules the kernel itself.
+    The launch goes through ``kernel_for(kernel, device)``: on CUDA that is ``wrap_triton``, so
+    traced by ``make_fx`` (as Inductor's pattern replacement does) the launch is recorded as a
+    ``triton_kernel_wrapper`` node and Inductor compiles the kernel itself; on CPU it is the
+    interpreter.
     """
     if x.numel() == 0:  # zero rows or zero columns: nothing to launch
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -163,22 +223,30 @@ def layernorm_gelu_forward(
     rows = x.reshape(-1, n_cols)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
-    out = torch.empty((rows.shape[0], n_cols), dtype=x.dtype, device=x.device)
-    config = launch_config(n_cols)
-    wrap_triton(layernorm_gelu_kernel)[(rows.shape[0],)](
+    n_rows = rows.shape[0]
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    config = config or launch_config(n_cols, n_rows, x.element_size())
+    num_tiles = config.num_tiles(n_cols)
+    grid = (triton.cdiv(n_rows, config.rows_per_program),)
+    masked = num_tiles > 1 or n_cols != config.block_size or n_rows % config.rows_per_program != 0
+    kernel_for(layernorm_gelu_kernel, x.device)[grid](
         rows,
         weight,
         bias,
         out,
+        n_rows,
+        n_cols,
         rows.stride(0),
         out.stride(0),
-        n_cols,
         eps,
         HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None,
         APPROXIMATE_TANH=approximate == "tanh",
         BLOCK_SIZE=config.block_size,
-        SINGLE_TILE=config.single_tile,
+        ROWS_PER_PROGRAM=config.rows_per_program,
+        NUM_TILES=num_tiles,
+        MASKED=masked,
+        FAST_ERF=config.fast_erf,
         num_warps=config.num_warps,
     )
     return out.view(x.shape)

@@ -17,6 +17,19 @@ Rules the pattern matcher enforces for us, and the tests check:
   the erf pattern, so an erf kernel can never stand in for a tanh GELU.
 - Shapes, dims and dtypes are re-checked on the real node values (the initial match ignores
   ints), so a LayerNorm over two trailing dims does not match a pattern over one.
+
+Two things this file does that the pattern matcher does not do for us:
+
+- **Half precision, with or without the round trip.** Whether the model's graph still rounds
+  the LayerNorm output to fp16 before GELU depends on the PyTorch release (see
+  :mod:`lab03_triton_lowering.round_trips`), so every half-precision pattern is registered
+  twice: as traced, and with the round trip folded away. The kernel rounds once, on its store,
+  which is what Inductor computes in the folded case and closer to fp32 than eager in the other.
+- **A count that survives Inductor's caches.** A compile served from the FX graph cache (or
+  AOTAutograd's cache, which wraps it) runs no passes, so a count kept by the pass would miss
+  it. Inductor records how much each compile moved its ``counters["inductor"]`` and replays
+  that on every cache hit, so the pass counts its replacements there, under its own key, and the
+  handle reads the counter.
 """
 
 from __future__ import annotations
@@ -28,17 +41,22 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._inductor.pattern_matcher import Match, PatternMatcherPass, fwd_only, register_replacement
 
+from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips
+
 from .kernel import GELU_APPROXIMATIONS
-from .op import SUPPORTED_DTYPES, layernorm_gelu_replacement
+from .op import OP_NAMESPACE, SUPPORTED_DTYPES, layernorm_gelu_replacement
 
 #: Which affine parameters a LayerNorm has: nn.LayerNorm(d), nn.LayerNorm(d, bias=False), elementwise_affine=False.
 AFFINE_FORMS = ("weight_and_bias", "weight_only", "none")
 #: The literal traced in place of eps; any value works as long as it is distinctive in the graph.
 _EPS_PLACEHOLDER = 1e-5
+#: This pass's key in ``torch._dynamo.utils.counters["inductor"]`` (replayed by Inductor on cache hits).
+REPLACEMENTS_COUNTER = f"{OP_NAMESPACE}_layernorm_gelu_replacements"
 #: Files whose contents decide what the pass does: part of its cache key.
 _SOURCE_FILES = tuple(str(Path(__file__).with_name(name)) for name in ("kernel.py", "op.py", "lowering.py"))
 
@@ -103,44 +121,48 @@ def kernel_supports(match: Match) -> bool:
 
 
 def build_patterns() -> PatternMatcherPass:
-    """Register every (GELU form, affine form, dtype) pattern into a new ``PatternMatcherPass``.
+    """Register every (GELU form, affine form, dtype, round trip or not) pattern into a new ``PatternMatcherPass``.
 
     One pattern per dtype because half-precision decompositions add ``convert_element_type``
-    nodes (compute in fp32, round back) that an fp32 pattern does not have.
+    nodes (compute in fp32, round back) that an fp32 pattern does not have; half precision gets a
+    second pattern without the LayerNorm -> GELU round trip (see the module docstring).
     """
     patterns = PatternMatcherPass(pass_name="layernorm_gelu_fusion")
     for approximate, affine, dtype in itertools.product(GELU_APPROXIMATIONS, AFFINE_FORMS, SUPPORTED_DTYPES):
         search, replacement = search_and_replacement(approximate, affine)
-        register_replacement(
-            search,
-            replacement,
-            _example_inputs(affine, dtype),
-            fwd_only,  # inference graphs; fwd_only also drops dead nodes from the traced pattern
-            [patterns],
-            extra_check=kernel_supports,
-            scalar_workaround={"eps": _EPS_PLACEHOLDER},
-            skip_duplicates=True,
-        )
+        trace_functions = [fwd_only] if dtype == torch.float32 else [fwd_only, fwd_only_folding_round_trips]
+        for trace in trace_functions:  # fwd_only: inference graphs, dead nodes dropped from the pattern
+            register_replacement(
+                search,
+                replacement,
+                _example_inputs(affine, dtype),
+                trace,
+                [patterns],
+                extra_check=kernel_supports,
+                scalar_workaround={"eps": _EPS_PLACEHOLDER},
+                skip_duplicates=True,
+            )
     return patterns
 
 
 class LayerNormGeluPass(CustomGraphPass):
     """The post-grad pass Inductor calls on every graph it compiles while the lowering is installed.
 
+    Each compile's replacements are added to ``counters["inductor"][REPLACEMENTS_COUNTER]``, which
+    Inductor records with the compiled graph and adds again whenever the cache serves it.
+
     Attributes:
-        replacements: LayerNorm+GELU sites this pass has replaced so far.
         previous: the custom post-grad pass that was installed before, run first and restored on uninstall.
     """
 
     def __init__(self, patterns: PatternMatcherPass, previous: Callable | None) -> None:
         self.patterns = patterns
         self.previous = previous
-        self.replacements = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.previous is not None:
             self.previous(graph)
-        self.replacements += self.patterns.apply(graph)
+        counters["inductor"][REPLACEMENTS_COUNTER] += self.patterns.apply(graph)
 
     def uuid(self) -> bytes | None:
         """Cache key of the pass: Inductor reuses a cached graph only if this is unchanged.
@@ -160,17 +182,24 @@ class LayerNormGeluPass(CustomGraphPass):
 
 @dataclass(frozen=True)
 class LoweringHandle:
-    """What :func:`install_lowering` returns: a window on the installed pass."""
+    """What :func:`install_lowering` returns: a window on the installed pass.
+
+    Attributes:
+        graph_pass: the installed pass.
+        counted_before: the replacement counter when the lowering was installed.
+    """
 
     graph_pass: LayerNormGeluPass
+    counted_before: int
 
     @property
     def replacements(self) -> int:
-        """LayerNorm+GELU sites replaced by compilations since this lowering was installed.
+        """LayerNorm+GELU sites in the graphs compiled since this lowering was installed.
 
-        A compilation served from Inductor's FX graph cache runs no passes and adds nothing.
+        Compilations served from Inductor's caches count too: their replacements are replayed into
+        the same counter. (``counters.clear()`` resets the count.)
         """
-        return self.graph_pass.replacements
+        return max(counters["inductor"][REPLACEMENTS_COUNTER] - self.counted_before, 0)
 
 
 _patterns: PatternMatcherPass | None = None
@@ -190,7 +219,7 @@ def install_lowering() -> LoweringHandle:
         _patterns = build_patterns()
     graph_pass = LayerNormGeluPass(_patterns, previous=inductor_config.post_grad_custom_post_pass)
     inductor_config.post_grad_custom_post_pass = graph_pass
-    _installed = LoweringHandle(graph_pass)
+    _installed = LoweringHandle(graph_pass, counted_before=counters["inductor"][REPLACEMENTS_COUNTER])
     return _installed
 
 
