@@ -161,16 +161,20 @@ for _lab_id, _package in LABS.items():
 
 @nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
-    """GPU checks: every lab's @gpu tests (reference where present), then lab 3's benchmark. Skips without CUDA."""
+    """The GPU check (python -m grader.gpu_check): lab 3's suite, the grader with --gpu on, the benchmark; one JSON.
+
+    Students (no reference): the @gpu tests of their own code. Skips without CUDA.
+    """
     python = course_python(session)
     has_cuda = session.run(
         python, "-c", "import torch; print(torch.cuda.is_available())", external=True, silent=True
     )
     if "True" not in str(has_cuda):
         session.skip("no CUDA device on this machine: the GPU checks are graded as pending")
-    impl = default_impl()
-    run_in_course_env(session, "-m", "pytest", *LABS.values(), f"--impl={impl}", "-m", "gpu", "-rs", *session.posargs)
-    run_in_course_env(session, "-m", "lab03_triton_lowering.benchmark", env={"LABKIT_IMPL": impl})
+    if not has_reference():
+        run_in_course_env(session, "-m", "pytest", *LABS.values(), "-m", "gpu", "-rs", *session.posargs)
+        return
+    run_in_course_env(session, "-m", "grader.gpu_check", *session.posargs)
 
 
 # ---------------------------------------------------------------- the container image (Dockerfile)

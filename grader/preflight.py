@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from labkit.environment import requirements_of, unmet_requirements, what_to_run
+from labkit.environment import unmet_course_requirements, what_to_run
 from grader.runner import pytest_env
 
 #: What every graded pytest process imports besides the course: the probe plugin (which also keeps the
@@ -46,7 +46,7 @@ def grading_problems(pyproject: Path) -> list[str]:
             importlib.import_module(name)
         except Exception as error:  # noqa: BLE001 - any failure to import is the finding
             problems.append(f"cannot import {name} ({error})")
-    problems += unmet_requirements(requirements_of(pyproject))
+    problems += unmet_course_requirements(pyproject)
     return problems
 
 

@@ -33,13 +33,21 @@ class CourseEnvironmentError(ImportError):
     """This interpreter lacks packages the course needs (the message says which, and what to run)."""
 
 
+def _pyproject(pyproject: Path) -> dict:
+    try:
+        return tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
 def requirements_of(pyproject: Path) -> tuple[str, ...]:
     """The ``[project].dependencies`` of ``pyproject`` (empty when the file or the table is absent)."""
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return ()
-    return tuple(data.get("project", {}).get("dependencies", ()))
+    return tuple(_pyproject(pyproject).get("project", {}).get("dependencies", ()))
+
+
+def supported_versions_of(pyproject: Path) -> dict[str, str]:
+    """``[tool.course.supported]``: versions accepted beside the exact pins (``{"torch": ">=2.11,<2.15"}``)."""
+    return dict(_pyproject(pyproject).get("tool", {}).get("course", {}).get("supported", {}))
 
 
 def _name_and_pin(requirement: str) -> tuple[str, str]:
@@ -51,14 +59,18 @@ def _name_and_pin(requirement: str) -> tuple[str, str]:
     return spec, ""
 
 
-def unmet_requirements(requirements: tuple[str, ...], *, check_versions: bool = True) -> list[str]:
+def unmet_requirements(requirements: tuple[str, ...], *, check_versions: bool = True,
+                       supported: dict[str, str] | None = None) -> list[str]:
     """Each requirement this interpreter does not satisfy, in words (``"torch (not installed)"``).
 
     Args:
         requirements: PEP 508 strings, e.g. from :func:`requirements_of`.
         check_versions: also compare installed versions with the pins (needs ``packaging``, which
             pytest depends on; skipped where it is absent).
+        supported: package -> specifier of versions accepted besides the pin (from
+            :func:`supported_versions_of`).
     """
+    supported = supported or {}
     try:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
     except ImportError:
@@ -73,11 +85,19 @@ def unmet_requirements(requirements: tuple[str, ...], *, check_versions: bool = 
             continue
         if check_versions and pin:
             try:
-                if not SpecifierSet(pin).contains(installed, prereleases=True):
-                    unmet.append(f"{name} {installed} (the course pins {pin})")
+                accepted = [SpecifierSet(pin), *([SpecifierSet(supported[name])] if name in supported else [])]
+                if not any(spec.contains(installed, prereleases=True) for spec in accepted):
+                    also = f", and also supports {supported[name]}" if name in supported else ""
+                    unmet.append(f"{name} {installed} (the course pins {pin}{also})")
             except InvalidSpecifier:
                 pass
     return unmet
+
+
+def unmet_course_requirements(pyproject: Path, *, check_versions: bool = True) -> list[str]:
+    """:func:`unmet_requirements` for the course described by ``pyproject``: its pins, and its supported versions."""
+    return unmet_requirements(requirements_of(pyproject), check_versions=check_versions,
+                              supported=supported_versions_of(pyproject))
 
 
 def shown_path(path: Path) -> str:
@@ -117,7 +137,7 @@ def current_command() -> str:
 
 @functools.cache
 def _unmet_for_this_interpreter(root: Path, check_versions: bool) -> tuple[str, ...]:
-    return tuple(unmet_requirements(requirements_of(root / "pyproject.toml"), check_versions=check_versions))
+    return tuple(unmet_course_requirements(root / "pyproject.toml", check_versions=check_versions))
 
 
 def require_course_environment(*, command: str | None = None, nox_session: str | None = None,

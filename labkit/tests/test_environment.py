@@ -8,7 +8,7 @@ from importlib import metadata
 
 import pytest
 
-from labkit.environment import requirements_of, unmet_requirements
+from labkit.environment import requirements_of, unmet_course_requirements, unmet_requirements
 from labkit.labspec import COURSE_ROOT
 
 
@@ -41,3 +41,15 @@ def test_importing_a_lab_from_another_python_raises_the_same_advice():
     done = without_site_packages("-c", "import lab03_triton_lowering")
     assert done.returncode == 1
     assert "CourseEnvironmentError" in done.stderr and "torch (not installed)" in done.stderr
+
+
+def test_supported_versions_widen_a_pin_without_replacing_it(tmp_path):
+    # A GPU machine's own PyTorch (2.11) is accepted when pyproject lists it as supported; others are not.
+    pytest_version = metadata.version("pytest")
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f'[project]\ndependencies = ["pytest==0.0.1", "rich"]\n'
+                         f'[tool.course.supported]\npytest = "=={pytest_version}"\n')
+    assert unmet_course_requirements(pyproject) == []
+    pyproject.write_text('[project]\ndependencies = ["pytest==0.0.1"]\n[tool.course.supported]\npytest = "<1"\n')
+    assert unmet_course_requirements(pyproject) == [
+        f"pytest {pytest_version} (the course pins ==0.0.1, and also supports <1)"]

@@ -19,6 +19,7 @@ tensors' device: compiled (and traceable by Inductor) on CUDA, Triton's interpre
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -139,8 +140,10 @@ def layernorm_gelu_kernel(
         for tile in range(0, NUM_TILES):
             cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            d = tl.where(mask, x - shift, 0.0)
+            if MASKED:
+                d = tl.where(mask, tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
+            else:
+                d = tl.load(x_rows + cols[None, :]).to(tl.float32) - shift
             acc += d
             acc_sq += d * d
         shifted_mean = tl.sum(acc, axis=1) / n_cols
@@ -151,14 +154,20 @@ def layernorm_gelu_kernel(
             cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
             col_mask = cols < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if MASKED:
+                x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            else:
+                x = tl.load(x_rows + cols[None, :]).to(tl.float32)
             y = (x - mean[:, None]) * rstd[:, None]
             if HAS_WEIGHT:
                 y = y * tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
             if HAS_BIAS:
                 y = y + tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-            y = _gelu(y, APPROXIMATE_TANH, FAST_ERF)
-            tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+            y = _gelu(y, APPROXIMATE_TANH, FAST_ERF).to(out_ptr.dtype.element_ty)
+            if MASKED:
+                tl.store(out_rows + cols[None, :], y, mask=mask)
+            else:
+                tl.store(out_rows + cols[None, :], y)
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,7 @@ class LaunchConfig:
         return triton.cdiv(n_cols, self.block_size)
 
 
+@functools.lru_cache(maxsize=4096)  # called on every launch: host time counts on small inputs
 def launch_config(n_cols: int, n_rows: int = 1 << 16, element_size: int = 2) -> LaunchConfig:
     """Choose block, rows per program and warps for ``n_rows`` rows of ``n_cols`` elements.
 
@@ -228,7 +238,7 @@ def layernorm_gelu_forward(
     config = config or launch_config(n_cols, n_rows, x.element_size())
     num_tiles = config.num_tiles(n_cols)
     grid = (triton.cdiv(n_rows, config.rows_per_program),)
-    masked = num_tiles > 1 or n_cols != config.block_size or n_rows % config.rows_per_program != 0
+    masked = n_cols % config.block_size != 0 or n_rows % config.rows_per_program != 0
     kernel_for(layernorm_gelu_kernel, x.device)[grid](
         rows,
         weight,
