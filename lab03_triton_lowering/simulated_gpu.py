@@ -199,15 +199,20 @@ def check_kernel_on_gpu(lab) -> bool:
     import torch
 
     print(f"running {lab.__name__}'s kernel on {torch.cuda.get_device_name()}")
+    return _run_cases(lab, KERNEL_CASES, "cuda")
+
+
+def _run_cases(lab, cases: tuple[Case, ...], device: str) -> bool:
+    """Run each case on ``device`` and print whether it matches eager; True if all do."""
     failures = 0
-    for case in KERNEL_CASES:
+    for case in cases:
         try:
-            problem = _matches_eager(lab, case, "cuda")
+            problem = _matches_eager(lab, case, device)
         except Exception as error:  # report every case, then fail
             problem = f"{type(error).__name__}: {error}"
         failures += problem is not None
         print(f"{'FAILED ' if problem else 'ok     '} {case.describe()}{': ' + problem if problem else ''}")
-    print(f"{len(KERNEL_CASES) - failures}/{len(KERNEL_CASES)} cases match eager on the GPU")
+    print(f"{len(cases) - failures}/{len(cases)} cases match eager on {device}")
     return failures == 0
 
 
@@ -256,16 +261,7 @@ def check_cpu(lab, simulated: bool) -> bool:
         refuse_compiled_launches()
     where = "a simulated" if simulated else "this"
     print(f"running {lab.__name__}'s kernel on CPU tensors in a process with {where} GPU")
-    failures = 0
-    for case in CPU_CASES:
-        try:
-            problem = _matches_eager(lab, case, "cpu")
-        except Exception as error:  # report every case, then fail
-            problem = f"{type(error).__name__}: {error}"
-        failures += problem is not None
-        print(f"{'FAILED ' if problem else 'ok     '} {case.describe()}{': ' + problem if problem else ''}")
-    print(f"{len(CPU_CASES) - failures}/{len(CPU_CASES)} CPU cases match eager")
-    return failures == 0
+    return _run_cases(lab, CPU_CASES, "cpu")
 
 
 def _fake_cuda_model(dtype):

@@ -72,6 +72,23 @@ def _gelu(y, APPROXIMATE_TANH: tl.constexpr, FAST_ERF: tl.constexpr):
 
 
 @triton.jit
+def _affine_gelu_store(normed, out_ptrs, cols, col_mask, mask, weight_ptr, bias_ptr, HAS_WEIGHT: tl.constexpr,
+                       HAS_BIAS: tl.constexpr, APPROXIMATE_TANH: tl.constexpr, FAST_ERF: tl.constexpr,
+                       MASKED: tl.constexpr):
+    """``out = gelu(normed * weight + bias)`` for a [ROWS, BLOCK] block, rounded once to the output dtype."""
+    y = normed
+    if HAS_WEIGHT:  # constexpr: the branch not taken is not compiled at all
+        y = y * tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    y = _gelu(y, APPROXIMATE_TANH, FAST_ERF).to(out_ptrs.dtype.element_ty)
+    if MASKED:
+        tl.store(out_ptrs, y, mask=mask)
+    else:
+        tl.store(out_ptrs, y)
+
+
+@triton.jit
 def layernorm_gelu_kernel(
     x_ptr,  # [n_rows, n_cols] input; columns contiguous, rows x_row_stride elements apart
     weight_ptr,  # [n_cols] or None
@@ -120,16 +137,9 @@ def layernorm_gelu_kernel(
         if MASKED:
             centered = tl.where(mask, centered, 0.0)
         var = tl.sum(centered * centered, axis=1) / n_cols
-        y = centered * tl.rsqrt(var + eps)[:, None]
-        if HAS_WEIGHT:  # constexpr: the branch not taken is not compiled at all
-            y = y * tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-        if HAS_BIAS:
-            y = y + tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-        y = _gelu(y, APPROXIMATE_TANH, FAST_ERF).to(out_ptr.dtype.element_ty)
-        if MASKED:
-            tl.store(out_rows + cols[None, :], y, mask=mask)
-        else:
-            tl.store(out_rows + cols[None, :], y)
+        normed = centered * tl.rsqrt(var + eps)[:, None]
+        _affine_gelu_store(normed, out_rows + cols[None, :], cols, col_mask, mask, weight_ptr, bias_ptr,
+                           HAS_WEIGHT, HAS_BIAS, APPROXIMATE_TANH, FAST_ERF, MASKED)
     else:
         # The row is longer than a block. Pass 1 accumulates sums of (x - shift) lane by lane;
         # pass 2 re-reads the row (from L2 on a GPU: the program just read it) to normalise and
@@ -158,16 +168,8 @@ def layernorm_gelu_kernel(
                 x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             else:
                 x = tl.load(x_rows + cols[None, :]).to(tl.float32)
-            y = (x - mean[:, None]) * rstd[:, None]
-            if HAS_WEIGHT:
-                y = y * tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-            if HAS_BIAS:
-                y = y + tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-            y = _gelu(y, APPROXIMATE_TANH, FAST_ERF).to(out_ptr.dtype.element_ty)
-            if MASKED:
-                tl.store(out_rows + cols[None, :], y, mask=mask)
-            else:
-                tl.store(out_rows + cols[None, :], y)
+            _affine_gelu_store((x - mean[:, None]) * rstd[:, None], out_rows + cols[None, :], cols, col_mask, mask,
+                               weight_ptr, bias_ptr, HAS_WEIGHT, HAS_BIAS, APPROXIMATE_TANH, FAST_ERF, MASKED)
 
 
 @dataclass(frozen=True)
