@@ -11,6 +11,7 @@ Instructors' repository only (these skip, saying why, in the student distributio
                 nox -s grade                      (grade the reference and the untouched starters)
                 nox -s solutions                  (every lab's tests against the reference)
                 nox -s tests                      (the project's own test suite, what CI runs)
+                nox -s report-check               (the class report in headless Chromium: layout + screenshots)
                 nox -s image image-cpu image-gpu  (build the course image; run sessions inside it)
                 nox -s docker-test gradescope-test  (offline image build + grading in containers; slow)
 
@@ -175,6 +176,20 @@ def gpu(session: nox.Session) -> None:
         run_in_course_env(session, "-m", "pytest", *LABS.values(), "-m", "gpu", "-rs", *session.posargs)
         return
     run_in_course_env(session, "-m", "grader.gpu_check", *session.posargs)
+
+
+@nox.session(name="report-check", venv_backend="none")
+def report_check(session: nox.Session) -> None:
+    """The class report of a demo class in headless Chromium: layout checks + screenshots in results/report-check/."""
+    require_reference(session)
+    sys.path.insert(0, str(ROOT))
+    from grader.report_check import BrowserError, find_chromium
+
+    try:
+        find_chromium()
+    except BrowserError as error:
+        session.skip(str(error))
+    run_in_course_env(session, "-m", "grader.report_check", *session.posargs)
 
 
 # ---------------------------------------------------------------- the container image (Dockerfile)

@@ -47,7 +47,8 @@ from grader.student_docs import (
 #: Root files shipped to students when the course has them.
 STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE")
 #: Paths (relative to the course root) never shipped; any folder named ``instructor`` is dropped too.
-INSTRUCTOR_ONLY = (SOLUTIONS_DIR, "labkit/tests", "grader/tests", "grader/benchmark.py", ".ci", "docker", "Dockerfile")
+INSTRUCTOR_ONLY = (SOLUTIONS_DIR, "labkit/tests", "grader/tests", "grader/benchmark.py", "grader/report_check.py", ".ci",
+                   "docker", "Dockerfile")
 #: Student-facing packages shipped besides the labs and the harness.
 STUDENT_PACKAGES = ("grader",)
 SOLUTION_IMPORT = re.compile(rf"^\s*(from|import)\s+{SOLUTIONS_DIR}\b", re.MULTILINE)
