@@ -1,7 +1,7 @@
 """ResNet-50 on CPU: the lab's pass pipeline against PyTorch's own FX optimisers.
 
-    python -m lab01_fx_passes.benchmark             # default: about 2-3 min on 2 cores (256 images)
-    python -m lab01_fx_passes.benchmark --full      # the spec's 1,000 images, 20 rounds: ~6-8 min
+    python -m lab01_fx_passes.benchmark             # default: about 2 min on 2 cores (256 images)
+    python -m lab01_fx_passes.benchmark --full      # the spec's 1,000 images, 20 rounds: ~5 min
     python -m lab01_fx_passes.benchmark --quick     # smoke run: 32 images, 5 rounds, ~1 min
     python -m lab01_fx_passes.benchmark --data DIR --weights FILE   # real ImageNet val + weights
     LABKIT_IMPL=student python -m lab01_fx_passes.benchmark        # your pipeline (nox: the reference)
@@ -286,7 +286,7 @@ def parse_arguments(argv: Sequence[str] | None):
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8], help="latency batch sizes")
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--quick", action="store_true", help="smoke run: %d images, %d warm-up and %d timed rounds" % RUN_LENGTHS["quick"])
-    length.add_argument("--full", action="store_true", help="the spec's run: %d images, %d warm-up and %d timed rounds (~6-8 min on 2 cores)" % RUN_LENGTHS["full"])
+    length.add_argument("--full", action="store_true", help="the spec's run: %d images, %d warm-up and %d timed rounds (~5 min on 2 cores)" % RUN_LENGTHS["full"])
     parser.add_argument("--images", type=int, default=None, help="images in the accuracy set (default %d)" % RUN_LENGTHS["default"][0])
     parser.add_argument("--warmup", type=int, default=None, help="untimed rounds before timing (default %d)" % RUN_LENGTHS["default"][1])
     parser.add_argument("--accuracy-batch", type=int, default=16, help="batch size of the accuracy pass")

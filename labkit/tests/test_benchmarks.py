@@ -65,3 +65,36 @@ def test_lab02_a_steady_run_gets_a_verdict():
     eager = timing_ms(1.50, 1.52, 1.49, 1.51, 1.50, 1.53)
     assert lab02_benchmark.latency_verdict(eager, timing_ms(2.0, 2.02, 1.99, 2.01, 2.0, 2.03)) == MET
     assert lab02_benchmark.latency_verdict(eager, timing_ms(3.0, 3.02, 2.99, 3.01, 3.0, 3.03)) == MISSED
+
+
+# -- The scripts end to end, on the reference, in their smallest form (wiring, not speed) -----------
+def test_lab01_benchmark_writes_timings_with_spread_targets_and_a_chart(tmp_path, monkeypatch, capsys):
+    """The whole script on a small ResNet (ResNet-50 takes minutes): every table, the JSON and the PNG."""
+    from lab01_fx_passes.models import TinyResNet, randomize_batch_norm
+
+    monkeypatch.setenv("LABKIT_IMPL", "solution")
+    monkeypatch.setattr(lab01_benchmark, "build_resnet50", lambda weights: randomize_batch_norm(TinyResNet(), 0).eval())
+    payload = lab01_benchmark.main(["--images", "8", "--accuracy-batch", "4", "--warmup", "0", "--repeats", "5",
+                                    "--batch-sizes", "1", "8", "--out", str(tmp_path)])  # fmt: skip
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("median [interquartile range]", "within float32 budget", "Targets", "--full decides", "in all"):
+        assert text in out
+    timing = payload["latency"]["8"][lab01_benchmark.PIPELINE]
+    assert timing.repeats == 5
+    assert [target.verdict.split(" ")[0] for target in payload["targets"]][-1] == "inconclusive"
+    document = (tmp_path / "lab01_benchmark.json").read_text()
+    assert '"samples_s"' in document and '"q3"' in document
+    assert (tmp_path / "lab01_speedup.png").stat().st_size > 0
+
+
+def test_lab02_benchmark_writes_timings_with_spread_and_a_verdict(tmp_path, monkeypatch, capsys):
+    import json
+
+    monkeypatch.setenv("LABKIT_IMPL", "solution")
+    assert lab02_benchmark.main(["--repeats", "5", "--threads", "1", "--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "benchmark.json").read_text())
+    batch1 = document["latency"]["batch1"]
+    assert len(batch1["eager"]["samples_s"]) == 5 and batch1["verdict"] in (MET, MISSED, INCONCLUSIVE)
+    assert set(document["coverage"]) == {"mlp", "resnet18", "transformer-encoder", "llama-tiny"}
+    assert (tmp_path / "latency.png").stat().st_size > 0
+    assert "npu / eager" in capsys.readouterr().out
