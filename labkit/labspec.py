@@ -254,6 +254,11 @@ def is_graded_test_file(path: Path) -> bool:
     return path.name == TEST_FILE or is_heldout_test_file(path)
 
 
+def lab_folder_of(test_path: Path) -> Path:
+    """The lab folder (the one holding ``lab.toml``) of a graded test file, held-out ones included."""
+    return test_path.parent.parent if is_heldout_test_file(test_path) else test_path.parent
+
+
 def lab_package_of(test_path: Path) -> str:
     """The lab package a graded test file belongs to (``lab01_fx_passes`` for ``lab01_fx_passes/heldout/test_x.py``)."""
-    return (test_path.parent.parent if is_heldout_test_file(test_path) else test_path.parent).name
+    return lab_folder_of(test_path).name

@@ -35,7 +35,7 @@ from labkit import impl as impl_switch
 from labkit import step_summary
 from labkit.labspec import (
     HIDDEN, SPEC_FILE, VISIBILITIES, VISIBLE, LabSpec, LabSpecError, is_graded_test_file, is_heldout_test_file,
-    lab_package_of, load_lab_spec,
+    lab_folder_of, lab_package_of, load_lab_spec,
 )  # fmt: skip
 from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, SKIPPED, TestOutcome
 
@@ -147,7 +147,8 @@ class StepSummary:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.specs: dict[Path, LabSpec | str] = {}  # lab folder -> its spec, or why it could not be read
-        self.graded: dict[str, tuple[Path, str, int, bool]] = {}  # nodeid -> (folder, function, points, gpu)
+        # nodeid -> (lab folder, function, points, gpu, held-out)
+        self.graded: dict[str, tuple[Path, str, int, bool, bool]] = {}
         self.outcomes: dict[str, TestOutcome] = {}
         self.partial: set[Path] = set()  # labs some of whose tests were deselected
 
@@ -166,15 +167,17 @@ class StepSummary:
         return self.config.getoption("tbstyle", "auto") == "auto"
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.partial.update(item.path.parent for item in items if _is_graded(item))
+        self.partial.update(lab_folder_of(item.path) for item in items if _is_graded(item))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
-            if _is_graded(item) and (item.path.parent / SPEC_FILE).is_file():
+            folder = lab_folder_of(item.path)
+            if _is_graded(item) and (folder / SPEC_FILE).is_file():
                 function = getattr(item, "originalname", None) or item.name.split("[")[0]
                 points = points_of(item)
                 gpu = item.get_closest_marker("gpu") is not None
-                self.graded[item.nodeid] = (item.path.parent, function, points if isinstance(points, int) else 0, gpu)
+                self.graded[item.nodeid] = (folder, function, points if isinstance(points, int) else 0, gpu,
+                                            is_heldout_test_file(item.path))  # fmt: skip
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Generator[None, object, object]:
@@ -194,7 +197,7 @@ class StepSummary:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self.graded:
             return
-        _, function, points, gpu = self.graded[report.nodeid]
+        _, function, points, gpu, heldout = self.graded[report.nodeid]
         previous = self.outcomes.get(report.nodeid)
         if previous is not None and previous.outcome in (FAILED, NOT_IMPLEMENTED):
             return  # the first failure of a test (setup, call or teardown) is its outcome
@@ -207,7 +210,7 @@ class StepSummary:
             outcome, message = PASSED, ""
         else:
             return
-        self.outcomes[report.nodeid] = TestOutcome(report.nodeid, function, points, outcome, message)
+        self.outcomes[report.nodeid] = TestOutcome(report.nodeid, function, points, outcome, message, heldout)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter) -> None:

@@ -49,14 +49,16 @@ class TestOutcome:
     points: int
     outcome: str
     message: str = ""
+    heldout: bool = False  # from the instructors' held-out tests (``<lab>/heldout/``), not the handout's steps
 
 
 @dataclass(frozen=True)
 class StepScore:
-    """The tests of one handout step (``step`` is None for tests that no step lists)."""
+    """The tests of one handout step (``step`` is None for held-out tests, and for tests no step lists)."""
 
     step: Step | None
     outcomes: tuple[TestOutcome, ...]
+    heldout: bool = False
 
     @property
     def earned(self) -> int:
@@ -93,7 +95,7 @@ class StepScore:
     @property
     def label(self) -> str:
         if self.step is None:
-            return "(tests in no step)"
+            return "held-out tests" if self.heldout else "(tests in no step)"
         return f"{self.step.number}  {', '.join(self.step.files)}"
 
 
@@ -130,15 +132,19 @@ def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
 def score_steps(spec: LabSpec, outcomes: Iterable[TestOutcome]) -> list[StepScore]:
     """Group ``outcomes`` by the handout step that lists their test function, in handout order.
 
-    Steps none of whose tests ran are left out; tests no step lists (a spec out of date) come last.
+    Steps none of whose tests ran are left out; tests no step lists (a spec out of date) come next,
+    and the instructors' held-out tests last.
     """
-    by_step: dict[int | None, list[TestOutcome]] = {}
+    by_step: dict[int | str | None, list[TestOutcome]] = {}
     for outcome in outcomes:
-        step = spec.step_of(outcome.function)
-        by_step.setdefault(None if step is None else step.number, []).append(outcome)
+        step = None if outcome.heldout else spec.step_of(outcome.function)
+        key = "heldout" if outcome.heldout else None if step is None else step.number
+        by_step.setdefault(key, []).append(outcome)
     scores = [StepScore(step, tuple(by_step[step.number])) for step in spec.steps if step.number in by_step]
     if None in by_step:
         scores.append(StepScore(None, tuple(by_step[None])))
+    if "heldout" in by_step:
+        scores.append(StepScore(None, tuple(by_step["heldout"]), heldout=True))
     return scores
 
 
@@ -176,7 +182,7 @@ def summary_lines(
         lines.append(f"Not implemented yet (a TODO still raises NotImplementedError{how}):")
         for score in scores:
             for first, cases in _grouped(o for o in score.outcomes if o.outcome == NOT_IMPLEMENTED):
-                where = f"step {score.step.number}" if score.step else "no step"
+                where = f"step {score.step.number}" if score.step else "held-out" if score.heldout else "no step"
                 many = f" ({cases} cases)" if cases > 1 else ""
                 lines.append(f"  {where:<8}{first.function}{many}: {first.message}")
         lines.append("")
@@ -201,7 +207,8 @@ def summary_lines(
         return lines
     first = next(o for o in start.outcomes if o.outcome in (FAILED, NOT_IMPLEMENTED))
     if start.step is None:
-        lines.append(f"Start here: {first.function} (listed in no step of lab.toml)")
+        where = "a held-out test" if start.heldout else "listed in no step of lab.toml"
+        lines.append(f"Start here: {first.function} ({where})")
     else:
         lines.append(f"Start here: step {start.step.number}, {start.step.title} ({', '.join(start.step.files)})")
     lines.append(f"  its first failing test alone: nox -s {spec.id} -- -k {first.function}")

@@ -172,3 +172,25 @@ def test_where_to_start_is_the_first_step_in_handout_order():
     )
     assert lines[-2].startswith(f"Start here: step 2, {spec.steps[2].title}")
     assert lines[-1].endswith(f"nox -s lab01 -- -k {early}")
+
+
+def test_held_out_tests_are_their_own_group_after_the_steps():
+    spec = load_lab_spec("lab01_fx_passes")
+    lines = summary_lines(spec, [
+        _outcome(spec.steps[0].tests[0], 1, PASSED),
+        TestOutcome("heldout/test_x.py::test_x", "test_x", 4, FAILED, "AssertionError", heldout=True),
+    ])  # fmt: skip
+    rows = [line for line in lines if line.startswith(("0 ", "held-out"))]
+    assert rows[0].startswith("0  op_names.py") and rows[1].startswith("held-out tests")
+    assert "1/5" in next(line for line in lines if line.startswith("total"))
+    assert lines[-2] == "Start here: test_x (a held-out test)"
+
+
+def test_a_held_out_test_file_is_summarised_with_its_lab(demo_lab):
+    heldout = demo_lab.path / "labX_demo" / "heldout"
+    heldout.mkdir()
+    (heldout / "test_more.py").write_text(
+        "import pytest\n@pytest.mark.points(4)\n@pytest.mark.area('adding more')\ndef test_more():\n    pass\n"
+    )
+    result = demo_lab.runpytest("-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*labX Demo lab: 6/15 points*", "held-out tests*1/1*4/4*done", "total*2/7*6/15"])
