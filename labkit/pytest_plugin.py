@@ -40,6 +40,8 @@ from labkit.labspec import (
 from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, SKIPPED, TestOutcome
 
 GPU_SKIP_REASON = "needs a CUDA GPU (graded as pending on machines without one)"
+#: LABKIT_IMPL as it was before ``--impl`` set it (None: unset).
+_IMPL_BEFORE = pytest.StashKey[str | None]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,10 +61,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"visibility(level): one of {', '.join(VISIBILITIES)} (held-out tests only)")
     chosen = config.getoption("--impl")
     if chosen is not None:
-        # Through the environment so benchmarks and subprocesses started by tests agree.
+        # Through the environment so benchmarks and subprocesses started by tests agree; put back
+        # at the end of the run, so an in-process run (pytester) does not switch its caller's labs.
+        config.stash[_IMPL_BEFORE] = os.environ.get(impl_switch.IMPL_ENV_VAR)
         os.environ[impl_switch.IMPL_ENV_VAR] = chosen
     impl_switch.selected_impl()  # fail early on a bad LABKIT_IMPL
     config.pluginmanager.register(StepSummary(config), "labkit-step-summary")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _IMPL_BEFORE in config.stash:
+        before = config.stash[_IMPL_BEFORE]
+        if before is None:
+            os.environ.pop(impl_switch.IMPL_ENV_VAR, None)
+        else:
+            os.environ[impl_switch.IMPL_ENV_VAR] = before
 
 
 def points_of(item: pytest.Item) -> int | None:

@@ -1,6 +1,7 @@
 """The harness every lab shares: points markers, GPU skipping, the impl switch."""
 
 import json
+import os
 
 import pytest
 
@@ -60,6 +61,18 @@ def test_impl_option_sets_environment_for_the_run(course):
         )
     )
     course.runpytest("--impl=solution").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("before", [None, "solution"])
+def test_impl_option_leaves_the_callers_environment_as_it_was(course, monkeypatch, before):
+    """An in-process run with --impl=student must not switch the labs of the run that started it."""
+    if before is None:
+        monkeypatch.delenv("LABKIT_IMPL", raising=False)
+    else:
+        monkeypatch.setenv("LABKIT_IMPL", before)
+    course.makepyfile(test_lab="import pytest\n@pytest.mark.points(1)\ndef test_a():\n    pass\n")
+    course.runpytest("--impl=student").assert_outcomes(passed=1)
+    assert os.environ.get("LABKIT_IMPL") == before
 
 
 # -- held-out tests: <lab>/heldout/test_*.py, graded, with an area and a visibility ----------------
