@@ -212,6 +212,10 @@ def report_grader_faults(results: list[SubmissionResult], command: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    if not args.submission.exists():  # a typo, not a student's broken submission (that one still gets a row)
+        print(f"grader run: {args.submission} does not exist (expected a copy of the course: a folder or a .zip)",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         check_output_folder(args.out)
         setup = prepare(args)

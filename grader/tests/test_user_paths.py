@@ -84,6 +84,12 @@ def test_an_output_folder_that_cannot_be_written_grades_nothing(elsewhere, rubri
         assert "cannot write the results to" in capsys.readouterr().err
 
 
+def test_a_submission_path_that_does_not_exist_is_refused(elsewhere, rubric_cache, capsys):
+    assert main(["run", "../class/alcie", "--out", "graded/me", *relative_demo_args(rubric_cache)]) == EXIT_USAGE
+    assert "class/alcie does not exist" in capsys.readouterr().err
+    assert not (elsewhere / "graded").exists()
+
+
 def test_a_course_whose_packages_this_python_lacks_is_refused_before_grading(elsewhere, tmp_path, rubric_cache, capsys):
     course = tmp_path / "course"
     shutil.copytree(DEMO_COURSE, course)
