@@ -281,7 +281,7 @@ def tune(lab, dtype: torch.dtype, ds: tuple[int, ...], timer: Callable = quick_t
     table, found = [], []
     for d in ds:
         x, weight, bias = make_inputs((rows_n, d), dtype)
-        chosen = kernel.launch_config(d, rows_n, x.element_size())
+        chosen = kernel.launch_config(d, rows_n)
         configs = {chosen}
         blocks = {chosen.block_size} | {block for block in (4096, 8192) if block < d}  # fewer lanes, or a loop
         for block, rows, warps in itertools.product(blocks, (1, 2, 4, 8), (4, 8, 16)):

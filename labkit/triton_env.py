@@ -24,9 +24,21 @@ A twin alone is not enough: the kernel calls other ``@triton.jit`` functions (yo
 Triton's own ``tl.sum``, ``tl.max``, ``tl.cdiv``, ... which are ``@triton.jit`` functions too), and a
 compiled one refuses to be called outside a kernel. So for the duration of an interpreted launch,
 every ``@triton.jit`` function the kernel can reach (in its module, the modules of the functions
-found there, and ``triton.language``) is swapped for its own twin, and put back afterwards. That is
-what the interpreter does anyway for Triton's builtins (``tl.load``, ``tl.store``, ...), and what
+found there, and ``triton.language``) is swapped for its own twin. That is what the interpreter does
+anyway for Triton's builtins (``tl.load``, ``tl.store``, ``tensor.to``, ...), and what
 ``TRITON_INTERPRET=1`` achieves by decorating everything interpreted at import.
+
+Afterwards *everything* is put back, the interpreter's own patches included: it patches
+``triton.language`` for each nested ``@triton.jit`` call and never restores those (harmless in a
+process that only interprets), so a kernel compiled later in the same process would be built from
+interpreter functions and fail (``'ir.value' object has no attribute 'dtype'``). Every attribute of
+the reachable modules and of ``triton.language``'s classes is recorded before the launch and
+restored after it.
+
+On CUDA, ``wrap_triton`` is only needed while something traces the launch (``make_fx``, Inductor's
+pattern replacement, ``torch.compile``): run eagerly, its wrapper goes through a higher-order
+operator that costs about 0.1 ms of host time per launch, more than the kernel itself on small
+inputs. A plain eager launch therefore gets the compiled kernel as it is.
 
 Nothing here reads or sets ``TRITON_INTERPRET``: with it unset, kernels are decorated compiled
 (which needs no GPU until a launch), and CPU launches still take the interpreter. With it set to
@@ -35,6 +47,7 @@ Nothing here reads or sets ``TRITON_INTERPRET``: with it unset, kernels are deco
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections.abc import Iterator
@@ -110,22 +123,52 @@ def _import_lazy_triton_modules() -> None:
         pass
 
 
+def _triton_language() -> list[Any]:
+    """``triton.language``'s modules and their classes: what the interpreter patches (``tl.load``, ``tensor.to``, ...)."""
+    modules = [module for name, module in list(sys.modules.items())
+               if name.startswith("triton.language") and isinstance(module, ModuleType)]
+    classes = {id(value): value for module in modules for value in vars(module).values()
+               if inspect.isclass(value) and value.__module__.startswith("triton.language")}
+    return [*modules, *classes.values()]
+
+
+@contextmanager
+def _attributes_restored(owners: list[Any], *, keep_added: tuple[Any, ...] = ()) -> Iterator[None]:
+    """Record every attribute of ``owners`` (modules, classes); afterwards restore changed ones, delete added ones.
+
+    Attributes added to the owners in ``keep_added`` stay: the interpreter adds its own globals to a
+    kernel's module when it first rewrites the kernel, and reuses that rewrite later.
+    """
+    recorded = [(owner, dict(vars(owner))) for owner in owners]
+    try:
+        yield
+    finally:
+        for owner, before in recorded:
+            if not any(owner is kept for kept in keep_added):
+                for name in [name for name in vars(owner) if name not in before]:
+                    delattr(owner, name)
+            for name, value in before.items():
+                if vars(owner).get(name, _MISSING) is not value:
+                    setattr(owner, name, value)
+
+
+_MISSING = object()
+
+
 @contextmanager
 def _jit_functions_interpreted(kernel: Any) -> Iterator[None]:
-    """Swap every ``@triton.jit`` function reachable from ``kernel`` for its twin, then put them back."""
+    """Swap every ``@triton.jit`` function reachable from ``kernel`` for its twin; restore everything after."""
     _import_lazy_triton_modules()
     with _swap_lock:
-        swapped: list[tuple[ModuleType, str, Any]] = []
-        try:
-            for module in _reachable_modules(kernel):
+        modules = _reachable_modules(kernel)
+        language = _triton_language()
+        owners = {id(owner): owner for owner in (*modules, *language)}
+        with _attributes_restored(list(owners.values()), keep_added=tuple(m for m in modules if m not in language)):
+            for module in modules:
                 for name, value in list(vars(module).items()):
                     if _is_jit_function(value):
-                        swapped.append((module, name, value))
                         setattr(module, name, _twin_of(value))
             yield
-        finally:
-            for module, name, value in reversed(swapped):
-                setattr(module, name, value)
 
 
 class InterpretedLaunch:
@@ -164,8 +207,9 @@ def kernel_for(kernel: Any, device: torch.device | str) -> Any:
         device: where the launch's tensors live (``x.device``).
 
     Returns:
-        On CUDA, ``wrap_triton(kernel)`` (compiled; traceable by ``make_fx`` and Inductor). On CPU, the
-        kernel's interpreted form, unless :data:`cpu_launches` is ``"compiled"``.
+        On CUDA, the compiled kernel: through ``wrap_triton`` while traced (``make_fx``, Inductor), as
+        it is for a plain eager launch. On CPU, the kernel's interpreted form, unless
+        :data:`cpu_launches` is ``"compiled"``.
 
     Raises:
         ValueError: a device other than CPU or CUDA, or an unknown :data:`cpu_launches`.
@@ -177,8 +221,13 @@ def kernel_for(kernel: Any, device: torch.device | str) -> Any:
         raise ValueError(f"Triton kernels here run on CPU (interpreted) or CUDA, not on {device}")
     if device.type == "cpu" and cpu_launches == "interpreted":
         return interpreted(kernel)
-    if _is_interpreted(kernel):  # TRITON_INTERPRET=1 was set: there is no compiled form to trace
+    if _is_interpreted(kernel) or not _traced():  # interpreted (TRITON_INTERPRET=1), or a plain eager launch
         return kernel
     from torch.library import wrap_triton
 
     return wrap_triton(kernel)
+
+
+def _traced() -> bool:
+    """True while something may record this launch: ``torch.compile`` or a dispatch mode (``make_fx``, fake tensors)."""
+    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0

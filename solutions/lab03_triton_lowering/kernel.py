@@ -28,9 +28,18 @@ import triton.language as tl
 
 from labkit.triton_env import kernel_for
 
-#: The longest row one program holds in registers (fp32, at most 32 values per thread with 16 warps).
-#: Rows up to this length are read exactly once; longer rows are processed in a loop of blocks.
-MAX_BLOCK_SIZE = 16384
+#: The widest block: rows up to this length are held in registers and read once; longer rows are
+#: processed in a loop of blocks this wide (the second pass re-reads the row from L2). Measured on an
+#: H200, a 4096-wide loop beat one 8192- or 16384-wide block at every longer d (registers spill, fewer
+#: programs fit on an SM).
+MAX_BLOCK_SIZE = 4096
+#: Rows per program and warps per program for a row held in one block, by block width: the fastest
+#: configuration of ``python -m lab03_triton_lowering.benchmark --tune`` on an H200 (float16, 65536
+#: rows). Narrower blocks take :data:`NARROW_BLOCK_ELEMENTS` elements per program with 4 warps.
+SINGLE_TILE_LAUNCH = {4096: (2, 8), 2048: (2, 4)}
+NARROW_BLOCK_ELEMENTS = 8192
+#: Short rows still leave enough programs to fill the GPU: 65536 rows of 100 make 4096 programs.
+MAX_ROWS_PER_PROGRAM = 16
 #: The GELU forms the kernel implements, named as ``F.gelu``'s ``approximate`` argument.
 GELU_APPROXIMATIONS = ("none", "tanh")
 
@@ -187,26 +196,24 @@ class LaunchConfig:
 
 
 @functools.lru_cache(maxsize=4096)  # called on every launch: host time counts on small inputs
-def launch_config(n_cols: int, n_rows: int = 1 << 16, element_size: int = 2) -> LaunchConfig:
+def launch_config(n_cols: int, n_rows: int = 1 << 16) -> LaunchConfig:
     """Choose block, rows per program and warps for ``n_rows`` rows of ``n_cols`` elements.
 
-    The block is the next power of two (a Triton requirement) so a row fits one block when it
-    can, capped at :data:`MAX_BLOCK_SIZE`. Short rows are grouped several to a program so each
-    program moves enough bytes to keep the memory system busy and reuses the affine parameters it
-    loaded; warps grow with the elements a program holds, at ~16 fp32 values per thread.
+    The block is the next power of two (a Triton requirement), capped at :data:`MAX_BLOCK_SIZE`
+    (longer rows loop over blocks, one row per program, 4 warps). A row held in one block shares its
+    program with a few others, so that each program moves enough bytes to keep loads in flight and
+    loads the affine parameters once for several rows; how many, and with how many warps, is the
+    measured :data:`SINGLE_TILE_LAUNCH` (about 32 values per thread; measured in float16). At most
+    :data:`MAX_ROWS_PER_PROGRAM` rows, and never more rows per program than there are rows.
     """
     if n_cols < 1:
         raise ValueError(f"rows must have at least one element, got n_cols={n_cols}")
     block_size = min(triton.next_power_of_2(n_cols), MAX_BLOCK_SIZE)
-    rows_per_program = 1
-    if n_cols <= block_size:
-        # ~8 KiB of input per program, but never more rows than there are.
-        while (rows_per_program * 2 * block_size * element_size <= 8192
-               and rows_per_program * 2 <= triton.next_power_of_2(max(n_rows, 1))):
-            rows_per_program *= 2
-    elements = rows_per_program * block_size
-    num_warps = min(max(elements // 512, 1), 16)
-    return LaunchConfig(block_size, rows_per_program, num_warps)
+    if n_cols > block_size:
+        return LaunchConfig(block_size, rows_per_program=1, num_warps=4)
+    rows, warps = SINGLE_TILE_LAUNCH.get(block_size, (NARROW_BLOCK_ELEMENTS // block_size, 4))
+    rows = min(rows, MAX_ROWS_PER_PROGRAM, triton.next_power_of_2(max(n_rows, 1)))
+    return LaunchConfig(block_size, rows_per_program=rows, num_warps=warps)
 
 
 def layernorm_gelu_forward(
@@ -237,7 +244,7 @@ def layernorm_gelu_forward(
         rows = rows.contiguous()
     n_rows = rows.shape[0]
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    config = config or launch_config(n_cols, n_rows, x.element_size())
+    config = config or launch_config(n_cols, n_rows)
     num_tiles = config.num_tiles(n_cols)
     grid = (triton.cdiv(n_rows, config.rows_per_program),)
     masked = n_cols % config.block_size != 0 or n_rows % config.rows_per_program != 0
