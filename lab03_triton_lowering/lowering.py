@@ -105,7 +105,9 @@ class LayerNormGeluPass(CustomGraphPass):
         """Cache key of the pass: Inductor reuses a cached graph only if this is unchanged.
 
         Contract: not None for a pass that can be cached; changes when the files defining the pass
-        change (``get_hash_for_files(_SOURCE_FILES, extra=...)``), and folds in the previous pass's key.
+        change (``get_hash_for_files(_SOURCE_FILES, extra=...)``) and when ``OP_NAMESPACE`` changes
+        (the cached code calls your operator by its qualified name: the same files imported under
+        another package name must not reuse it), and folds in the previous pass's key.
         """
         raise NotImplementedError("TODO(student): a stable key for Inductor's FX graph cache")
 

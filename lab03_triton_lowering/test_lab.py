@@ -452,6 +452,22 @@ def test_install_is_idempotent_and_uninstall_restores_inductor_config(lab):
 
 
 @pytest.mark.points(1)
+def test_cache_key_changes_with_the_operator_namespace(lab, monkeypatch):
+    # Inductor's cache serves compiled code whose key matches; that code calls the operator by its
+    # qualified name (torch.ops.<namespace>.layernorm_gelu). The same files imported as another
+    # package (the reference under solutions/, then dropped over the starter to be graded) must not
+    # be served each other's code.
+    lowering = sys.modules[f"{lab.__name__}.lowering"]
+    graph_pass = lab.install_lowering().graph_pass
+    try:
+        key = graph_pass.uuid()
+        monkeypatch.setattr(lowering, "OP_NAMESPACE", f"another_{lowering.OP_NAMESPACE}")
+        assert graph_pass.uuid() != key, "uuid() must change when OP_NAMESPACE does"
+    finally:
+        lab.uninstall_lowering()
+
+
+@pytest.mark.points(1)
 def test_reinstalling_starts_a_new_count(lab, fusable_run):
     assert fusable_run.replacements > 0
     handle = lab.install_lowering()

@@ -167,16 +167,18 @@ class LayerNormGeluPass(CustomGraphPass):
     def uuid(self) -> bytes | None:
         """Cache key of the pass: Inductor reuses a cached graph only if this is unchanged.
 
-        A hash of the files defining the pass (and of the previous pass's key), so editing the
-        kernel or the patterns invalidates cached graphs. ``None`` (no caching) if the previous
-        pass cannot be keyed.
+        A hash of everything that decides the code the pass leaves behind: the files defining it
+        (editing the kernel or the patterns invalidates cached graphs), the operators' namespace
+        (the generated code calls ``torch.ops.<namespace>.layernorm_gelu`` by name: the same files
+        under another package name must not reuse it) and the previous pass's key. ``None`` (no
+        caching) if the previous pass cannot be keyed.
         """
-        extra = ""
+        extra = OP_NAMESPACE
         if self.previous is not None:
             previous_uuid = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
             if previous_uuid is None:
                 return None
-            extra = repr(previous_uuid)
+            extra += repr(previous_uuid)
         return get_hash_for_files(_SOURCE_FILES, extra=extra)
 
 
