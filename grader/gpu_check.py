@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     record: dict = {"installed": install_missing(wheelhouse, out)}
     import torch
 
+    def save() -> None:  # after every step: a check cut short still leaves what it measured
+        (out / "gpu-check.json").write_text(json.dumps(record, indent=2, default=str))
+
     record["versions"] = versions()
     if not torch.cuda.is_available():
         print("no CUDA device here: the GPU check needs one (on CPU, `nox -s tests` checks everything else)")
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "-q", "--json-report", f"--json-report-file={report}"], out / "suite.log", env=env)
     record["suite"] = {"exit_status": status, "wall_s": round(seconds, 1),
                        **(suite_summary(report) if report.exists() else {"error": "no report"})}
+    save()
 
     graded = out / "graded"
     status, seconds = run_logged([sys.executable, "-m", "grader", "selfcheck", "--labs", LAB, "--gpu", "on",
@@ -183,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         record["grade"].update(grade_summary(graded))
     except (OSError, KeyError, ValueError) as error:
         record["grade"]["error"] = f"no summary: {error}"
+    save()
 
     if not args.no_bench:
         bench_out = out / "benchmark"
@@ -193,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if (bench_out / "benchmark.json").exists():
             record["benchmark"].update(json.loads((bench_out / "benchmark.json").read_text()))
 
-    (out / "gpu-check.json").write_text(json.dumps(record, indent=2, default=str))
+    save()
     return print_summary(record, out)
 
 
