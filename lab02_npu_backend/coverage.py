@@ -5,6 +5,11 @@ several graphs when the model has graph breaks) and hands it to :func:`record`. 
 :class:`PartitionReport` aggregates them: node counts, FLOPs, fallback reasons per op, partitions
 and graph breaks. This is the lab's version of Torch-TensorRT's "N total operators, M supported"
 summary and ExecuTorch's ``get_delegation_info`` table.
+
+The counts are honest both ways. A node that does no work anywhere (eval-mode dropout, a ``.to``
+that keeps the dtype, a view to the same shape, a tensor with no elements) is *elided*: it is listed,
+with the reason, but it is outside the NPU fraction, so that identities cannot pad the NPU side.
+Every node that does work (a multiply by 1 included) stays in the denominator.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ class NodeDecision:
         on_npu: True when the node is inside an NPU partition (not merely "supported").
         reason: why it falls back to CPU (``None`` when ``on_npu``).
         flops: floating-point operations of the node on the example inputs (0 when unknown).
+        elided: why the node does no work anywhere (its result is one of its inputs, unchanged, or
+            has no elements), or ``None`` when it does work. An elided node is reported but never
+            counted: it is outside both the NPU and the CPU side of the fraction.
     """
 
     name: str
@@ -44,6 +52,12 @@ class NodeDecision:
     on_npu: bool
     reason: str | None = None
     flops: int = 0
+    elided: str | None = None
+
+    @property
+    def does_work(self) -> bool:
+        """Whether the node counts in coverage numbers (it is not elided)."""
+        return self.elided is None
 
 
 @dataclass(frozen=True)
@@ -55,8 +69,18 @@ class GraphCoverage:
     num_partitions: int
 
     @property
+    def work_nodes(self) -> int:
+        """Nodes that do work: the denominator of the NPU fraction."""
+        return sum(d.does_work for d in self.decisions)
+
+    @property
     def npu_nodes(self) -> int:
-        return sum(d.on_npu for d in self.decisions)
+        """Nodes that do work and run on the NPU (elided nodes never count)."""
+        return sum(d.on_npu and d.does_work for d in self.decisions)
+
+    @property
+    def elided_nodes(self) -> int:
+        return len(self.decisions) - self.work_nodes
 
 
 @dataclass(frozen=True)
@@ -69,17 +93,24 @@ class GraphBreak:
 
 @dataclass(frozen=True)
 class OpCoverage:
-    """Per-op totals: how many nodes of this op ran on the NPU, how many fell back, and the reasons."""
+    """Per-op totals: how many nodes of this op ran on the NPU, fell back, or were elided, and why."""
 
     op: str
     npu: int
     cpu: int
     reasons: tuple[str, ...]
+    elided: int = 0
+    elided_reasons: tuple[str, ...] = ()
 
 
 @dataclass
 class PartitionReport:
-    """Coverage of a whole compiled model, aggregated over every graph Dynamo produced."""
+    """Coverage of a whole compiled model, aggregated over every graph Dynamo produced.
+
+    ``total_nodes`` counts the compute nodes that do work; ``npu_nodes + cpu_nodes == total_nodes``
+    and ``npu_fraction = npu_nodes / total_nodes``. ``elided_nodes`` (listed in ``elided``) do no
+    work anywhere and are outside all three counts.
+    """
 
     model: str
     dialect: str
@@ -94,6 +125,8 @@ class PartitionReport:
     by_op: dict[str, OpCoverage]
     fallbacks: list[NodeDecision] = field(default_factory=list)
     graph_breaks: list[GraphBreak] = field(default_factory=list)
+    elided_nodes: int = 0
+    elided: list[NodeDecision] = field(default_factory=list)
 
     @classmethod
     def from_graphs(
@@ -111,18 +144,24 @@ class PartitionReport:
         if not graphs:
             raise ValueError("no compiled graphs to report on: did the backend run (and record its coverage)?")
         dialects = sorted({g.dialect for g in graphs})
-        decisions = [d for g in graphs for d in g.decisions]
+        every = [d for g in graphs for d in g.decisions]
+        decisions = [d for d in every if d.does_work]
+        elided = [d for d in every if not d.does_work]
         npu = sum(d.on_npu for d in decisions)
         total_flops = sum(d.flops for d in decisions)
         npu_flops = sum(d.flops for d in decisions if d.on_npu)
         counts: dict[str, Counter] = {}
         reasons: dict[str, list[str]] = {}
-        for d in decisions:
-            counts.setdefault(d.op, Counter())["npu" if d.on_npu else "cpu"] += 1
-            if d.reason and d.reason not in reasons.setdefault(d.op, []):
-                reasons[d.op].append(d.reason)
+        elided_reasons: dict[str, list[str]] = {}
+        for d in every:
+            where = "elided" if not d.does_work else "npu" if d.on_npu else "cpu"
+            counts.setdefault(d.op, Counter())[where] += 1
+            why, seen = (d.elided, elided_reasons) if where == "elided" else (d.reason, reasons)
+            if why and why not in seen.setdefault(d.op, []):
+                seen[d.op].append(why)
         by_op = {
-            op: OpCoverage(op, c["npu"], c["cpu"], tuple(reasons.get(op, ())))
+            op: OpCoverage(op, c["npu"], c["cpu"], tuple(reasons.get(op, ())), c["elided"],
+                           tuple(elided_reasons.get(op, ())))
             for op, c in sorted(counts.items(), key=lambda item: (-sum(item[1].values()), item[0]))
         }
         return cls(
@@ -139,12 +178,17 @@ class PartitionReport:
             by_op=by_op,
             fallbacks=[d for d in decisions if not d.on_npu],
             graph_breaks=list(graph_breaks or []),
+            elided_nodes=len(elided),
+            elided=elided,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (every field; ``by_op`` keyed by op name)."""
         data = asdict(self)
-        data["by_op"] = {op: asdict(c) | {"reasons": list(c.reasons)} for op, c in self.by_op.items()}
+        data["by_op"] = {
+            op: asdict(c) | {"reasons": list(c.reasons), "elided_reasons": list(c.elided_reasons)}
+            for op, c in self.by_op.items()
+        }
         return data
 
     def to_markdown(self) -> str:
@@ -152,17 +196,18 @@ class PartitionReport:
         lines = [
             f"## NPU coverage: {self.model} ({self.dialect} graphs)",
             "",
-            f"- compute nodes: **{self.total_nodes}** in {self.graphs} graph(s), "
+            f"- compute nodes that do work: **{self.total_nodes}** in {self.graphs} graph(s), "
             f"{len(self.graph_breaks)} graph break(s)",
             f"- on NPU: **{self.npu_nodes}** ({self.npu_fraction:.1%} by node count, "
             f"{self.npu_flop_fraction:.1%} by FLOPs) in {self.num_partitions} partition(s)",
             f"- CPU fallback: **{self.cpu_nodes}**",
+            f"- elided (no work anywhere, outside the fraction): **{self.elided_nodes}**",
             "",
-            "| op | NPU | CPU | fallback reason |",
-            "| --- | ---: | ---: | --- |",
+            "| op | NPU | CPU | elided | fallback reason / why elided |",
+            "| --- | ---: | ---: | ---: | --- |",
         ]
         for c in self.by_op.values():
-            lines.append(f"| `{c.op}` | {c.npu} | {c.cpu} | {'; '.join(c.reasons)} |")
+            lines.append(f"| `{c.op}` | {c.npu} | {c.cpu} | {c.elided} | {'; '.join(c.reasons + c.elided_reasons)} |")
         if self.graph_breaks:
             lines += ["", "Graph breaks:"]
             lines += [f"- {b.reason}" + (f" ({b.location})" if b.location else "") for b in self.graph_breaks]

@@ -55,15 +55,26 @@ def is_tuple_unpack(node: fx.Node) -> bool:
     return isinstance(source, fx.Node) and isinstance(node_value(source), (tuple, list))
 
 
+def records_values(graph: fx.Graph) -> bool:
+    """Whether the graph's nodes carry example values (Dynamo and AOTAutograd graphs do; ``symbolic_trace``'s do not)."""
+    return any(node_value(n) is not None for n in graph.nodes if n.op == "placeholder")
+
+
 def is_compute_node(node: fx.Node) -> bool:
     """Whether ``node`` counts as compute: a call that produces a tensor and is not tuple unpacking.
 
-    Nodes without a recorded example value count as compute (better to over-count than to hide one).
+    Not compute: size arithmetic on ints, and calls that return nothing. Dynamo records a value for
+    every tensor a node produces, so in a graph that records values a call without one returned no
+    tensor: host bookkeeping such as ``torch._C._log_api_usage_once``, which Dynamo keeps in the
+    graph when a model builds an ``nn.Module`` inside ``forward``. In a graph without recorded values
+    every call counts (better to over-count than to hide one).
     """
     if node.op not in CALL_OPS or is_tuple_unpack(node):
         return False
     value = node_value(node)
-    return value is None or _has_tensor(value)
+    if value is None:
+        return not records_values(node.graph)
+    return _has_tensor(value)
 
 
 def compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:

@@ -35,6 +35,11 @@ DTYPES: dict[str, torch.dtype] = {
 }
 #: The reverse of :data:`DTYPES`.
 DTYPE_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
+#: ISA ops that only move elements, never compute one. A node lowered to these alone whose result has
+#: the shape and dtype of its only non-empty input returns that input unchanged (a view to the same
+#: shape, a full slice, an expand that broadcasts nothing, a cat with empty tensors): it does no work.
+#: ``permute`` is not here: a transpose of a square matrix keeps the shape but moves elements.
+SHAPE_ONLY_OPS = frozenset({"reshape", "expand", "slice", "concat"})
 #: Python types an attribute value of each ISA attribute type may have.
 ATTRIBUTE_TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),

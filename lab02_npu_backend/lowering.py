@@ -5,13 +5,18 @@ node's arguments (tensors already replaced by :class:`Ref` handles to program te
 instructions through a :class:`ProgramBuilder`. Ops outside the ISA are **decomposed** into ISA
 primitives where that is exact:
 
-- ``linear`` -> ``permute`` + ``matmul`` + ``add``; ``neg`` -> ``mul`` by -1; ``x - y`` -> ``x + (-1 * y)``;
+- ``linear`` -> ``permute`` + ``matmul`` + ``add``; ``addmm`` (GPT-2's ``Conv1D``) -> ``matmul`` + ``add``;
+- ``neg`` -> ``mul`` by -1; ``x - y`` -> ``x + (-1 * y)``; ``x ** n`` (integer n) -> multiplications;
 - ``x / c`` -> ``x * (1 / c)`` (one extra rounding of the constant);
+- ``split``/``chunk`` -> one ``slice`` per piece; ReLU6/``hardtanh``/``clamp`` -> the activation unit's clamp;
 - eval ``batch_norm`` -> per-channel ``scale = weight * rsqrt(var + eps)``, ``x * scale + shift``;
 - ``scaled_dot_product_attention`` -> ``matmul`` (q k^T) -> ``mul`` (scale) -> [``add`` mask] ->
   ``softmax`` (causal flag) -> ``matmul`` (p v); grouped-query attention broadcasts instead of copying;
 - ``multi_head_attention_forward`` (``nn.TransformerEncoderLayer``) -> projections + the above;
 - the RMSNorm chain ``x * rsqrt(mean(x**2) + eps) * w`` -> a single ``rmsnorm`` instruction.
+
+Nodes that do no work (eval dropout, ``contiguous``, a ``.to`` that keeps the dtype, a view to the
+same shape, a cat with an empty tensor) emit no instruction: their rule returns the input's ``Ref``.
 
 Shapes come from running the partition once on *fake* tensors of the real input shapes, so a
 program is specialised to one set of input shapes (the backend caches one program per shape).
@@ -89,14 +94,21 @@ def _identity(b, out, input, *_, **__):
 
 
 # TODO: rules for every target of your support tables (both dialects), among them:
-#   linear / addmm (permute + matmul + add), conv2d / convolution, add / sub (alpha!) / mul /
-#   division by a constant / pow(x, 2) / rsqrt / mean / adaptive_avg_pool2d to 1x1,
-#   relu / gelu (approximate="tanh" -> "gelu_tanh") / silu, softmax, layer_norm / native_layer_norm,
-#   rms_norm, batch_norm (eval) / _native_batch_norm_legit_no_training,
-#   scaled_dot_product_attention (+ grouped-query: broadcast, do not copy) and its aten flash form,
-#   multi_head_attention_forward (sequence-first self-attention), view-like ops (reshape to
-#   out.shape), expand, transpose / t / permute, getitem and torch.Tensor.__getitem__ (slices,
-#   ints, None, Ellipsis), aten.slice / aten.select, cat.
+#   linear (permute + matmul + add), addmm in both dialects (matmul + add: GPT-2's Conv1D),
+#   conv2d / convolution, add / sub (alpha!) / mul / division by a constant, pow(x, n) for an
+#   integer n (square-and-multiply: x**3 is x * (x * x), as eager computes it), rsqrt / mean /
+#   adaptive_avg_pool2d to 1x1, relu / gelu (approximate="tanh" -> "gelu_tanh") / silu / sigmoid /
+#   tanh, hardtanh / relu6 / clamp / clip (function="clamp" with the constant min and/or max),
+#   softmax, layer_norm / native_layer_norm, rms_norm, batch_norm (eval) /
+#   _native_batch_norm_legit_no_training, scaled_dot_product_attention (+ grouped-query:
+#   broadcast, do not copy) and its aten flash form, multi_head_attention_forward
+#   (sequence-first self-attention), view-like ops (reshape to out.shape; the input itself when
+#   the shape does not change), expand (likewise), transpose / t / permute, getitem and
+#   torch.Tensor.__getitem__ (slices, ints, None, Ellipsis), aten.slice / aten.select,
+#   split / chunk / aten.split / aten.split_with_sizes (a tuple of slices; the pieces' lengths are
+#   in `out`), cat (torch.cat skips 1-D empty tensors, e.g. a KV cache before its first entry:
+#   drop them, and a cat of one tensor is that tensor), and the identities of your tables
+#   (.to / .float / .type / aten._to_copy that keep the dtype: add them to _identity).
 
 
 @dataclass(frozen=True)

@@ -91,15 +91,19 @@ def partition_for_npu(
         ``GraphCoverage`` with one ``NodeDecision`` per compute node (``compute_nodes(gm)``, in graph
         order, named as in the original graph, ``op=target_name(node)``). ``on_npu`` means "inside an
         NPU partition", not merely "supported": a supported node the partitioner left out is on CPU
-        and needs a reason too. Single-node partitions are allowed (``allows_single_node_partition``).
+        and needs a reason too. ``elided`` is the support's ``elision_reason(node)`` (``None`` for
+        predicates without one): a node that does no work is listed, but outside the NPU fraction.
+        Single-node partitions are allowed (``allows_single_node_partition``).
 
     Warns:
-        NpuCoverageWarning: the graph has compute nodes and none of them is on the NPU. The message
+        NpuCoverageWarning: the graph has compute nodes that do work (not elided) and none of them
+            is on the NPU. The message
             must contain the word "dialect" and should say which dialect the table looks written for
             (aten tables have ``torch._ops.OpOverload`` keys) and which targets the graph has.
 
     Steps:
-        1. ask ``support`` about every compute node *before* changing the graph;
+        1. ask ``support`` about every compute node *before* changing the graph (its fallback reason
+           and its elision reason);
         2. ``retarget_tensor_indexing(gm)``;
         3. ``CapabilityBasedPartitioner(gm, chain(_calls_only, <your verdicts>), allows_single_node_partition=True)``,
            ``propose_partitions()``; a node is on the NPU when it is in some partition's ``nodes``;

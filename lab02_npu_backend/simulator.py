@@ -38,9 +38,13 @@ KERNELS: dict[str, Kernel] = {
     "matmul": lambda ops, a: torch.matmul(ops[0], ops[1]),
     "add": lambda ops, a: torch.add(ops[0], ops[1]),
     # TODO: the 13 other ops. Hints: F.conv2d, torch.rsqrt, torch.mean, F.layer_norm, F.rms_norm,
-    # F.gelu(x, approximate="tanh"), torch.ops.aten.slice.Tensor(x, dim, start, end, step),
-    # torch.cat, Tensor.expand. Causal softmax: fill positions j > i of the last two dimensions
-    # with -inf (torch.ones(q, k, dtype=torch.bool).triu(1)), then softmax.
+    # torch.ops.aten.slice.Tensor(x, dim, start, end, step), torch.cat, Tensor.expand. Causal
+    # softmax: fill positions j > i of the last two dimensions with -inf
+    # (torch.ones(q, k, dtype=torch.bool).triu(1)), then softmax.
+    # The activation unit ("activation"): relu, gelu, gelu_tanh (F.gelu(x, approximate="tanh")),
+    # silu, sigmoid, tanh, and clamp (torch.clamp(x, min, max): ReLU6 is clamp 0..6). Only clamp
+    # reads the min/max attributes, and it needs at least one of them: raise (ValueError) for clamp
+    # without bounds, and for bounds given to any other function; never ignore them silently.
 }
 
 

@@ -11,8 +11,12 @@ A backend receives graphs in one of two dialects, and the *same* model looks dif
 A table written for one dialect matches *nothing* in the other: the classic "why is my accelerator
 doing nothing?" bug. So each dialect has its own table, and both tables map a target to the ISA ops
 its lowering emits; the dtype check then asks the ISA whether every one of those ops supports the
-node's dtype. Constraints that depend on arguments (``pow`` only with exponent 2, ``dropout`` only
-when it is the identity, ...) live in :data:`CONSTRAINTS`.
+node's dtype. Constraints that depend on arguments (``pow`` only with a small integer exponent,
+``dropout`` only when it is the identity, ...) live in :data:`CONSTRAINTS`.
+
+The same predicate also says which nodes do no work at all (:meth:`NpuOperatorSupport.elision_reason`):
+eval-mode dropout, a ``.to`` that keeps the dtype, a view to the same shape, an empty tensor. The
+coverage report lists them as *elided*, outside the NPU fraction, so identities never pad it.
 
 To see which targets a model produces, print its graphs::
 
@@ -33,10 +37,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: F401
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true  # noqa: F401
 from torch.fx.passes.operator_support import OperatorSupport
 
 from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name  # noqa: F401
-from lab02_npu_backend.isa import DTYPE_NAMES, Isa, default_isa  # noqa: F401
+from lab02_npu_backend.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa  # noqa: F401
 
 aten = torch.ops.aten
 
@@ -50,19 +55,24 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     # One entry as an example: F.linear (Dynamo records it as torch._C._nn.linear) lowers to
     # permute (the weight), matmul, and add (the bias).
     torch._C._nn.linear: ("permute", "matmul", "add"),
-    # TODO: every target the standard models produce that the ISA can express: matrix products,
-    # conv2d, elementwise arithmetic (+ sub, neg, pow(x, 2), division by a constant), rsqrt, mean,
-    # activations, softmax, layer/rms/batch norm, attention (scaled_dot_product_attention and
-    # multi_head_attention_forward), dropout in eval mode, and layout ops: view/reshape/flatten/
-    # (un)squeeze/contiguous, transpose/permute/t, getitem (slicing), cat, expand.
+    # TODO: every target the standard models produce that the ISA can express: matrix products
+    # (addmm too: GPT-2's Conv1D), conv2d, elementwise arithmetic (+ sub, neg, pow(x, n) for a small
+    # integer n, division by a constant), rsqrt, mean, activations (relu, gelu, silu, sigmoid,
+    # tanh; hardtanh/relu6/clamp/clip on the activation unit's clamp), softmax, layer/rms/batch
+    # norm, attention (scaled_dot_product_attention and multi_head_attention_forward), and layout
+    # ops: view/reshape/flatten/(un)squeeze, transpose/permute/t, getitem (slicing), split/chunk,
+    # cat, expand. Identities map to () (no instruction): dropout in eval mode, contiguous, and
+    # .to/.float/.type when they keep the dtype and device (a constraint checks that).
     # Remember call_method nodes: their target is the method name, e.g. "view".
 }
 
 #: AOTAutograd's aten targets.
 ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
     aten.addmm.default: ("matmul", "add"),
-    # TODO: the aten ops of the same models (print the aten graphs). Do not list operator.getitem:
-    # in aten graphs it only unpacks tuples, and the partitioner places those by itself.
+    # TODO: the aten ops of the same models (print the aten graphs), among them split.Tensor /
+    # split_with_sizes, hardtanh / clamp / sigmoid / tanh, and the identities clone / alias /
+    # _to_copy (when it keeps the dtype). Do not list operator.getitem: in aten graphs it only
+    # unpacks tuples, and the partitioner places those by itself.
 }
 
 #: The support table of each dialect.
@@ -88,8 +98,16 @@ def _only_first_output_used(node: fx.Node) -> str | None:
     return None
 
 
+#: The largest integer exponent ``pow`` lowers to multiplications (square-and-multiply: at most 4).
+MAX_POW_EXPONENT = 8
+
+
 def _pow_check(node: fx.Node) -> str | None:
-    return None if _arg(node, 1, "exponent") == 2 else "only pow(x, 2) lowers to the NPU (as x * x)"
+    exponent = _arg(node, 1, "exponent")
+    integral = _is_number(exponent) and float(exponent).is_integer() and 2 <= exponent <= MAX_POW_EXPONENT
+    if isinstance(node.args[0], fx.Node) and integral:
+        return None
+    return f"only pow(x, n) with an integer n from 2 to {MAX_POW_EXPONENT} lowers to the NPU (as multiplications)"
 
 
 #: Argument constraints: target -> check(node) returning None (fine) or why the NPU cannot run it.
@@ -97,7 +115,10 @@ CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
     **{t: _pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
     # TODO: division only by a constant; mean only over explicit dims; batch norm and dropout only
     # in eval mode; attention without dropout; getitem without tensor indices; multi-output aten
-    # ops only when output 0 alone is used (_only_first_output_used); ...
+    # ops only when output 0 alone is used (_only_first_output_used); addmm without beta/alpha;
+    # clamp/hardtanh only to constant bounds; split/chunk only with constant sizes; .to/.float/
+    # .type/_to_copy only when they keep the dtype and the device (say "converts dtype A to B" when
+    # they do not: the ISA has no conversion op); ...
 }
 
 
@@ -144,7 +165,8 @@ class NpuOperatorSupport(OperatorSupport):
         3. tuple unpacking (:func:`~lab02_npu_backend.graphs.is_tuple_unpack`) is always fine;
            otherwise the node produces at least one tensor (size arithmetic on ints stays on the host);
         4. all tensors it reads and writes (:func:`~lab02_npu_backend.graphs.node_value`) share one
-           dtype: the NPU never converts dtypes implicitly;
+           dtype: the NPU never converts dtypes implicitly; the NPU can hold that dtype (it is in
+           ``DTYPE_NAMES``), even for an entry ``()`` that emits no instruction;
         5. every ISA op of its table entry supports that dtype (``self.isa[op].supports_dtype``).
 
         Say what failed: "no NPU lowering for <target_name(node)>", "dtype int64 is not supported by
@@ -152,6 +174,30 @@ class NpuOperatorSupport(OperatorSupport):
         """
         # TODO: implement the five rules above.
         raise NotImplementedError("NpuOperatorSupport.fallback_reason")
+
+    def elision_reason(self, node: fx.Node) -> str | None:
+        """Why ``node`` does no work anywhere (a one-line reason), or ``None`` when it does work.
+
+        The coverage report lists elided nodes but keeps them outside the NPU fraction, so that
+        identities cannot pad it; every node that does work, a multiply by 1 included, is counted.
+        A call node (never a placeholder, the output or a tuple unpack) does no work when:
+
+        1. every tensor it produces is empty (``torch.tensor([])``: a KV cache before its first
+           entry), whether or not the NPU supports it;
+        2. its table entry is ``()`` and its arguments pass :data:`CONSTRAINTS`: eval dropout,
+           ``contiguous``, a ``.to`` that keeps the dtype and the device;
+        3. its entry names only :data:`SHAPE_ONLY_OPS`, its arguments pass :data:`CONSTRAINTS`, and
+           its one result has the shape and dtype of its only non-empty tensor input: a view to the
+           same shape, a full slice, a cat with an empty tensor. (Not permute: a transpose of a
+           square matrix keeps the shape but moves elements.)
+
+        Elision is about work, not placement: a supported identity may still sit in an NPU partition
+        (its lowering emits nothing), and an empty ``torch.tensor([])`` on the host is still elided.
+        Under dynamic shapes sizes are symbolic: ``statically_known_true(t.numel() == 0)`` asks
+        "certainly empty?" without adding guards.
+        """
+        # TODO: implement the three rules above.
+        raise NotImplementedError("NpuOperatorSupport.elision_reason")
 
 
 def support_for_dialect(dialect: str, isa: Isa | None = None) -> NpuOperatorSupport:

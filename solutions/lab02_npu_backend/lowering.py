@@ -5,13 +5,18 @@ node's arguments (tensors already replaced by :class:`Ref` handles to program te
 instructions through a :class:`ProgramBuilder`. Ops outside the ISA are **decomposed** into ISA
 primitives where that is exact:
 
-- ``linear`` -> ``permute`` + ``matmul`` + ``add``; ``neg`` -> ``mul`` by -1; ``x - y`` -> ``x + (-1 * y)``;
+- ``linear`` -> ``permute`` + ``matmul`` + ``add``; ``addmm`` (GPT-2's ``Conv1D``) -> ``matmul`` + ``add``;
+- ``neg`` -> ``mul`` by -1; ``x - y`` -> ``x + (-1 * y)``; ``x ** n`` (integer n) -> multiplications;
 - ``x / c`` -> ``x * (1 / c)`` (one extra rounding of the constant);
+- ``split``/``chunk`` -> one ``slice`` per piece; ReLU6/``hardtanh``/``clamp`` -> the activation unit's clamp;
 - eval ``batch_norm`` -> per-channel ``scale = weight * rsqrt(var + eps)``, ``x * scale + shift``;
 - ``scaled_dot_product_attention`` -> ``matmul`` (q k^T) -> ``mul`` (scale) -> [``add`` mask] ->
   ``softmax`` (causal flag) -> ``matmul`` (p v); grouped-query attention broadcasts instead of copying;
 - ``multi_head_attention_forward`` (``nn.TransformerEncoderLayer``) -> projections + the above;
 - the RMSNorm chain ``x * rsqrt(mean(x**2) + eps) * w`` -> a single ``rmsnorm`` instruction.
+
+Nodes that do no work (eval dropout, ``contiguous``, a ``.to`` that keeps the dtype, a view to the
+same shape, a cat with an empty tensor) emit no instruction: their rule returns the input's ``Ref``.
 
 Shapes come from running the partition once on *fake* tensors of the real input shapes, so a
 program is specialised to one set of input shapes (the backend caches one program per shape).
@@ -75,7 +80,7 @@ def _matmul(b, out, input, other, **_):
     return b.emit("matmul", [input, other])
 
 
-@lowers(aten.addmm.default)
+@lowers(torch.addmm, "addmm", aten.addmm.default)
 def _addmm(b, out, bias, mat1, mat2, **_):
     return b.emit("add", [b.emit("matmul", [mat1, mat2]), bias])
 
@@ -130,9 +135,21 @@ def _neg(b, out, input):
     return b.emit("mul", [input, -1])
 
 
+def integer_power(b: ProgramBuilder, x: Ref, exponent: int) -> Ref:
+    """``x ** exponent`` (exponent >= 1) by square-and-multiply: ``x**3`` is ``x * (x * x)``, like eager's."""
+    result, power = None, x
+    while exponent:
+        if exponent & 1:
+            result = power if result is None else b.emit("mul", [result, power])
+        exponent >>= 1
+        if exponent:
+            power = b.emit("mul", [power, power])
+    return result
+
+
 @lowers(operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)
-def _square(b, out, input, exponent):
-    return b.emit("mul", [input, input])
+def _pow(b, out, input, exponent):
+    return integer_power(b, input, int(exponent))
 
 
 @lowers(torch.rsqrt, "rsqrt", aten.rsqrt.default)
@@ -168,6 +185,37 @@ def _gelu(b, out, input, approximate="none"):
 @lowers(F.silu, aten.silu.default)
 def _silu(b, out, input, inplace=False):
     return b.emit("activation", [input], function="silu")
+
+
+@lowers(torch.sigmoid, F.sigmoid, "sigmoid", aten.sigmoid.default)
+def _sigmoid(b, out, input):
+    return b.emit("activation", [input], function="sigmoid")
+
+
+@lowers(torch.tanh, F.tanh, "tanh", aten.tanh.default)
+def _tanh(b, out, input):
+    return b.emit("activation", [input], function="tanh")
+
+
+def clamp(b: ProgramBuilder, x: Ref, low: float | None, high: float | None) -> Ref:
+    """The activation unit's output clamp; an omitted bound is not sent."""
+    bounds = {name: value for name, value in (("min", low), ("max", high)) if value is not None}
+    return b.emit("activation", [x], function="clamp", **bounds)
+
+
+@lowers(F.hardtanh, aten.hardtanh.default)
+def _hardtanh(b, out, input, min_val=-1.0, max_val=1.0, inplace=False):
+    return clamp(b, input, min_val, max_val)
+
+
+@lowers(F.relu6)
+def _relu6(b, out, input, inplace=False):
+    return clamp(b, input, 0.0, 6.0)
+
+
+@lowers(torch.clamp, "clamp", torch.clip, "clip", aten.clamp.default)
+def _clamp(b, out, input, min=None, max=None):
+    return clamp(b, input, min, max)
 
 
 @lowers(F.softmax, torch.softmax, "softmax", aten._softmax.default)
@@ -267,20 +315,24 @@ def _multi_head_attention(b, out, query, key, value, embed_dim_to_check, num_hea
 
 
 # ------------------------------------------------------------------ layout
-@lowers(F.dropout, "contiguous", aten.clone.default, aten.alias.default)
+@lowers(F.dropout, "contiguous", aten.clone.default, aten.alias.default, "to", "float", "type", aten._to_copy.default)
 def _identity(b, out, input, *_, **__):
-    return input
+    return input  # support.py admits these only when they return their input unchanged
 
 
 @lowers("view", "reshape", torch.reshape, torch.flatten, "flatten", torch.unsqueeze, "unsqueeze", torch.squeeze,
         "squeeze", aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
         aten.squeeze.dim, aten.squeeze.dims)
 def _reshape(b, out, input, *_, **__):
+    if tuple(out.shape) == input.shape:
+        return input  # a view to the same shape is the input itself (the report lists it as elided)
     return b.emit("reshape", [input], shape=list(out.shape))
 
 
 @lowers("expand", aten.expand.default)
 def _expand(b, out, input, *_, **__):
+    if tuple(out.shape) == input.shape:
+        return input
     return b.emit("expand", [input], shape=list(out.shape))
 
 
@@ -345,9 +397,24 @@ def _select(b, out, input, dim, index):
     return b.emit("reshape", [_slice(b, input, dim, position, position + 1, 1)], shape=list(out.shape))
 
 
+@lowers("split", torch.split, "chunk", torch.chunk, aten.split.Tensor, aten.split_with_sizes.default)
+def _split(b, out, input, sizes, *rest, **kwargs):
+    """One slice per piece; the pieces' lengths come from the node's own result (``out``)."""
+    dim = rest[0] if rest else kwargs.get("dim", 0)
+    dim, start, pieces = int(dim) % input.ndim, 0, []
+    for piece in out:
+        pieces.append(_slice(b, input, dim, start, start + piece.shape[dim], 1))
+        start += piece.shape[dim]
+    return tuple(pieces)
+
+
 @lowers(torch.cat, aten.cat.default)
 def _cat(b, out, tensors, dim=0):
-    return b.emit("concat", [list(tensors)], dim=int(dim) % tensors[0].ndim)
+    # torch.cat skips 1-D empty tensors (a KV cache before its first entry); a cat of one tensor is that tensor.
+    tensors = [t for t in tensors if t.shape != (0,)]
+    if len(tensors) == 1:
+        return tensors[0]
+    return b.emit("concat", [tensors], dim=int(dim) % tensors[0].ndim)
 
 
 # ------------------------------------------------------------------ the RMSNorm chain

@@ -64,10 +64,11 @@ def partition_for_npu(
 
     Returns:
         The partitioned graph and its coverage. Single-node partitions are allowed: the NPU runs
-        any supported op, even alone.
+        any supported op, even alone. Each decision carries the support's ``elision_reason`` (when
+        it has one): nodes that do no work are listed but outside the NPU fraction.
 
     Warns:
-        NpuCoverageWarning: the graph has compute nodes and none of them landed on the NPU.
+        NpuCoverageWarning: the graph has compute nodes that do work and none of them landed on the NPU.
     """
     dialect = dialect or graph_dialect(gm)
     flops = node_flops(gm, example_inputs) if collecting() and example_inputs is not None else {}
@@ -75,6 +76,8 @@ def partition_for_npu(
     # Reasons must be asked for before fusing: fusing moves nodes into submodules.
     reason_of = getattr(support, "fallback_reason", None)
     reasons = {n: (reason_of(n) if reason_of else None) for n in nodes}
+    elision_of = getattr(support, "elision_reason", None)
+    elided = {n: (elision_of(n) if elision_of else None) for n in nodes}
 
     retarget_tensor_indexing(gm)
     # The partitioner asks again during partitioning: answer from the verdicts taken above. A tuple
@@ -95,10 +98,12 @@ def partition_for_npu(
             reason = reasons[node] or (
                 "supported, but the partitioner left it on CPU (for example a slice of a CPU tensor)"
             )
-        decisions.append(NodeDecision(node.name, target_name(node), on_npu, reason, flops.get(node.name, 0)))
+        decisions.append(
+            NodeDecision(node.name, target_name(node), on_npu, reason, flops.get(node.name, 0), elided[node])
+        )
     coverage = GraphCoverage(dialect, tuple(decisions), len(partitions))
-    if nodes and coverage.npu_nodes == 0:
-        _warn_no_npu_nodes(gm, support, dialect, nodes)
+    if coverage.work_nodes and coverage.npu_nodes == 0:
+        _warn_no_npu_nodes(gm, support, dialect, [n for n in nodes if elided[n] is None])
 
     fused = partitioner.fuse_partitions(partitions) if partitions else gm
     submodules = [n.target for n in fused.graph.nodes if n.op == "call_module" and n.target.startswith(NPU_SUBMODULE_PREFIX)]

@@ -35,7 +35,21 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
 }
+
+
+def _activation(ops: Sequence[Any], attrs: dict[str, Any]) -> torch.Tensor:
+    """The activation unit: a function of ``_ACTIVATIONS``, or ``clamp`` to ``[min, max]``."""
+    function, low, high = attrs["function"], attrs["min"], attrs["max"]
+    if function == "clamp":
+        if low is None and high is None:
+            raise ValueError("clamp needs a min, a max or both")
+        return torch.clamp(ops[0], low, high)
+    if low is not None or high is not None:
+        raise ValueError(f"min and max are attributes of clamp only, not of {function}")
+    return _ACTIVATIONS[function](ops[0])
 
 
 @functools.lru_cache(maxsize=64)
@@ -68,7 +82,7 @@ KERNELS: dict[str, Kernel] = {
     "softmax": _softmax,
     "layernorm": lambda ops, a: F.layer_norm(ops[0], _trailing(ops[0], a["normalized_ndim"]), ops[1], ops[2], a["eps"]),
     "rmsnorm": lambda ops, a: F.rms_norm(ops[0], _trailing(ops[0], a["normalized_ndim"]), ops[1], a["eps"]),
-    "activation": lambda ops, a: _ACTIVATIONS[a["function"]](ops[0]),
+    "activation": _activation,
     "reshape": lambda ops, a: torch.reshape(ops[0], a["shape"]),
     "permute": lambda ops, a: ops[0].permute(a["dims"]),
     "slice": lambda ops, a: torch.ops.aten.slice.Tensor(ops[0], a["dim"], a["start"], a["end"], a["step"]),

@@ -11,8 +11,12 @@ A backend receives graphs in one of two dialects, and the *same* model looks dif
 A table written for one dialect matches *nothing* in the other: the classic "why is my accelerator
 doing nothing?" bug. So each dialect has its own table, and both tables map a target to the ISA ops
 its lowering emits; the dtype check then asks the ISA whether every one of those ops supports the
-node's dtype. Constraints that depend on arguments (``pow`` only with exponent 2, ``dropout`` only
-when it is the identity, ...) live in :data:`CONSTRAINTS`.
+node's dtype. Constraints that depend on arguments (``pow`` only with a small integer exponent,
+``dropout`` only when it is the identity, ...) live in :data:`CONSTRAINTS`.
+
+The same predicate also says which nodes do no work at all (:meth:`NpuOperatorSupport.elision_reason`):
+eval-mode dropout, a ``.to`` that keeps the dtype, a view to the same shape, an empty tensor. The
+coverage report lists them as *elided*, outside the NPU fraction, so identities never pad it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.passes.operator_support import OperatorSupport
 
 from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name
-from lab02_npu_backend.isa import DTYPE_NAMES, Isa, default_isa
+from lab02_npu_backend.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa
 
 aten = torch.ops.aten
 
@@ -37,6 +42,7 @@ Target = Any
 SupportTable = Mapping[Target, tuple[str, ...]]
 
 _LINEAR = ("permute", "matmul", "add")
+_ADDMM = ("matmul", "add")
 _ATTENTION = ("permute", "matmul", "mul", "add", "softmax", "reshape")
 _BATCH_NORM = ("reshape", "add", "rsqrt", "mul")
 
@@ -46,6 +52,7 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     torch._C._nn.linear: _LINEAR,
     torch.matmul: ("matmul",), operator.matmul: ("matmul",), "matmul": ("matmul",),
     torch.mm: ("matmul",), "mm": ("matmul",), torch.bmm: ("matmul",), "bmm": ("matmul",),
+    torch.addmm: _ADDMM, "addmm": _ADDMM,  # GPT-2's Conv1D: bias + x @ w
     torch.conv2d: ("conv2d",),
     # elementwise arithmetic (sub, neg and division by a constant become add/mul)
     operator.add: ("add", "mul"), operator.iadd: ("add", "mul"), torch.add: ("add", "mul"), "add": ("add", "mul"),
@@ -60,6 +67,11 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     # activations, softmax, normalisation
     F.relu: ("activation",), torch.relu: ("activation",), "relu": ("activation",),
     F.gelu: ("activation",), F.silu: ("activation",),
+    torch.sigmoid: ("activation",), F.sigmoid: ("activation",), "sigmoid": ("activation",),
+    torch.tanh: ("activation",), F.tanh: ("activation",), "tanh": ("activation",),
+    # the activation unit's output clamp: ReLU6 (nn.ReLU6 reaches Dynamo as hardtanh(x, 0, 6)), clamp/clip
+    F.hardtanh: ("activation",), F.relu6: ("activation",),
+    torch.clamp: ("activation",), "clamp": ("activation",), torch.clip: ("activation",), "clip": ("activation",),
     F.softmax: ("softmax",), torch.softmax: ("softmax",), "softmax": ("softmax",),
     F.layer_norm: ("layernorm",), F.rms_norm: ("rmsnorm",), F.batch_norm: _BATCH_NORM,
     F.scaled_dot_product_attention: _ATTENTION + ("expand",),
@@ -70,9 +82,12 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     torch.flatten: ("reshape",), "flatten": ("reshape",),
     torch.unsqueeze: ("reshape",), "unsqueeze": ("reshape",), torch.squeeze: ("reshape",), "squeeze": ("reshape",),
     "contiguous": (),
+    # conversions that keep the dtype and device are the identity; a real conversion falls back
+    "to": (), "float": (), "type": (),
     torch.transpose: ("permute",), "transpose": ("permute",), torch.permute: ("permute",), "permute": ("permute",),
     "t": ("permute",),
     operator.getitem: ("slice", "reshape"),
+    "split": ("slice",), torch.split: ("slice",), "chunk": ("slice",), torch.chunk: ("slice",),
     torch.cat: ("concat",),
     "expand": ("expand",),
 }
@@ -85,15 +100,18 @@ ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
     aten.mul.Tensor: ("mul",), aten.div.Tensor: ("mul",), aten.neg.default: ("mul",),
     aten.pow.Tensor_Scalar: ("mul",), aten.rsqrt.default: ("rsqrt",), aten.mean.dim: ("mean",),
     aten.relu.default: ("activation",), aten.gelu.default: ("activation",), aten.silu.default: ("activation",),
+    aten.sigmoid.default: ("activation",), aten.tanh.default: ("activation",),
+    aten.hardtanh.default: ("activation",), aten.clamp.default: ("activation",),
     aten._softmax.default: ("softmax",),
     aten.native_layer_norm.default: ("layernorm",),
     aten._native_batch_norm_legit_no_training.default: _BATCH_NORM,
     aten._scaled_dot_product_flash_attention_for_cpu.default: _ATTENTION,
     aten.view.default: ("reshape",), aten._unsafe_view.default: ("reshape",), aten.reshape.default: ("reshape",),
     aten.unsqueeze.default: ("reshape",), aten.squeeze.dim: ("reshape",), aten.squeeze.dims: ("reshape",),
-    aten.clone.default: (), aten.alias.default: (),
+    aten.clone.default: (), aten.alias.default: (), aten._to_copy.default: (),
     aten.t.default: ("permute",), aten.transpose.int: ("permute",), aten.permute.default: ("permute",),
     aten.slice.Tensor: ("slice",), aten.select.int: ("slice", "reshape"),
+    aten.split.Tensor: ("slice",), aten.split_with_sizes.default: ("slice",),
     aten.cat.default: ("concat",), aten.expand.default: ("expand",),
     # No operator.getitem: in aten graphs it only unpacks tuples, and CapabilityBasedPartitioner
     # moves those getitems into their producer's partition by itself.
@@ -126,8 +144,55 @@ def _only_first_output_used(node: fx.Node) -> str | None:
     return None
 
 
+#: The largest integer exponent ``pow`` lowers to multiplications (square-and-multiply: at most 4).
+MAX_POW_EXPONENT = 8
+
+
 def _pow_check(node: fx.Node) -> str | None:
-    return None if _arg(node, 1, "exponent") == 2 else "only pow(x, 2) lowers to the NPU (as x * x)"
+    exponent = _arg(node, 1, "exponent")
+    integral = _is_number(exponent) and float(exponent).is_integer() and 2 <= exponent <= MAX_POW_EXPONENT
+    if isinstance(node.args[0], fx.Node) and integral:
+        return None
+    return f"only pow(x, n) with an integer n from 2 to {MAX_POW_EXPONENT} lowers to the NPU (as multiplications)"
+
+
+def _clamp_check(node: fx.Node) -> str | None:
+    """clamp/clip/hardtanh/relu6 become the activation unit's clamp: constant bounds only."""
+    if node.target is F.relu6:
+        return None
+    if node.target in (F.hardtanh, aten.hardtanh.default):
+        bounds = (_arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0))
+    else:
+        bounds = (_arg(node, 1, "min"), _arg(node, 2, "max"))
+    if all(b is None or _is_number(b) for b in bounds) and any(b is not None for b in bounds):
+        return None
+    return "only clamping to constant bounds lowers to the NPU (the activation unit's clamp)"
+
+
+def _keeps_dtype_and_device(node: fx.Node) -> str | None:
+    """A ``.to``/``.float()``/``_to_copy`` is the identity only when it keeps the dtype and the device."""
+    source, result = node_value(node.args[0]), node_value(node)
+    if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):
+        return "a conversion of something that is not a tensor"
+    if result.device != source.device:
+        return f"moves a tensor from {source.device} to {result.device}"
+    if result.dtype != source.dtype:
+        return (f"converts dtype {str(source.dtype).removeprefix('torch.')} to {str(result.dtype).removeprefix('torch.')}: "
+                "the ISA has no conversion op")
+    return None
+
+
+def _split_check(node: fx.Node) -> str | None:
+    # The size argument is split_size, split_size_or_sections, split_sizes or chunks, by target.
+    sizes = node.args[1] if len(node.args) > 1 else next(
+        (node.kwargs[k] for k in ("split_size", "split_size_or_sections", "split_sizes", "chunks") if k in node.kwargs),
+        None,
+    )
+    dim = _arg(node, 2, "dim", 0)
+    sizes = sizes if isinstance(sizes, (list, tuple)) else [sizes]
+    if all(isinstance(v, int) for v in (*sizes, dim)):
+        return None
+    return "split/chunk need constant sizes and a constant dimension"
 
 
 def _div_check(node: fx.Node) -> str | None:
@@ -263,7 +328,12 @@ CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: _aten_sdpa_check,
     F.multi_head_attention_forward: _mha_check,
     operator.getitem: _getitem_check,
-    aten.addmm.default: _addmm_check,
+    **{t: _addmm_check for t in (aten.addmm.default, torch.addmm, "addmm")},
+    **{t: _clamp_check for t in (F.hardtanh, F.relu6, torch.clamp, "clamp", torch.clip, "clip",
+                                 aten.hardtanh.default, aten.clamp.default)},
+    **{t: _keeps_dtype_and_device for t in ("to", "float", "type", aten._to_copy.default)},
+    **{t: _split_check for t in ("split", torch.split, "chunk", torch.chunk, aten.split.Tensor,
+                                 aten.split_with_sizes.default)},
     aten.convolution.default: _convolution_check,
     torch.conv2d: _conv2d_check,
     aten.native_layer_norm.default: _layer_norm_check,
@@ -280,6 +350,15 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def _is_empty(tensor: torch.Tensor) -> bool:
+    # statically_known_true: under dynamic shapes numel() is symbolic; "maybe empty" is not empty.
+    return statically_known_true(tensor.numel() == 0)
+
+
+def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.ndim == b.ndim and all(statically_known_true(x == y) for x, y in zip(a.shape, b.shape))
+
+
 class NpuOperatorSupport(OperatorSupport):
     """PyTorch's ``OperatorSupport`` predicate for the NPU: a node is supported when
 
@@ -287,9 +366,10 @@ class NpuOperatorSupport(OperatorSupport):
        partitioner would pull graph inputs into a partition;
     2. its target is in the dialect's table and its arguments pass :data:`CONSTRAINTS`;
     3. it produces tensors, all of one dtype shared with its tensor inputs (the NPU converts no
-       dtype implicitly), and every ISA op its lowering emits supports that dtype.
+       dtype implicitly), the NPU can hold that dtype, and every ISA op its lowering emits supports it.
 
     :meth:`fallback_reason` says *why* a node is not supported; the partition report shows it.
+    :meth:`elision_reason` says why a node does no work at all (supported or not).
     """
 
     def __init__(self, table: SupportTable, isa: Isa | None = None) -> None:
@@ -303,14 +383,18 @@ class NpuOperatorSupport(OperatorSupport):
     def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: fx.Node) -> bool:
         return self.fallback_reason(node) is None
 
+    def _isa_ops(self, node: fx.Node) -> tuple[str, ...] | None:
+        """The table entry of ``node``'s target (``None``: not in the table, or an unhashable target)."""
+        try:
+            return self.table.get(node.target)
+        except TypeError:
+            return None
+
     def fallback_reason(self, node: fx.Node) -> str | None:
         """``None`` when the NPU can run ``node``, otherwise a one-line reason."""
         if node.op not in ("call_function", "call_method"):
             return f"{node.op} nodes do not run on the NPU"
-        try:
-            isa_ops = self.table.get(node.target)
-        except TypeError:  # an unhashable target
-            isa_ops = None
+        isa_ops = self._isa_ops(node)
         if isa_ops is None:
             return f"no NPU lowering for {target_name(node)}"
         constraint = CONSTRAINTS.get(node.target)
@@ -328,9 +412,45 @@ class NpuOperatorSupport(OperatorSupport):
             names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
             return f"mixes dtypes ({names}): the NPU never converts dtypes implicitly"
         (dtype,) = dtypes
+        if dtype not in DTYPE_NAMES:
+            return f"dtype {str(dtype).removeprefix('torch.')} cannot be held by the NPU"
         for op in isa_ops:
-            if dtype not in DTYPE_NAMES or not self.isa[op].supports_dtype(dtype):
+            if not self.isa[op].supports_dtype(dtype):
                 return f"dtype {str(dtype).removeprefix('torch.')} is not supported by ISA op '{op}'"
+        return None
+
+    def elision_reason(self, node: fx.Node) -> str | None:
+        """Why ``node`` does no work anywhere, or ``None`` when it does work (the usual case).
+
+        A node does no work when its result is one of its inputs, unchanged, or has no elements:
+
+        1. every tensor it produces is empty (``torch.tensor([])``, a KV cache before its first entry);
+        2. its table entry is ``()`` and its arguments pass :data:`CONSTRAINTS`: eval dropout,
+           ``contiguous``, a ``.to`` that keeps the dtype and the device (the entry says its lowering
+           emits no instruction);
+        3. its lowering emits only :data:`SHAPE_ONLY_OPS` and its one result has the shape and dtype
+           of its only non-empty tensor input: a view to the same shape, a full slice, a cat with
+           empty tensors. (A permute is left out: a transpose of a square matrix keeps the shape.)
+
+        Elision does not depend on where the node runs: an empty ``torch.tensor([])`` stays on the host
+        and is still elided. Everything else, a multiply by 1 included, is work.
+        """
+        if node.op not in ("call_function", "call_method") or is_tuple_unpack(node):
+            return None
+        outputs = _tensors(node_value(node))
+        if outputs and all(_is_empty(t) for t in outputs):
+            return "produces an empty tensor: nothing to compute"
+        isa_ops = self._isa_ops(node)
+        constraint = CONSTRAINTS.get(node.target) if isa_ops is not None else None
+        if isa_ops is None or (constraint and constraint(node)):
+            return None
+        if not isa_ops:
+            return "returns its input unchanged: no instruction"
+        inputs = [t for arg in node.all_input_nodes for t in _tensors(node_value(arg)) if not _is_empty(t)]
+        if set(isa_ops) <= SHAPE_ONLY_OPS and len(outputs) == 1 and len(inputs) == 1:
+            (result,), (source,) = outputs, inputs
+            if result.dtype == source.dtype and _same_shape(result, source):
+                return "keeps its input's shape and dtype: the result is its input"
         return None
 
 
