@@ -411,7 +411,7 @@ def _split(b, out, input, sizes, *rest, **kwargs):
 @lowers(torch.cat, aten.cat.default)
 def _cat(b, out, tensors, dim=0):
     # torch.cat skips 1-D empty tensors (a KV cache before its first entry); a cat of one tensor is that tensor.
-    tensors = [t for t in tensors if t.shape != (0,)]
+    tensors = [t for t in tensors if t.shape != (0,)] or list(tensors[:1])
     if len(tensors) == 1:
         return tensors[0]
     return b.emit("concat", [tensors], dim=int(dim) % tensors[0].ndim)
