@@ -1,4 +1,5 @@
-"""End to end on the real course: lab 1's reference solution and untouched starter, through the grader.
+"""End to end on the real course: lab 1's reference solution, untouched starter and an overfitting
+submission (:mod:`grader.tests.overfit_lab01`), through the grader, held-out tests included.
 
 This is the one grader test that runs real lab code (torch, FX). It grades lab 1 only, to stay within
 the test budget; ``nox -s grade`` does the same for every lab. It skips, saying why, while lab 1 is
@@ -19,6 +20,7 @@ from grader.rubric import build_rubric
 from grader.run import GradeOptions, GradingSetup
 from grader.runner import RunLimits
 from grader.score import rescore
+from grader.tests import overfit_lab01
 
 LAB = "lab01_fx_passes"
 
@@ -41,9 +43,10 @@ def lab01_graded(tmp_path_factory) -> dict:
     setup = _lab01_setup(tmp_path_factory.mktemp("rubric"))
     scratch = tmp_path_factory.mktemp("lab01")
     reference = make_reference_submission(setup.course, scratch / "reference")
-    grade_all([("reference", reference), ("starter", setup.course.root)], scratch / "graded", setup, jobs=2,
-              show_progress=False)
-    return {name: rescore(scratch / "graded" / name).lab(setup.rubric.labs[0].lab) for name in ("reference", "starter")}
+    overfit = overfit_lab01.materialize(setup.course, scratch / "overfit")
+    submissions = [("reference", reference), ("starter", setup.course.root), ("overfit", overfit)]
+    grade_all(submissions, scratch / "graded", setup, jobs=2, show_progress=False)
+    return {name: rescore(scratch / "graded" / name).lab(setup.rubric.labs[0].lab) for name, _ in submissions}
 
 
 def test_the_reference_solution_earns_every_cpu_point(lab01_graded):
@@ -51,6 +54,7 @@ def test_the_reference_solution_earns_every_cpu_point(lab01_graded):
     failing = [f"{t.nodeid}: {t.outcome}: {t.message}" for t in lab.tests if t.outcome not in (PASSED, PENDING)]
     assert lab.status == "graded" and not failing, f"{lab.reason} {failing}"
     assert lab.score + lab.pending == lab.max_score > 0
+    assert lab.heldout.max_score > 0, "lab 1 has held-out tests, and the reference passes them all"
     assert all(point.status in (EVIDENCE_PASSED, EVIDENCE_PENDING) for point in lab.talking_points)
 
 
@@ -59,6 +63,15 @@ def test_the_untouched_starter_scores_zero(lab01_graded):
     passing = [t.nodeid for t in lab.tests if t.points]
     assert lab.status == "graded" and lab.score == 0, f"{lab.reason}; passing on the starter: {passing}"
     assert lab.max_score == lab01_graded["reference"].max_score
+
+
+def test_an_overfitting_submission_earns_every_visible_point_and_loses_heldout_points(lab01_graded):
+    lab = lab01_graded["overfit"]
+    assert lab.status == "graded", lab.reason
+    assert lab.visible.score == lab.visible.max_score, [t.nodeid for t in lab.tests if not t.heldout and not t.points]
+    assert 0 < lab.heldout.score < lab.heldout.max_score
+    lost = {test.area for test in lab.tests if test.heldout and not test.points}
+    assert any(area.startswith("Conv+BN folding") for area in lost) and any(area.startswith("dead code") for area in lost)
 
 
 # ---------------------------------------------------------------- time limits on real code

@@ -1,0 +1,387 @@
+"""Lab 01's held-out tests: the same contracts as ``test_lab.py``, on models, shapes, dtypes and
+dialects the visible tests do not use (instructor-only; graded, never shipped to students).
+
+A submission that recognises the visible models (their module names, channel counts, layer sizes or
+the exact impure ops the visible tests plant) passes ``test_lab.py`` and loses points here; one that
+implements the contracts passes both. Each test's ``area`` is all a student's feedback shows of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from lab01_fx_passes.capture import capture
+from lab01_fx_passes.models import TinyResNet, randomize_batch_norm
+from lab01_fx_passes.test_lab import (
+    RANDOM_LIKE, assert_close, batch_norms, conv_weights, count_nodes, fused_linear_gelus, gelus,
+)  # fmt: skip
+from lab01_fx_passes.wrong_folds import wrong_fold
+from labkit.numerics import ReferenceOutputs
+
+aten = torch.ops.aten
+CONV_BN = "Conv+BN folding: other models, channel counts and BatchNorm settings"
+LINEAR_GELU_AREA = "Linear+GELU fusion: other layer sizes and dialects"
+DCE = "dead code elimination: other impure operations"
+FOLDING = "constant folding: other constant sources"
+REPLACEMENT = "operator replacement: other activations"
+LAYOUT = "channels-last: other convolutions"
+MANAGER = "pass manager and pipeline: other models, dtypes and outputs"
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def mobilenet_v2() -> nn.Module:
+    """torchvision's MobileNetV2 (depthwise convolutions, no conv bias, ReLU6), BN statistics randomised."""
+    import torchvision
+
+    torch.manual_seed(0)
+    return randomize_batch_norm(torchvision.models.mobilenet_v2()).eval()
+
+
+def assert_within_float32_budget(captured, gm: fx.GraphModule, reference: ReferenceOutputs) -> None:
+    verdict = reference.compare(captured.run(gm))
+    assert verdict.ok, verdict.describe()
+
+
+# == Conv + BatchNorm =============================================================================
+@pytest.mark.points(3)
+@pytest.mark.area(CONV_BN)
+def test_conv_bn_folds_every_pair_of_mobilenet_v2(lab):
+    model, x = mobilenet_v2(), torch.randn(1, 3, 64, 64, generator=seeded())
+    captured = capture(model, [x], "symbolic_trace")
+    reference = ReferenceOutputs.measure(captured.graph_module, [x])
+    assert batch_norms(captured.graph_module) == 52
+    result = lab.fuse_conv_bn(captured.graph_module)
+    assert result.modified and batch_norms(result.graph_module) == 0
+    assert_within_float32_budget(captured, result.graph_module, reference)
+
+
+class ConvBN(nn.Module):
+    """One Conv2d + BatchNorm2d pair with the given shape and BN settings, then a second pair."""
+
+    def __init__(self, in_channels: int, channels: int, eps: float, affine: bool, bias: bool) -> None:
+        super().__init__()
+        self.first = nn.Conv2d(in_channels, channels, (3, 1), stride=(2, 1), padding=(1, 0), bias=bias)
+        self.first_norm = nn.BatchNorm2d(channels, eps=eps, affine=affine)
+        self.second = nn.Conv2d(channels, 2 * channels, 1, dilation=2, bias=bias)
+        self.second_norm = nn.BatchNorm2d(2 * channels, eps=eps, affine=affine)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second_norm(self.second(F.relu(self.first_norm(self.first(x)))))
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(CONV_BN)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export"])
+@pytest.mark.parametrize(
+    "in_channels, channels, eps, affine, bias",
+    [(3, 5, 1e-3, True, False), (7, 16, 1e-1, False, True), (1, 3, 1e-5, False, False)],
+)
+def test_conv_bn_folds_other_shapes_and_batch_norm_settings(lab, dialect, in_channels, channels, eps, affine, bias):
+    model = randomize_batch_norm(ConvBN(in_channels, channels, eps, affine, bias), seed=3).eval()
+    x = torch.randn(2, in_channels, 9, 6, generator=seeded(1))
+    captured = capture(model, [x], dialect)
+    expected = captured.run()
+    result = lab.fuse_conv_bn(captured.graph_module)
+    assert result.modified and batch_norms(result.graph_module) == 0
+    assert_close(captured.run(result.graph_module), expected)
+
+
+class TransposedThenRegular(nn.Module):
+    """A ConvTranspose2d + BN (not foldable by the conv rule: its weight is [in, out, ...]) and a foldable pair."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.up_norm = nn.ConvTranspose2d(3, 6, 2, stride=2), nn.BatchNorm2d(6)
+        self.conv, self.norm = nn.Conv2d(6, 6, 3, padding=1), nn.BatchNorm2d(6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.conv(self.up_norm(self.up(x))))
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(CONV_BN)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_conv_bn_leaves_transposed_convolutions_alone(lab, dialect):
+    model = randomize_batch_norm(TransposedThenRegular(), seed=5).eval()
+    x = torch.randn(2, 3, 5, 5, generator=seeded(2))
+    captured = capture(model, [x], dialect)
+    expected = captured.run()
+    result = lab.fuse_conv_bn(captured.graph_module)
+    assert result.modified and batch_norms(result.graph_module) == 1, "only the regular pair folds"
+    assert_close(captured.run(result.graph_module), expected)
+
+
+# == Linear + GELU =================================================================================
+class WideMLP(nn.Module):
+    """A transformer MLP block at sizes the visible tests do not use: 48 -> 192 (tanh GELU) -> 48, no bias in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(48, 192, bias=False)
+        self.act = nn.GELU(approximate="tanh")
+        self.down = nn.Linear(192, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(self.act(self.up(x)))
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(LINEAR_GELU_AREA)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx", "export", "export_core_aten"])
+def test_linear_gelu_fuses_a_wide_transformer_mlp(lab, dialect):
+    torch.manual_seed(4)
+    model, x = WideMLP().eval(), torch.randn(3, 7, 48, generator=seeded(3))
+    captured = capture(model, [x], dialect)
+    expected = captured.run()
+    result = lab.fuse_linear_gelu(captured.graph_module)
+    assert result.modified and fused_linear_gelus(result.graph_module) == 1 and gelus(result.graph_module) == 0
+    assert_close(captured.run(result.graph_module), expected)
+
+
+# == Dead code elimination ==========================================================================
+class OtherImpureOps(nn.Module):
+    """Unused ops that must stay (in-place updates, a fresh random draw, a training-mode 2-D dropout)
+    next to a dead pure chain that must go."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        y.mul_(3)  # in-place, no users: y is returned below
+        z = x + 0.0
+        z.masked_fill_(z > 1.0, 1.0)
+        torch.rand(x.shape)  # advances the generator
+        F.dropout2d(x.unsqueeze(0), 0.25, training=True)  # random
+        torch.cos(x).exp()  # dead and pure
+        return y + z + torch.rand_like(x)
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(DCE)
+def test_dce_keeps_other_impure_ops_and_removes_dead_pure_ones(lab):
+    gm = fx.symbolic_trace(OtherImpureOps())
+    x = torch.randn(4, 3, generator=seeded(4))
+    torch.manual_seed(0)
+    expected = gm(x)
+    before = len(gm.graph.nodes)
+    result = lab.eliminate_dead_code(gm)
+    assert result.modified
+    assert len(result.graph_module.graph.nodes) == before - 2, "exactly the dead cos and exp go"
+    assert count_nodes(result.graph_module, functions=(torch.rand,)) == 1
+    torch.manual_seed(0)
+    assert_close(result.graph_module(x), expected, rtol=0, atol=0)
+
+
+class UnusedAtenMutations(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2.0
+        y.clamp_(min=0.0)
+        y.sigmoid()  # dead and pure
+        return y
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(DCE)
+def test_dce_keeps_in_place_aten_ops(lab):
+    x = torch.randn(6, generator=seeded(5))
+    captured = capture(UnusedAtenMutations(), [x], "make_fx")
+    expected = captured.run()
+    result = lab.eliminate_dead_code(captured.graph_module)
+    assert result.modified
+    assert count_nodes(result.graph_module, functions=(aten.sigmoid.default,)) == 0
+    assert count_nodes(result.graph_module, functions=(aten.clamp_.default,)) == 1
+    assert_close(captured.run(result.graph_module), expected, rtol=0, atol=0)
+
+
+# == Constant folding ===============================================================================
+class BufferArithmetic(nn.Module):
+    """Constants built from a buffer and from literals, feeding an input-dependent op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(5, 5, generator=seeded(6)))
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        table = torch.tanh(self.weight * self.scale).t()
+        return x @ table + torch.ones(5) * 3
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(FOLDING)
+@pytest.mark.parametrize("dialect", ["make_fx", "export"])
+def test_constant_folding_folds_buffer_and_literal_arithmetic(lab, dialect):
+    captured = capture(BufferArithmetic(), [torch.randn(2, 5, generator=seeded(7))], dialect)
+    expected = captured.run()
+    before = len(captured.graph_module.graph.nodes)
+    result = lab.fold_constants(captured.graph_module)
+    assert result.modified
+    assert count_nodes(result.graph_module, functions=(aten.tanh.default,)) == 0, "tanh(weight * scale) is constant"
+    assert len(result.graph_module.graph.nodes) < before
+    assert_close(captured.run(result.graph_module), expected)
+
+
+class RandomLiterals(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offsets = torch.arange(6, dtype=torch.float32).reshape(2, 3) / 4 + 1  # constant
+        return x * offsets + torch.rand_like(x) * offsets  # the random draw is never constant
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(FOLDING)
+def test_constant_folding_in_dynamo_graphs_keeps_randomness(lab):
+    captured = capture(RandomLiterals(), [torch.randn(2, 3, generator=seeded(8))], "dynamo")
+    torch.manual_seed(2)
+    expected = captured.run()
+    result = lab.fold_constants(captured.graph_module)
+    assert result.modified and count_nodes(result.graph_module, functions=(torch.arange,)) == 0
+    assert count_nodes(result.graph_module, functions=RANDOM_LIKE) == 1
+    torch.manual_seed(2)
+    assert_close(captured.run(result.graph_module), expected)
+
+
+# == Operator replacement ===========================================================================
+class SiluZoo(nn.Module):
+    """SiLU as a module, a function and a tensor method, between Linear layers (``act`` swaps it)."""
+
+    def __init__(self, act=None) -> None:
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(6, 6) for _ in range(3))
+        self.silu = nn.SiLU()
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.act is not None:
+            return self.act(self.fcs[2](self.act(self.fcs[1](self.act(self.fcs[0](x))))))
+        x = self.silu(self.fcs[0](x))
+        x = F.silu(self.fcs[1](x))
+        return torch.sigmoid(self.fcs[2](x))
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(REPLACEMENT)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx"])
+def test_replace_silu_and_sigmoid_with_hardswish(lab, dialect):
+    torch.manual_seed(9)
+    model, x = SiluZoo(), torch.randn(4, 6, generator=seeded(9))
+    expected_model = SiluZoo(act=F.hardswish)
+    expected_model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        expected = expected_model(x)
+    captured = capture(model, [x], dialect)
+    result = lab.replace_ops(captured.graph_module, {"silu": "hardswish", "sigmoid": "hardswish"})
+    assert result.modified
+    assert_close(captured.run(result.graph_module), expected)
+
+
+# == Memory layout ===================================================================================
+class OtherConvolutions(nn.Module):
+    """Grouped, strided, dilated 2-D convolutions, and a 1-D one that has no channels-last form."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grouped = nn.Conv2d(6, 12, 3, groups=3, stride=2)
+        self.dilated = nn.Conv2d(12, 12, 3, dilation=2, padding=2, bias=False)
+        self.temporal = nn.Conv1d(12, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dilated(torch.relu(self.grouped(x)))
+        return self.temporal(y.flatten(2))
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(LAYOUT)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_channels_last_converts_grouped_and_dilated_convolutions(lab, dialect):
+    torch.manual_seed(10)
+    captured = capture(OtherConvolutions().eval(), [torch.randn(2, 6, 11, 11, generator=seeded(10))], dialect)
+    expected = captured.run()
+    result = lab.convert_to_channels_last(captured.graph_module)
+    assert result.modified
+    weights = [w for w in conv_weights(result.graph_module) if w.dim() == 4]
+    assert len(weights) == 2 and all(w.is_contiguous(memory_format=torch.channels_last) for w in weights)
+    output = captured.run(result.graph_module)
+    assert output.is_contiguous()
+    assert_close(output, expected)
+
+
+# == Pass manager and pipeline ========================================================================
+@pytest.mark.points(2)
+@pytest.mark.area(MANAGER)
+def test_default_pipeline_on_resnet18_in_aten_graphs(lab):
+    import torchvision
+
+    torch.manual_seed(11)
+    model = randomize_batch_norm(torchvision.models.resnet18(num_classes=37), seed=11).eval()
+    x = torch.randn(2, 3, 40, 40, generator=seeded(11))
+    captured = capture(model, [x], "make_fx")
+    reference = ReferenceOutputs.measure(captured.graph_module, captured.inputs)
+    manager = lab.default_pipeline(captured.inputs)
+    result = manager(captured.graph_module)
+    assert result.modified and batch_norms(result.graph_module) == 0
+    assert_within_float32_budget(captured, result.graph_module, reference)
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(MANAGER)
+def test_default_pipeline_keeps_float64_models_in_float64(lab):
+    model = randomize_batch_norm(TinyResNet(channels=6, classes=5), seed=12).eval().double()
+    x = torch.randn(3, 3, 10, 10, generator=seeded(12), dtype=torch.float64)
+    captured = capture(model, [x], "symbolic_trace")
+    expected = captured.run()
+    result = lab.default_pipeline(captured.inputs)(captured.graph_module)
+    assert batch_norms(result.graph_module) == 0 and fused_linear_gelus(result.graph_module) == 1
+    output = captured.run(result.graph_module)
+    assert output.dtype == torch.float64
+    assert_close(output, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(MANAGER)
+def test_pass_manager_stops_a_wrong_fold_in_mobilenet_v2(lab):
+    model, x = mobilenet_v2(), torch.randn(1, 3, 64, 64, generator=seeded(13))
+    manager = lab.PassManager([lab.fuse_linear_gelu, wrong_fold("forgets_shift")], example_inputs=[x])
+    with pytest.raises(lab.PassValidationError, match="wrong_fold_forgets_shift") as caught:
+        manager(fx.symbolic_trace(model))
+    assert caught.value.pass_name == "wrong_fold_forgets_shift"
+
+
+class TwoHeads(nn.Module):
+    """Two outputs of very different scales: box coordinates (~1e3) and class scores (~1e-2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.boxes, self.scores = nn.Linear(8, 4), nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(x).flatten(1)
+        return self.boxes(features) * 1000, torch.softmax(self.scores(features), dim=1) * 0.03
+
+
+def nudge_the_small_output(gm: fx.GraphModule):
+    """A broken pass: moves only the small output, by 1%: nothing next to the large one."""
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    output = gm.graph.find_nodes(op="output")[0]
+    boxes, scores = output.args[0]
+    with gm.graph.inserting_before(output):
+        nudged = gm.graph.call_function(torch.mul, (scores, 1.01))
+    output.args = ((boxes, nudged),)
+    gm.recompile()
+    return PassResult(gm, True)
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(MANAGER)
+def test_pass_manager_judges_each_output_at_its_own_scale(lab):
+    model = randomize_batch_norm(TwoHeads(), seed=14).eval()
+    x = torch.randn(2, 3, 8, 8, generator=seeded(14))
+    manager = lab.PassManager([lab.fuse_conv_bn, nudge_the_small_output], example_inputs=[x])
+    with pytest.raises(lab.PassValidationError, match="nudge_the_small_output"):
+        manager(fx.symbolic_trace(model))
+    assert [row.name for row in manager.report] == ["fuse_conv_bn"], "the fold itself passes"

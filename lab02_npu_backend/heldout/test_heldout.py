@@ -1,0 +1,145 @@
+"""Lab 02's held-out tests: the backend's contracts (outputs within 1e-4 of eager, work on the NPU,
+honest coverage) on models, sizes, shapes and dtypes the visible tests do not use (instructor-only;
+graded, never shipped to students). Each test's ``area`` is all a student's feedback shows of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lab02_npu_backend import coverage
+from lab02_npu_backend.llama_tiny import LlamaConfig, LlamaTiny
+from labkit.numerics import output_error, outputs_close
+
+TOLERANCE = 1e-4
+MODELS = "other models and layer sizes"
+LLAMA = "LLaMA-style decoders at other sizes"
+ATEN = "the AOTAutograd (aten) path on other models"
+SHAPES = "other dtypes and input shapes"
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def compile_and_run(backend, model: nn.Module, *inputs: torch.Tensor, **options) -> tuple[object, list]:
+    """Eager output, and the backend's output and coverage, from a clean Dynamo cache (no_grad)."""
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(*inputs)
+        with coverage.collect() as graphs:
+            actual = torch.compile(model, backend=backend, **options)(*inputs)
+    return expected, actual, graphs
+
+
+def assert_matches_eager_on_the_npu(expected, actual, graphs) -> None:
+    assert outputs_close(actual, expected, rtol=TOLERANCE, atol=TOLERANCE), output_error(actual, expected)
+    assert sum(graph.npu_nodes for graph in graphs) > 0, "nothing ran on the NPU"
+
+
+class SmallConvNet(nn.Module):
+    """Strided and padded convolutions, eval BatchNorm, ReLU, pooling and a classifier: 5 -> 12 -> 20 channels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(5, 12, 3, stride=2, padding=1), nn.BatchNorm2d(12), nn.ReLU(),
+            nn.Conv2d(12, 20, 3, padding=1, bias=False), nn.BatchNorm2d(20), nn.ReLU(),
+        )  # fmt: skip
+        self.classifier = nn.Linear(20, 7)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x).mean(dim=(2, 3)))
+
+
+def wide_mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(24, 40), nn.GELU(approximate="tanh"), nn.Linear(40, 40), nn.ReLU(),
+                         nn.Linear(40, 9), nn.Softmax(dim=-1))
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(MODELS)
+@pytest.mark.parametrize("name", ["wide_mlp", "small_convnet"])
+def test_other_models_match_eager_on_the_npu(lab, name):
+    torch.manual_seed(21)
+    if name == "wide_mlp":
+        model, inputs = wide_mlp().eval(), (torch.randn(5, 24, generator=seeded(21)),)
+    else:
+        model, inputs = SmallConvNet().eval(), (torch.randn(3, 5, 14, 10, generator=seeded(21)),)
+    assert_matches_eager_on_the_npu(*compile_and_run(lab.npu_backend, model, *inputs))
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(MODELS)
+def test_a_pre_norm_batch_first_encoder_layer_matches_eager(lab):
+    torch.manual_seed(22)
+    layer = nn.TransformerEncoderLayer(d_model=24, nhead=3, dim_feedforward=40, dropout=0.0, batch_first=True,
+                                       norm_first=True, activation="gelu").eval()
+    x = torch.randn(2, 9, 24, generator=seeded(22))
+    assert_matches_eager_on_the_npu(*compile_and_run(lab.npu_backend, layer, x))
+
+
+LLAMA_CONFIGS = {
+    "one_wide_layer": LlamaConfig(vocab_size=97, dim=48, n_layers=1, n_heads=6, n_kv_heads=3, hidden_dim=128),
+    "multi_head_attention": LlamaConfig(vocab_size=64, dim=32, n_layers=3, n_heads=2, n_kv_heads=2, hidden_dim=80),
+}
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(LLAMA)
+@pytest.mark.parametrize("config_name", sorted(LLAMA_CONFIGS))
+def test_llama_decoders_of_other_sizes_match_eager_and_stay_on_the_npu(lab, config_name):
+    config = LLAMA_CONFIGS[config_name]
+    torch.manual_seed(23)
+    model = LlamaTiny(config).eval()
+    tokens = torch.randint(0, config.vocab_size, (3, 17), generator=seeded(23))
+    assert_matches_eager_on_the_npu(*compile_and_run(lab.npu_backend, model, tokens))
+    report = lab.partition_report(model, tokens, name=config_name)
+    assert report.npu_fraction > 0.85, f"{config_name}: {report.npu_fraction:.1%} of nodes on the NPU"
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(ATEN)
+def test_the_aot_backend_runs_a_small_convnet(lab):
+    torch.manual_seed(24)
+    model, x = SmallConvNet().eval(), torch.randn(2, 5, 9, 9, generator=seeded(24))
+    assert_matches_eager_on_the_npu(*compile_and_run(lab.npu_aot_backend, model, x))
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(ATEN)
+def test_aten_and_torch_reports_agree_on_another_model(lab):
+    torch.manual_seed(25)
+    model, x = wide_mlp().eval(), torch.randn(4, 24, generator=seeded(25))
+    torch_report = lab.partition_report(model, x, dialect="torch")
+    aten_report = lab.partition_report(model, x, dialect="aten")
+    assert torch_report.npu_nodes > 0 and aten_report.npu_nodes > 0
+    assert torch_report.npu_fraction == pytest.approx(1.0) and aten_report.npu_fraction == pytest.approx(1.0)
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(SHAPES)
+@pytest.mark.filterwarnings("ignore::lab02_npu_backend.coverage.NpuCoverageWarning")  # the NPU computes in float32
+def test_a_float64_model_keeps_float64_precision(lab):
+    torch.manual_seed(26)
+    model = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 3)).double().eval()
+    x = torch.randn(4, 6, generator=seeded(26), dtype=torch.float64)
+    expected, actual, _ = compile_and_run(lab.npu_backend, model, x)
+    assert actual.dtype == torch.float64
+    assert outputs_close(actual, expected, rtol=1e-12, atol=1e-12), output_error(actual, expected)
+
+
+@pytest.mark.points(2)
+@pytest.mark.area(SHAPES)
+def test_new_batch_sizes_after_compiling_stay_correct(lab):
+    torch.manual_seed(27)
+    model = wide_mlp().eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=lab.npu_backend)
+    with torch.no_grad(), coverage.collect() as graphs:
+        for batch in (3, 1, 11):
+            x = torch.randn(batch, 24, generator=seeded(27 + batch))
+            assert outputs_close(compiled(x), model(x), rtol=TOLERANCE, atol=TOLERANCE), f"batch {batch}"
+    assert sum(graph.npu_nodes for graph in graphs) > 0
