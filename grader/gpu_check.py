@@ -53,6 +53,7 @@ NEEDED_MODULES = {
     "hypothesis": "hypothesis",
     "rich": "rich",
     "matplotlib": "matplotlib",
+    "transformers": "transformers",  # lab 2's real models; every lab's import checks the course's packages
 }
 
 
