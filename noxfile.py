@@ -218,12 +218,20 @@ def build_image(session: nox.Session, engine: list[str], tag: str, build_args: d
     session.run(*engine, "build", *flags, "--tag", tag, str(ROOT), external=True)
 
 
-def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *, gpus: bool = False) -> None:
-    """Run ``nox nox_args`` inside the image, network off (the image has the course installed)."""
+def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *, gpus: bool = False,
+                 out: Path | None = None) -> None:
+    """Run ``nox nox_args`` inside the image, network off (the image has the course installed).
+
+    ``out``: a host folder mounted at ``/out`` (the course in the image is read-only).
+    """
     from grader.container import ContainerLimits, gpu_args, isolation_args
 
     limits = ContainerLimits(memory=os.environ.get("CONTAINER_MEMORY", "12g"), cpus=float(os.cpu_count() or 1))
-    session.run(*engine, "run", "--rm", *isolation_args(limits), *(gpu_args(engine) if gpus else []),
+    volume = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        volume = ["--volume", f"{out}:/out"]
+    session.run(*engine, "run", "--rm", *isolation_args(limits), *(gpu_args(engine) if gpus else []), *volume,
                 "--entrypoint", "nox", COURSE_IMAGE, *nox_args, external=True)
 
 
@@ -251,11 +259,15 @@ def image_cpu(session: nox.Session) -> None:
 
 @nox.session(name="image-gpu", venv_backend="none")
 def image_gpu(session: nox.Session) -> None:
-    """Run the gpu session inside the image with every GPU passed in. Skips without an NVIDIA GPU."""
+    """Run the gpu session (the GPU check) inside the image with every GPU passed in; results in results/image-gpu/.
+
+    Skips without an NVIDIA GPU.
+    """
     engine = container_engine(session)
     if not has_nvidia_gpu():
         session.skip("no NVIDIA GPU on this machine (nvidia-smi finds none): the GPU sessions need one")
-    run_in_image(session, engine, session.posargs or ["-s", "gpu"], gpus=True)
+    run_in_image(session, engine, session.posargs or ["-s", "gpu", "--", "--out", "/out/gpu-check"], gpus=True,
+                 out=ROOT / "results" / "image-gpu")
 
 
 @nox.session(name="docker-test", venv_backend="none")
