@@ -112,7 +112,7 @@ def summary_section(summary: dict[str, Any]) -> str:
     rows, classes = [], []
     for lab_id, lab in summary["labs"].items():
         statuses = ", ".join(f"{status} {count}" for status, count in sorted(lab["statuses"].items()))
-        pending = f"{lab['pending_points']} pts × {lab['pending_students']} students" if lab["pending_students"] else "none"
+        pending = f"{lab['pending_points']} points for {lab['pending_students']} students" if lab["pending_students"] else "none"
         heldout = f"{_one_decimal(lab['heldout_mean'])} of {lab['heldout_max_score']}" if lab["heldout_max_score"] else "none"
         rows.append([Html(f"<a href='#{_esc(lab_id)}'>{_esc(lab_id)}</a>"), lab["title"], lab["max_score"],
                      _one_decimal(lab["mean"]), _one_decimal(lab["median"]), f"{lab['full_marks']} / {lab['students']}",

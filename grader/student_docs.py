@@ -158,13 +158,13 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
     if words[1:3] == ["-m", "nox"]:
         words = ["nox", *words[3:]]
     if words[0] == "nox":
-        before, _, after = " ".join(words).partition(" -- ")
-        options = shlex.split(before)[1:]
+        split = words.index("--") if "--" in words else len(words)
+        options, after = words[1:split], words[split + 1:]
         sessions = options[options.index("-s") + 1:] if "-s" in options else []
         if not sessions:
             return CheapRun(command, skipped="runs nox's default sessions (the labs' tests, checked one by one)")
         extra = ["--co", "-q"] if all(PYTEST_SESSION.fullmatch(s) for s in sessions) else ["--help"]
-        return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *shlex.split(after), *extra), tuple(env))
+        return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after, *extra), tuple(env))
     if words[1:2] == ["-m"] and len(words) > 2:
         return CheapRun(command, (python, *words[1:], "--help"), tuple(env))
     return CheapRun(command, skipped="not a module or nox command")

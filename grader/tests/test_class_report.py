@@ -58,7 +58,7 @@ def test_the_summary_comes_first_then_the_students_then_the_labs(summary):
     summary_table = page_text(page[positions[0]:positions[1]])
     for column in ("mean", "median", "full marks", "pending GPU"):
         assert column in summary_table
-    assert "3 pts × 4 students" in summary_table and "1 / 5" in summary_table  # s3 has every CPU point
+    assert "3 points for 4 students" in summary_table and "1 / 5" in summary_table  # s3 has every CPU point
 
 
 def test_every_parametrised_case_keeps_its_full_name(summary):
