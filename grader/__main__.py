@@ -31,6 +31,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "release": ("grader.release", "build and verify the student distribution (no solutions)"),
     "selfcheck": ("grader.selfcheck", "grade the reference solutions and the untouched starters"),
     "gradescope-bundle": ("grader.gradescope_bundle", "a Gradescope autograder zip (setup.sh, run_autograder)"),
+    "slurm": ("grader.slurm", "grade a class on a Slurm cluster (submit, status, resubmit --failed)"),
 }
 
 

@@ -52,6 +52,19 @@ class BatchRow:
     wall_s: float
 
 
+def batch_row(student: str, result: SubmissionResult, wall_s: float) -> BatchRow:
+    """The student's line of ``batch.json`` (also written by the Slurm runner, :mod:`grader.slurm_runner`)."""
+    total = result.total
+    return BatchRow(student, total["score"], total["max_score"], total["pending"],
+                    {lab.lab: lab.status for lab in result.labs}, len(result.flags), round(wall_s, 2))
+
+
+def write_batch_index(out: Path, rows: list[BatchRow]) -> Path:
+    path = out / BATCH_FILE
+    path.write_text(json.dumps({"rows": [asdict(row) for row in rows]}, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
 def discover_submissions(folder: Path) -> list[tuple[str, Path]]:
     """(student id, path) for every folder or ``.zip`` directly inside ``folder``, sorted by id.
 
@@ -107,12 +120,10 @@ def grade_all(submissions: list[tuple[str, Path]], out: Path, setup: GradingSetu
             for future in as_completed(futures):
                 student = futures[future]
                 result, wall = future.result()
-                total = result.total
-                rows[student] = BatchRow(student, total["score"], total["max_score"], total["pending"],
-                                         {lab.lab: lab.status for lab in result.labs}, len(result.flags), round(wall, 2))
-                progress.update(task, advance=1, description=f"{student}: {total['score']}/{total['max_score']}")
+                rows[student] = batch_row(student, result, wall)
+                progress.update(task, advance=1, description=f"{student}: {rows[student].score}/{rows[student].max_score}")
     ordered = [rows[student] for student, _ in submissions]
-    (out / BATCH_FILE).write_text(json.dumps({"rows": [asdict(row) for row in ordered]}, indent=1) + "\n", encoding="utf-8")
+    write_batch_index(out, ordered)
     return ordered
 
 

@@ -15,8 +15,8 @@ It does four small jobs inside the pytest process that runs a student's code:
 3. **The rubric** (``--grader-rubric FILE``, used with ``--collect-only`` on the pristine course):
    every collected test's node id, function name, points, GPU need, visibility and area, written as JSON.
 4. **Per-test time limits** (``--grader-limits FILE``, written by :mod:`grader.runner` from
-   :mod:`grader.budget`). An alarm (``SIGALRM``) armed for each test's setup, call and teardown raises
-   :class:`TestTimeLimit` in the test's code when its limit passes. This replaces pytest-timeout,
+   :mod:`grader.budget`). An alarm (``SIGALRM``) armed while the test's setup, call and teardown run
+   (not while pytest reports them) raises :class:`TestTimeLimit` in the test's code when its limit passes. This replaces pytest-timeout,
    whose signal method raises pytest's ``Failed``: Hypothesis catches that like any test failure and
    re-runs the example to shrink it, which hangs again with no alarm left, so one hanging property
    test used to hang the whole lab. ``TestTimeLimit`` derives from ``BaseException`` (like
@@ -47,6 +47,8 @@ from grader.budget import STOPPED_EVENT, stop_reason
 
 #: Longest failure message kept per event (the full text stays in the raw JSON report, truncated).
 MESSAGE_LIMIT = 2000
+#: The least time a phase gets once a test's limit is spent (a teardown after a timed-out call).
+MIN_PHASE_S = 1.0
 
 
 class TestTimeLimit(BaseException):
@@ -106,21 +108,31 @@ class TimeKeeper:
         self.timed_out: set[str] = set()
         self.has_alarm = hasattr(signal, "setitimer")  # not on Windows: the runner's kill still applies
 
-    def arm(self, nodeid: str) -> None:
-        if not self.has_alarm:
-            return
+    def begin(self, nodeid: str) -> None:
+        """A new test: its whole limit is left, shared by its setup, call and teardown."""
         limit = self.tests.get(nodeid, self.default)
         basis = f" ({self.basis[nodeid]})" if self.basis.get(nodeid) else ""
+        self.left = limit
+        self.message = f"this test ran over its time limit of {limit:g} s{basis}"
+
+    def arm(self) -> None:
+        """Start the alarm for one phase with what is left of the test's limit (at least a second, so that
+        a teardown after a timed-out call still runs)."""
+        if not self.has_alarm:
+            return
+        message = self.message
 
         def on_alarm(signum: int, frame: Any) -> None:
-            raise TestTimeLimit(f"this test ran over its time limit of {limit:g} s{basis}")
+            raise TestTimeLimit(message)
 
         signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, limit)
+        signal.setitimer(signal.ITIMER_REAL, max(self.left, MIN_PHASE_S))
+        self.phase_start = time.monotonic()
 
     def disarm(self) -> None:
         if self.has_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            self.left -= time.monotonic() - self.phase_start
 
     def finished(self, nodeid: str) -> str | None:
         """Count ``nodeid``'s outcome in the streak; return the stop reason when the streak is complete."""
@@ -211,15 +223,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _emit("collected", nodeids=[item.nodeid for item in items])
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    if _clock is not None:
-        _clock.arm(item.nodeid)
-    try:
-        yield
-    finally:
-        if _clock is not None:
+def _timed_phase(begin: bool):
+    """A phase hook wrapper running the test's code (fixtures, the test) under the alarm.
+
+    Only the phases are timed, not pytest's reporting between them: an exception raised there would
+    be a pytest INTERNALERROR that ends the session, while inside a phase pytest reports it as that
+    phase's failure, and the next test runs.
+    """
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def wrapper(item: pytest.Item):
+        if _clock is None:
+            yield
+            return
+        if begin:
+            _clock.begin(item.nodeid)
+        _clock.arm()
+        try:
+            yield
+        finally:
             _clock.disarm()
+
+    return wrapper
+
+
+pytest_runtest_setup = _timed_phase(begin=True)
+pytest_runtest_call = _timed_phase(begin=False)
+pytest_runtest_teardown = _timed_phase(begin=False)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -37,7 +37,8 @@ def load_results(graded: Path) -> tuple[list[SubmissionResult], list[str]]:
     if not graded.is_dir():
         raise FileNotFoundError(f"{graded} is not a graded folder (run `python -m grader batch` first)")
     results, missing = [], []
-    for folder in sorted(path for path in graded.iterdir() if path.is_dir()):
+    # Dot-folders are the tools' own (the Slurm runner's ``.slurm/``), never a student.
+    for folder in sorted(path for path in graded.iterdir() if path.is_dir() and not path.name.startswith(".")):
         summary = folder / SUMMARY_FILE
         try:
             results.append(SubmissionResult.from_dict(json.loads(summary.read_text(encoding="utf-8"))))

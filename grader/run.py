@@ -176,8 +176,8 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True) -> Grad
     for lab in rubric.labs:
         print(f"  {describe_rubric(lab)}", file=sys.stderr)
     limits = limits_from_args(args)
-    for lab in rubric.labs:
-        untimed = sum(test.reference_s is None for test in lab.tests)
+    for lab in rubric.labs:  # (GPU tests are timed on a GPU machine: not worth a note on every run)
+        untimed = sum(test.reference_s is None and not test.gpu for test in lab.tests)
         if lab.error is None and untimed and limits.test_timeout_s is None and course.solutions.is_dir():
             print(f"  note: {lab.lab}: {untimed} of {len(lab.tests)} tests have no recorded reference time (limit "
                   f"{limits.unmeasured_test_timeout_s:g} s each); record them with "

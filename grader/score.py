@@ -34,7 +34,7 @@ import json
 import signal
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,7 @@ def score_test(test: RubricTest, seen: Observed | None, reports: tuple[dict[str,
     for when in ("setup", "call", "teardown"):
         outcome, message = seen.phases.get(when, ("", ""))
         if outcome == "failed":
-            if seen.timed_out or ("Timeout" in message and "pytest-timeout" in message):
+            if seen.timed_out or ("Timeout" in message and "pytest-timeout" in message):  # (older runs)
                 return result("timeout", message)
             return result("failed" if when == "call" else "error", message)
         if outcome == "skipped":
@@ -275,16 +275,20 @@ def _stop_streak(run: LabRun | None) -> int:
 def score_submission(rubric: Rubric, runs: dict[str, LabRun | None], *, submission: str, gpu: str = "auto",
                      flags: tuple[str, ...] = (), notes: tuple[str, ...] = (),
                      not_run_reason: str = "", not_run_status: str = "not-run",
-                     not_run_labs: dict[str, tuple[str, str]] | None = None) -> SubmissionResult:
+                     not_run_labs: dict[str, tuple[str, str]] | None = None,
+                     lab_notes: dict[str, str] | None = None) -> SubmissionResult:
     """Score every lab of ``rubric`` (pure): runs missing from ``runs`` score 0 as ``not_run_status``.
 
     ``not_run_labs`` gives some labs their own (status, reason) when they have no run (e.g. the cluster
-    task grading them was killed, while another task graded the other labs).
+    task grading them was killed, while another task graded the other labs); ``lab_notes`` adds what
+    the runner knows to a lab's reason (e.g. Slurm killed its test process for memory).
     """
     labs = []
     for lab in rubric.labs:
         status, reason = (not_run_labs or {}).get(lab.lab, (not_run_status, not_run_reason))
-        labs.append(score_lab(lab, runs.get(lab.lab), gpu, not_run_reason=reason, not_run_status=status))
+        scored = score_lab(lab, runs.get(lab.lab), gpu, not_run_reason=reason, not_run_status=status)
+        note = (lab_notes or {}).get(lab.lab)
+        labs.append(replace(scored, reason=f"{note}; {scored.reason}" if scored.reason else note) if note else scored)
     labs = tuple(labs)
     void = [f"{lab.lab}: {lab.reason}" for lab in labs if lab.status == "void"]
     return SubmissionResult(submission, gpu, labs, tuple(flags) + tuple(void), tuple(notes))
@@ -316,7 +320,8 @@ def rescore(out: Path) -> SubmissionResult:
                             not_run_reason=meta.get("not_run_reason", ""),
                             not_run_status=meta.get("not_run_status", "not-run"),
                             not_run_labs={lab: (entry["status"], entry["reason"])
-                                          for lab, entry in (meta.get("not_run_labs") or {}).items()})
+                                          for lab, entry in (meta.get("not_run_labs") or {}).items()},
+                            lab_notes=meta.get("lab_notes"))
 
 
 # ---------------------------------------------------------------- the `score` verb
