@@ -221,13 +221,13 @@ def kernel_for(kernel: Any, device: torch.device | str) -> Any:
         raise ValueError(f"Triton kernels here run on CPU (interpreted) or CUDA, not on {device}")
     if device.type == "cpu" and cpu_launches == "interpreted":
         return interpreted(kernel)
-    if _is_interpreted(kernel) or not _traced():  # interpreted (TRITON_INTERPRET=1), or a plain eager launch
+    if _is_interpreted(kernel) or not traced():  # interpreted (TRITON_INTERPRET=1), or a plain eager launch
         return kernel
     from torch.library import wrap_triton
 
     return wrap_triton(kernel)
 
 
-def _traced() -> bool:
+def traced() -> bool:
     """True while something may record this launch: ``torch.compile`` or a dispatch mode (``make_fx``, fake tensors)."""
     return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0

@@ -20,6 +20,8 @@ Two registrations, one per device, because the two devices need different things
 
 import torch
 
+from labkit.triton_env import traced
+
 from .kernel import GELU_APPROXIMATIONS, layernorm_gelu_forward
 
 #: Namespace of the operators: the package name, so the starter and the reference solution can be
@@ -125,7 +127,7 @@ def _plain_eager_call(*tensors: torch.Tensor | None) -> bool:
     That is: not under ``torch.compile``, no dispatch mode active (``make_fx``, fake tensors,
     functionalization), only plain tensors, and no gradient to record.
     """
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+    if traced():
         return False
     grad = torch.is_grad_enabled()
     return all(t is None or (type(t) is torch.Tensor and not (grad and t.requires_grad)) for t in tensors)
