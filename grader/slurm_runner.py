@@ -275,9 +275,13 @@ def rescore_locked(out: Path) -> SubmissionResult:
 
 
 def finalize(graded: str) -> int:
-    """The job Slurm starts after a submission's arrays end: write the rows of killed tasks."""
+    """The job Slurm starts after a submission's arrays end: write the rows of killed tasks and ``batch.json``."""
     folder = Path(graded)
-    return len(record_failures(folder, Plan.load(folder)))
+    plan = Plan.load(folder)
+    statuses = task_statuses(folder, plan)
+    written = record_failures(folder, plan, statuses)
+    write_index(folder, plan, statuses)
+    return len(written)
 
 
 # ---------------------------------------------------------------- submitting

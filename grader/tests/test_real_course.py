@@ -58,6 +58,18 @@ def test_the_reference_solution_earns_every_cpu_point(lab01_graded):
     assert all(point.status in (EVIDENCE_PASSED, EVIDENCE_PENDING) for point in lab.talking_points)
 
 
+def test_every_cpu_test_of_every_lab_has_a_recorded_reference_time(tmp_path):
+    """Time limits derive from these times; a test without one gets the 300 s fallback, which makes every
+    hang in it cost five minutes. GPU tests are timed on a GPU machine, so they may lack one here."""
+    course = load_course()
+    rubric = build_rubric(course, course.select(None), tmp_path)
+    untimed = {lab.lab: [t.nodeid for t in lab.tests if t.reference_s is None and not t.gpu]
+               for lab in rubric.labs if lab.error is None}
+    labs = ",".join(lab for lab, tests in untimed.items() if tests)
+    assert not labs, (f"tests without a recorded reference time: {untimed}; record them with "
+                      f"`python -m grader selfcheck --labs {labs} --record-times`")
+
+
 def test_the_untouched_starter_scores_zero(lab01_graded):
     lab = lab01_graded["starter"]
     passing = [t.nodeid for t in lab.tests if t.points]
@@ -95,12 +107,13 @@ MAY_CALL_FUSE_CONV_BN = ("test_conv_bn_", "test_pass_manager_", "test_default_pi
 
 def test_a_hanging_fuse_conv_bn_costs_only_the_tests_that_call_it(tmp_path_factory):
     """The hang used to score 0/111 after the whole lab timed out (a Hypothesis test re-ran the hanging
-    example with no alarm left). Now each test calling it times out alone, the 13 conv-bn tests in a row
-    stay under the streak limit, and every other test is graded. Limits are tighter than the defaults
-    (3 x the reference, at least 3 s) to keep this test short."""
+    example with no alarm left). Now each test calling it times out alone, the conv-bn tests in a row
+    (13 visible, 12 held-out) stay under the streak limit, and every other test is graded. Limits are
+    tighter than the defaults (3 x the reference, at least 3 s; 30 s for a test not timed yet) to keep
+    this test short."""
     base = _lab01_setup(tmp_path_factory.mktemp("rubric-hang"))
-    setup = GradingSetup(base.course, base.labs, base.rubric,
-                         GradeOptions(gpu="auto", limits=RunLimits(time_factor=3.0, min_test_timeout_s=3.0)))
+    limits = RunLimits(time_factor=3.0, min_test_timeout_s=3.0, unmeasured_test_timeout_s=30.0)
+    setup = GradingSetup(base.course, base.labs, base.rubric, GradeOptions(gpu="auto", limits=limits))
     scratch = tmp_path_factory.mktemp("lab01-hang")
     submission = hanging_fuse_conv_bn(make_reference_submission(setup.course, scratch / "reference"), scratch / "hangs")
     grade_all([("hangs", submission)], scratch / "graded", setup, show_progress=False)
