@@ -49,7 +49,6 @@ NEEDED_MODULES = {
     "pytest_jsonreport": "pytest-json-report",
     "pytest_metadata": "pytest-metadata",
     "jsonschema": "jsonschema",
-    "pytest_timeout": "pytest-timeout",
     "hypothesis": "hypothesis",
     "rich": "rich",
     "matplotlib": "matplotlib",
@@ -160,16 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     wheelhouse = args.wheelhouse.expanduser().resolve() if args.wheelhouse else None
 
+    import torch  # the GPU machine's own; asked first, so a machine without CUDA installs nothing
+
+    if not torch.cuda.is_available():
+        print("no CUDA device here: the GPU check needs one (on CPU, `nox -s tests` checks everything else)")
+        return 2
     record: dict = {"installed": install_missing(wheelhouse, out)}
-    import torch
 
     def save() -> None:  # after every step: a check cut short still leaves what it measured
         (out / "gpu-check.json").write_text(json.dumps(record, indent=2, default=str))
 
     record["versions"] = versions()
-    if not torch.cuda.is_available():
-        print("no CUDA device here: the GPU check needs one (on CPU, `nox -s tests` checks everything else)")
-        return 2
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONUNBUFFERED"] = "1"
 

@@ -45,12 +45,17 @@ class GradeOptions:
         limits: per-test and per-lab time limits, output caps.
         python: the interpreter that runs pytest (the course environment's).
         keep_sandbox: keep the sandbox under ``OUT/sandbox`` for debugging.
+        threads: PyTorch's threads in each graded process (``OMP_NUM_THREADS`` and
+            ``TORCHINDUCTOR_COMPILE_THREADS``); ``None`` leaves the environment's or PyTorch's default.
+            Submissions graded side by side must share the cores: each process's default pool is
+            every core, and two such pools on one machine's cores make a test up to 200x slower.
     """
 
     gpu: str = "auto"
     limits: RunLimits = field(default_factory=RunLimits)
     python: str = sys.executable
     keep_sandbox: bool = False
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name:
     for lab in setup.rubric.labs:
         if lab.error is None and (only_labs is None or lab.lab in only_labs):
             run_lab(sandbox, lab, out / RAW_DIR / lab.lab, canary=canary, gpu=options.gpu, limits=options.limits,
-                    python=options.python)
+                    python=options.python, threads=options.threads)
     if options.keep_sandbox:
         shutil.copytree(sandbox, out / "sandbox", dirs_exist_ok=True)
 

@@ -106,8 +106,8 @@ class RunRecord:
     stopped: str = ""
 
 
-def pytest_env(pythonpath: Path, gpu: str) -> dict[str, str]:
-    """The environment of a graded pytest process (see the module docstring)."""
+def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None) -> dict[str, str]:
+    """The environment of a graded pytest process (see the module docstring); ``threads`` sizes PyTorch's pools."""
     if gpu not in GPU_MODES:
         raise ValueError(f"gpu={gpu!r}: expected one of {', '.join(GPU_MODES)}")
     env = {key: value for key, value in os.environ.items() if key not in SCRUBBED_ENV}
@@ -118,6 +118,8 @@ def pytest_env(pythonpath: Path, gpu: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         PYTHONHASHSEED="0",
     )
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
     if gpu == "off":
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TRITON_INTERPRET"] = "1"  # kernels run in Triton's CPU interpreter, as on a student laptop
@@ -249,7 +251,7 @@ def _not_started(events: Path, nodeids: list[str]) -> list[str]:
 
 
 def run_lab(sandbox: Path, lab: LabRubric, raw_dir: Path, *, canary: str, gpu: str, limits: RunLimits,
-            python: str = sys.executable) -> RunRecord:
+            python: str = sys.executable, threads: int | None = None) -> RunRecord:
     """Run one lab's graded tests in ``sandbox`` and store the artifacts in ``raw_dir``.
 
     pytest is resumed after every test killed for overrunning its limit (see the module docstring),
@@ -284,7 +286,7 @@ def run_lab(sandbox: Path, lab: LabRubric, raw_dir: Path, *, canary: str, gpu: s
             "-q", "-p", "no:randomly", "-p", "no:timeout",
         )
         commands.append(command)
-        ended = supervise(command, cwd=sandbox, env=pytest_env(sandbox, gpu), output=raw_dir / OUTPUT_FILE,
+        ended = supervise(command, cwd=sandbox, env=pytest_env(sandbox, gpu, threads), output=raw_dir / OUTPUT_FILE,
                           limits=limits, deadline=start + budget.lab_s, watch=watch, append=len(commands) > 1)
         if ended.overrun is None:
             break

@@ -153,7 +153,8 @@ class Plan:
 
     def grading_setup(self, graded: Path) -> GradingSetup:
         course = load_course(Path(self.course))
-        options = GradeOptions(gpu=self.gpu, limits=RunLimits(**self.limits), python=self.python)
+        options = GradeOptions(gpu=self.gpu, limits=RunLimits(**self.limits), python=self.python,
+                               threads=self.resources.cpus_per_task)  # the task's CPUs, not the node's
         return GradingSetup(course, course.select(self.labs), self.rubric(graded), options)
 
 

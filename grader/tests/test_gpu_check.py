@@ -50,6 +50,8 @@ def test_grade_summary_reads_both_graded_folders(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
-def test_without_cuda_it_says_so_and_exits_2(tmp_path, capsys):
+def test_without_cuda_it_says_so_and_exits_2(tmp_path, capsys, monkeypatch):
+    """Before installing anything: a CPU machine lacking a package the check would install still gets the message."""
+    monkeypatch.setitem(gpu_check.NEEDED_MODULES, "a_module_nobody_has", "a-distribution-nobody-has")
     assert gpu_check.main(["--out", str(tmp_path / "out")]) == 2
     assert "no CUDA device" in capsys.readouterr().out

@@ -76,6 +76,13 @@ def test_labs_with_gpu_tests_go_to_the_gpu_array_and_only_it_holds_a_gpu(demo_se
     assert gpu["gres"] == "gpu:2" and gpu["partition"] == "gpu"
 
 
+def test_a_task_sizes_pytorchs_threads_by_its_cpus_not_the_nodes(demo_setup, tmp_path):
+    plan = _plan(demo_setup, cpus_per_task=3)
+    (tmp_path / PLAN_DIR).mkdir()
+    demo_setup.rubric.write(tmp_path / PLAN_DIR / "rubric.json")
+    assert plan.grading_setup(tmp_path).options.threads == 3
+
+
 def test_a_tasks_default_time_is_its_labs_budgets_plus_a_margin(demo_setup):
     from grader.budget import lab_budget
 
