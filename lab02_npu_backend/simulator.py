@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F  # noqa: F401
 
 from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label  # noqa: F401
-from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, default_isa, load_isa  # noqa: F401
+from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, MissingKernelsError, default_isa, load_isa  # noqa: F401
 
 #: A kernel: (operands, attributes with every default filled in) -> result tensor. Operands follow
 #: the op's operand list in isa.json: tensors, Python numbers (``tensor_or_scalar``), a list of
@@ -57,7 +57,7 @@ class NpuSimulator:
 
     Raises:
         IsaError: the ISA file is missing or invalid (``load_isa`` does the checking).
-        ValueError: the ISA names an op the simulator has no kernel for.
+        MissingKernelsError: the ISA names an op the simulator has no kernel for (a ``ValueError``).
     """
 
     def __init__(self, isa: Isa | str | Path | None = None) -> None:
@@ -67,7 +67,7 @@ class NpuSimulator:
             isa = load_isa(isa)
         missing = sorted(set(isa.ops) - set(KERNELS))
         if missing:
-            raise ValueError(f"the simulator has no kernel for ISA ops {missing}")
+            raise MissingKernelsError(f"the simulator has no kernel for ISA ops {missing}: add them to KERNELS")
         self.isa = isa
 
     def load(self, program: Any) -> Callable[..., list[torch.Tensor]]:

@@ -184,7 +184,7 @@ def summary_lines(
             for first, cases in _grouped(o for o in score.outcomes if o.outcome == NOT_IMPLEMENTED):
                 where = f"step {score.step.number}" if score.step else "held-out" if score.heldout else "no step"
                 many = f" ({cases} cases)" if cases > 1 else ""
-                lines.append(f"  {where:<8}{first.function}{many}: {first.message}")
+                lines.append(f"  {where:<6}  {first.function}{many}: {first.message}")
         lines.append("")
 
     width = max([len(s.label) for s in scores] + [len("step  file")])

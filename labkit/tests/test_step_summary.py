@@ -121,6 +121,25 @@ def test_a_starter_todo_is_one_line_and_the_run_ends_with_points_per_step(demo_l
     result.stdout.fnmatch_lines(["*_ test_torch_like _*", "*aten::frob*"])
 
 
+def test_a_heldout_todo_line_keeps_the_test_name_apart(demo_lab):
+    """Instructors run the held-out tests too; their TODO lines used to read 'held-outtest_...'."""
+    heldout = demo_lab.path / "labX_demo" / "heldout"
+    heldout.mkdir()
+    (heldout / "__init__.py").write_text("")
+    (heldout / "test_heldout.py").write_text(textwrap.dedent('''
+        import pytest
+        from labX_demo import demo
+
+
+        @pytest.mark.points(1)
+        @pytest.mark.area("scaling by other factors")
+        def test_scale_by_seven():
+            assert demo.scale(1, 7) == 7
+    '''))
+    result = demo_lab.runpytest("-p", "no:randomly")
+    result.stdout.fnmatch_lines(["  held-out  test_scale_by_seven: scale: multiply x by factor (demo.py:8)"])
+
+
 def test_tb_long_brings_the_todo_tracebacks_back(demo_lab):
     result = demo_lab.runpytest("-p", "no:randomly", "--tb=long")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -194,3 +213,14 @@ def test_a_held_out_test_file_is_summarised_with_its_lab(demo_lab):
     )
     result = demo_lab.runpytest("-p", "no:randomly")
     result.stdout.fnmatch_lines(["*labX Demo lab: 6/15 points*", "held-out tests*1/1*4/4*done", "total*2/7*6/15"])
+
+
+def test_lab02s_unfinished_kernel_table_is_a_todo_line_not_a_traceback():
+    """The starter's NpuSimulator stops at its incomplete KERNELS table: 30 tests printed a page each."""
+    from lab02_npu_backend.simulator import NpuSimulator
+    from labkit.step_summary import starter_todo
+
+    with pytest.raises(ValueError, match="no kernel for ISA ops") as caught:
+        NpuSimulator()
+    spec = load_lab_spec("lab02_npu_backend")
+    assert "no kernel for ISA ops" in (starter_todo(caught.value, spec) or "")

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label
-from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, OpSpec, default_isa, load_isa
+from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, MissingKernelsError, OpSpec, default_isa, load_isa
 
 #: A kernel: (operands, attributes with defaults filled in) -> result tensor.
 Kernel = Callable[[Sequence[Any], dict[str, Any]], torch.Tensor]
@@ -230,7 +230,7 @@ class NpuSimulator:
 
     Raises:
         IsaError: the ISA file is missing or invalid.
-        ValueError: the ISA names an op the simulator has no kernel for.
+        MissingKernelsError: the ISA names an op the simulator has no kernel for (a ``ValueError``).
     """
 
     def __init__(self, isa: Isa | str | Path | None = None) -> None:
@@ -240,7 +240,7 @@ class NpuSimulator:
             isa = load_isa(isa)
         missing = sorted(set(isa.ops) - set(KERNELS))
         if missing:
-            raise ValueError(f"the simulator has no kernel for ISA ops {missing}")
+            raise MissingKernelsError(f"the simulator has no kernel for ISA ops {missing}: add them to KERNELS")
         self.isa = isa
 
     def validate(self, program: Any) -> None:
