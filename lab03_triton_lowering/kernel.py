@@ -21,8 +21,9 @@ Rules that hold on both machines you target (the tests check both):
   every construct must be Triton, not Python (``python -m lab03_triton_lowering.simulated_gpu kernel``
   compiles your launches for an sm_90 GPU without needing one).
 - One process may hold both: a GPU machine runs the CPU tests too. Launch through
-  ``labkit.triton_env.kernel_for(kernel, x.device)``, which picks the compiled kernel (wrapped by
-  ``wrap_triton``) for CUDA tensors and the interpreter for CPU tensors, per launch.
+  ``labkit.triton_env.kernel_for(kernel, x.device)``, which picks, per launch, the compiled kernel
+  for CUDA tensors (through ``wrap_triton`` while something traces it) and the interpreter for CPU
+  tensors.
 - Loop bounds must be ``tl.constexpr`` (e.g. the number of blocks per row): the interpreter of some
   Triton releases cannot loop to a runtime value (``only 0-dimensional arrays can be converted``).
 """
@@ -115,8 +116,8 @@ def layernorm_gelu_forward(
     - any leading shape (flatten to rows with ``reshape(-1, n)``), zero rows (launch nothing),
       any strides (copy only when the last dimension is not contiguous; otherwise pass the row stride);
     - returns a NEW contiguous tensor with ``x``'s shape and dtype;
-    - launch with ``kernel_for(layernorm_gelu_kernel, x.device)[grid](...)``: on CUDA that is
-      ``wrap_triton(layernorm_gelu_kernel)``, a plain launch when run eagerly and, traced, a node
+    - launch with ``kernel_for(layernorm_gelu_kernel, x.device)[grid](...)``: on CUDA that is the
+      compiled kernel, a plain launch when run eagerly and, while traced, ``wrap_triton``'s node that
       Inductor can compile (the lowering relies on it); on CPU it is Triton's interpreter.
       Pass ``num_warps`` as a launch keyword.
     """

@@ -14,9 +14,10 @@ That is :func:`kernel_for`::
 
     kernel_for(layernorm_gelu_kernel, x.device)[grid](x, ...)
 
-- **CUDA**: ``torch.library.wrap_triton(kernel)``. Run eagerly it is a plain launch of the compiled
-  kernel; traced by ``make_fx`` (as Inductor does) it becomes a node that Inductor compiles into its
-  own generated code.
+- **CUDA**: the compiled kernel. While something traces the launch (``make_fx`` as Inductor does,
+  ``torch.compile``), it goes through ``torch.library.wrap_triton(kernel)`` and becomes a node that
+  Inductor compiles into its own generated code; a plain eager launch takes the kernel as it is (see
+  below).
 - **CPU**: the kernel's *interpreted twin* (:func:`interpreted`): the same Python function run by
   Triton's interpreter.
 
@@ -70,6 +71,8 @@ TRITON_LANGUAGE_MODULES = ("triton.language", "triton.language.standard", "trito
 _twins: dict[int, tuple[Any, Any]] = {}
 # Swapping module attributes is process-wide: one interpreted launch at a time.
 _swap_lock = threading.RLock()
+# Marks an attribute that an owner did not have (see _attributes_restored).
+_MISSING = object()
 
 
 def _is_interpreted(kernel: Any) -> bool:
@@ -151,8 +154,6 @@ def _attributes_restored(owners: list[Any], *, keep_added: tuple[Any, ...] = ())
                 if vars(owner).get(name, _MISSING) is not value:
                     setattr(owner, name, value)
 
-
-_MISSING = object()
 
 
 @contextmanager

@@ -231,8 +231,8 @@ def layernorm_gelu_forward(
     is copied first. ``config`` overrides :func:`launch_config` (the benchmark's tuning sweep).
     Returns a new contiguous tensor shaped and typed like ``x``.
 
-    The launch goes through ``kernel_for(kernel, device)``: on CUDA that is ``wrap_triton``, so
-    traced by ``make_fx`` (as Inductor's pattern replacement does) the launch is recorded as a
+    The launch goes through ``kernel_for(kernel, device)``: on CUDA, while traced by ``make_fx`` (as
+    Inductor's pattern replacement does), that is ``wrap_triton``, so the launch is recorded as a
     ``triton_kernel_wrapper`` node and Inductor compiles the kernel itself; on CPU it is the
     interpreter.
     """
