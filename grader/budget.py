@@ -48,7 +48,8 @@ class LabBudget:
         tests: node id -> (limit in seconds, how it was derived, in words).
         default_test_s: the limit of a test missing from ``tests`` (the grader's canaries).
         lab_s: the whole lab's wall-clock budget (all its pytest processes together).
-        max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped.
+        max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped
+            (0: never stopped).
     """
 
     tests: dict[str, tuple[float, str]]
@@ -58,6 +59,10 @@ class LabBudget:
 
     def limit(self, nodeid: str) -> float:
         return self.tests.get(nodeid, (self.default_test_s, ""))[0]
+
+    def stops_at(self, streak: int) -> bool:
+        """Whether ``streak`` tests in a row out of time stop the lab (never when the limit is 0)."""
+        return 0 < self.max_consecutive_timeouts <= streak
 
     def to_dict(self) -> dict[str, Any]:
         """The form written to ``raw/<lab>/limits.json`` and read by the probe plugin."""

@@ -295,7 +295,7 @@ def run_lab(sandbox: Path, lab: LabRubric, raw_dir: Path, *, canary: str, gpu: s
         _append_event(events, KILLED_EVENT, nodeid=ended.overrun, limit_s=limit)
         streak = timeout_streak(read_events(events), lambda nodeid: is_canary(nodeid, canary))
         remaining = _not_started(events, [test.nodeid for test in lab.tests])
-        if streak >= budget.max_consecutive_timeouts:
+        if budget.stops_at(streak):
             stopped = stop_reason(streak, len(remaining))
             _append_event(events, STOPPED_EVENT, streak=streak, reason=stopped)
             break

@@ -134,3 +134,21 @@ def test_the_demo_course_has_recorded_times(lab_folder):
 
     times = read_reference_times(DEMO_COURSE / lab_folder)
     assert times is not None and times.tests and times.lab_wall_s
+
+
+def test_a_streak_limit_of_0_never_stops_a_lab(demo_setup, tmp_path):
+    """``--max-consecutive-timeouts 0`` means never: one killed test used to stop the rest of the lab."""
+    from dataclasses import replace
+
+    from grader.run import GradingSetup, grade_submission
+    from grader.tests.corpus import expected, materialize
+
+    assert not lab_budget(lab_with(1.0), replace(LIMITS, max_consecutive_timeouts=0)).stops_at(99)
+    options = replace(demo_setup.options, limits=replace(demo_setup.options.limits, max_consecutive_timeouts=0))
+    setup = GradingSetup(demo_setup.course, demo_setup.labs, demo_setup.rubric, options)
+    submission = materialize("swallows_timeout", tmp_path / "swallows_timeout")
+    lab = grade_submission(submission, tmp_path / "graded", setup, only_labs=["labA"]).lab("labA")
+    graded_as = expected("swallows_timeout")["labs"]["labA"]  # the same rows as with the default streak limit
+    assert lab.status == "graded", (lab.status, lab.reason)
+    assert lab.score == graded_as["score"] + graded_as["heldout"]
+
