@@ -115,6 +115,11 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def write_submission_meta(out: Path, meta: dict[str, Any]) -> None:
+    """Write ``out/submission.json``: who was graded, the GPU mode, flags, notes, why labs did not run."""
+    (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+
 def load_lab_run(raw_dir: Path) -> LabRun | None:
     """Read ``raw/<lab>/`` back; None when the lab was never run (no ``run.json``)."""
     record = read_json(raw_dir / RUN_FILE)

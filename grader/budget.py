@@ -27,7 +27,7 @@ same numbers, and ``raw/<lab>/limits.json`` records them for every graded run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -105,9 +105,15 @@ def lab_budget(lab: LabRubric, limits: RunLimits) -> LabBudget:
     return LabBudget(tests, default, lab_s, limits.max_consecutive_timeouts)
 
 
-def submission_budget_s(rubric: Rubric, limits: RunLimits) -> float:
-    """The sum of one submission's lab budgets: the longest an honest grading of it can take."""
-    return sum(lab_budget(lab, limits).lab_s for lab in rubric.labs if lab.error is None)
+#: What a process grading whole submissions (a container, a Slurm task) gets beyond the labs' budgets:
+#: start-up, the sandbox, scoring and writing the reports.
+GRADING_MARGIN_S = 600.0
+
+
+def submission_budget_s(rubric: Rubric, limits: RunLimits, labs: Collection[str] | None = None) -> float:
+    """The sum of one submission's lab budgets (of ``labs`` only, if given): the longest an honest grading can take."""
+    return sum(lab_budget(lab, limits).lab_s for lab in rubric.labs
+               if lab.error is None and (labs is None or lab.lab in labs))
 
 
 def time_limit_args(limits: RunLimits) -> list[str]:

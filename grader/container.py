@@ -28,7 +28,6 @@ and the grader's plain-data modules: the noxfile's image sessions use it without
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -39,8 +38,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, read_json
-from grader.budget import submission_budget_s, time_limit_args
+from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, read_json, write_submission_meta
+from grader.budget import GRADING_MARGIN_S, submission_budget_s, time_limit_args
 from grader.feedback import write_outputs
 from grader.limits import truncate_text
 from grader.results import EXIT_GRADER_FAULT, EXIT_OK, SubmissionResult
@@ -57,9 +56,6 @@ CONTAINER_LOG = "container.log"
 #: Status of the labs a container did not finish: killed at the wall-clock limit, or ended without a result.
 KILLED_STATUS = "timeout"
 FAILED_STATUS = "grader-error"
-#: Seconds added to the labs' own time limits to get the container's default wall-clock limit
-#: (starting the container, collecting the rubric, scoring).
-WALL_CLOCK_MARGIN_S = 600.0
 
 
 class ContainerError(RuntimeError):
@@ -269,7 +265,7 @@ class ContainerRunner:
     def wall_clock_s(self, setup) -> float:
         if self.limits.wall_clock_s is not None:
             return self.limits.wall_clock_s
-        return submission_budget_s(setup.rubric, setup.options.limits) + WALL_CLOCK_MARGIN_S
+        return submission_budget_s(setup.rubric, setup.options.limits) + GRADING_MARGIN_S
 
     def wants_gpu(self, setup) -> bool:
         """GPUs are passed in with ``--gpu on``, and with ``auto`` where the host has an NVIDIA driver."""
@@ -305,7 +301,7 @@ class ContainerRunner:
         meta = read_json(out / SUBMISSION_FILE) or {}
         meta.update(submission=student, gpu=setup.options.gpu, not_run_reason=reason, not_run_status=status,
                     flags=[*meta.get("flags", []), reason])
-        (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        write_submission_meta(out, meta)
         result = rescore(out)
         write_outputs(result, out)
         return result
@@ -326,7 +322,7 @@ def add_container_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pids", type=int, default=defaults.pids, help=f"processes per container (default {defaults.pids})")
     group.add_argument("--wall-timeout", type=float, default=None,
                        help="seconds before a container is killed (default: the labs' time budgets + "
-                            f"{WALL_CLOCK_MARGIN_S:g})")
+                            f"{GRADING_MARGIN_S:g})")
 
 
 def runner_from_args(args: argparse.Namespace) -> ContainerRunner | None:

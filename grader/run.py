@@ -14,7 +14,6 @@ and any regrade are the same computation) -> ``summary.json``, ``feedback.md``, 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from labkit.environment import current_command
 from labkit.labspec import COURSE_ROOT, LabSpec
-from grader.artifacts import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE
+from grader.artifacts import RAW_DIR, RUBRIC_FILE, write_submission_meta
 from grader.course import Course, CourseError, load_course
 from grader.feedback import summary_line, write_outputs
 from grader.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE, GRADER_ERROR, SubmissionResult
@@ -69,7 +68,7 @@ class GradingSetup:
 
 
 def _meta(out: Path, **fields) -> None:
-    (out / SUBMISSION_FILE).write_text(json.dumps(fields, indent=1) + "\n", encoding="utf-8")
+    write_submission_meta(out, fields)
 
 
 def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name: str,

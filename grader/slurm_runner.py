@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.artifacts import RAW_DIR, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE, read_json
+from grader.artifacts import RAW_DIR, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE, read_json, write_submission_meta
 from grader.batch import batch_row, write_batch_index
-from grader.budget import lab_budget
+from grader.budget import GRADING_MARGIN_S, submission_budget_s
 from grader.course import load_course
 from grader.feedback import write_outputs
 from grader.results import GRADER_ERROR, SubmissionResult
@@ -59,8 +59,6 @@ PLAN_FILE = "plan.json"
 LOCK_FILE = ".slurm.lock"
 PLAN_SCHEMA = "grader-slurm/1"
 CPU, GPU = "cpu", "gpu"
-#: Seconds added to a task's labs' time budgets for its default ``--time`` (start-up, sandbox, scoring).
-TASK_MARGIN_S = 600.0
 #: Slurm's default ``MaxArraySize`` is 1001: larger classes are submitted as several arrays.
 MAX_ARRAY = 1000
 #: A failed task's Slurm state -> the status of the labs it did not finish, and what happened, in words.
@@ -74,6 +72,8 @@ SLURM_ENDINGS = {
     "PREEMPTED": (GRADER_ERROR, "the task was preempted (not the submission's fault)"),
 }
 RESUBMIT_HINT = "`python -m grader slurm resubmit GRADED --failed` grades it again"
+#: The reason of a student's row until a task grades them.
+WAITING_REASON = "waiting for its Slurm tasks"
 
 
 class SlurmError(RuntimeError):
@@ -191,12 +191,11 @@ def time_minutes(text: str) -> int:
 
 
 def task_minutes(plan: Plan, rubric: Rubric, group: str) -> int:
-    """A task's ``--time``: as asked, else the time budgets of its labs plus :data:`TASK_MARGIN_S`."""
+    """A task's ``--time``: as asked, else the time budgets of its labs plus :data:`~grader.budget.GRADING_MARGIN_S`."""
     if plan.resources.time:
         return time_minutes(plan.resources.time)
-    limits = RunLimits(**plan.limits)
-    budget = sum(lab_budget(lab, limits).lab_s for lab in rubric.labs if lab.lab in plan.groups[group])
-    return max(1, math.ceil((budget + TASK_MARGIN_S) / 60))
+    budget = submission_budget_s(rubric, RunLimits(**plan.limits), labs=plan.groups[group])
+    return max(1, math.ceil((budget + GRADING_MARGIN_S) / 60))
 
 
 def slurm_parameters(plan: Plan, rubric: Rubric, group: str, count: int) -> dict[str, Any]:
@@ -257,8 +256,12 @@ def grade_task(graded: str, key: str) -> str:
     grade_submission(Path(plan.students[task.student]), out, plan.grading_setup(folder), name=task.student,
                      only_labs=plan.groups[task.group])
     result = rescore_locked(out)
+    # The grader's own failure on this node (its labs' status grader-error) makes the task failed, so
+    # that `status` shows it and `resubmit --failed` grades the student again.
+    faults = [lab for lab in result.grader_faults if lab.lab in plan.groups[task.group]]
     _write_record(folder, key, job=job, host=socket.gethostname(), gpus=gpus, started=started,
-                  finished=time.time(), score=result.total["score"])
+                  finished=time.time(), score=result.total["score"],
+                  grader_error="; ".join(f"{lab.lab}: {lab.reason}" for lab in faults))
     return f"{task.student} ({task.group}): {result.total['score']}/{result.total['max_score']}"
 
 
@@ -331,8 +334,8 @@ def write_waiting_row(graded: Path, plan: Plan, rubric: Rubric, student: str) ->
     out.mkdir(parents=True, exist_ok=True)
     rubric.write(out / RUBRIC_FILE)
     meta = {"submission": student, "gpu": plan.gpu, "not_run_status": "not-run",
-            "not_run_reason": f"waiting for its Slurm tasks (`python -m grader slurm status {graded}`)"}
-    (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+            "not_run_reason": f"{WAITING_REASON} (`python -m grader slurm status {graded}`)"}
+    write_submission_meta(out, meta)
     write_outputs(rescore(out), out)
 
 
@@ -365,7 +368,8 @@ def task_statuses(graded: Path, plan: Plan) -> list[TaskStatus]:
         if current and record.get("finished"):
             # The grader went on after the kernel killed a test process for memory: the row is complete,
             # but Slurm's verdict stands (its lab says so, and resubmit --failed may give more memory).
-            state = "failed" if slurm == "OUT_OF_MEMORY" else "done"
+            # A task whose grading failed on the grader's side has failed too.
+            state = "failed" if slurm == "OUT_OF_MEMORY" or record.get("grader_error") else "done"
         elif slurm:
             state = describe(slurm)
             if state == "done":  # Slurm says COMPLETED, yet the task never finished grading
@@ -382,11 +386,26 @@ def failure_reason(status: TaskStatus, plan: Plan, rubric: Rubric) -> tuple[str,
     """(lab status, reason) for the labs a failed task did not finish."""
     minutes = task_minutes(plan, rubric, status.group)
     resources = {"time": f"--time {minutes // 60:02d}:{minutes % 60:02d}:00", "mem": f"--mem {plan.resources.mem}"}
+    log = f"{PLAN_DIR}/logs/{status.job}/"
+    grader_error = (status.record or {}).get("grader_error")
+    if grader_error and status.slurm != "OUT_OF_MEMORY":
+        return GRADER_ERROR, (f"the grader failed on the node (task {status.job}), not the submission: "
+                              f"{grader_error}; see {log}; {RESUBMIT_HINT}")
     lab_status, what = SLURM_ENDINGS.get(status.slurm, (GRADER_ERROR, "the task ended without finishing (not the "
                                                                       "submission's fault)"))
-    log = f"{PLAN_DIR}/logs/{status.job}/"
     return lab_status, (f"Slurm {status.slurm or 'ended the task'} (task {status.job}): "
                         f"{what.format(**resources)} before this lab finished; see {log}; {RESUBMIT_HINT}")
+
+
+def killed_by_the_kernel(run: dict[str, Any]) -> bool:
+    """Whether a lab's last pytest process died of ``SIGKILL`` that the grader did not send.
+
+    The grader kills a process group itself when the lab's budget runs out, its output floods, or a
+    test overruns its limit (``run.json`` says so); any other ``SIGKILL`` in an ``OUT_OF_MEMORY`` task
+    is the kernel's.
+    """
+    graders_own = run.get("timed_out") or run.get("output_flooded") or run.get("killed_tests")
+    return run.get("exit_code") == -signal.SIGKILL and not graders_own
 
 
 def record_failures(graded: Path, plan: Plan, statuses: list[TaskStatus] | None = None) -> list[str]:
@@ -409,8 +428,9 @@ def record_failures(graded: Path, plan: Plan, statuses: list[TaskStatus] | None 
         if not (out / RUBRIC_FILE).is_file():
             rubric.write(out / RUBRIC_FILE)
         meta = read_json(out / SUBMISSION_FILE) or {"submission": student, "gpu": plan.gpu}
-        for waiting in ("not_run_reason", "not_run_status"):  # the "waiting for its task" row's
-            meta.pop(waiting, None)
+        if meta.get("not_run_reason", "").startswith(WAITING_REASON):  # the "waiting for its tasks" row's
+            meta.pop("not_run_reason")
+            meta.pop("not_run_status", None)
         not_run, notes = meta.setdefault("not_run_labs", {}), meta.setdefault("lab_notes", {})
         flags = meta.setdefault("flags", [])
         for status in failed:
@@ -419,12 +439,13 @@ def record_failures(graded: Path, plan: Plan, statuses: list[TaskStatus] | None 
                 run = read_json(out / RAW_DIR / lab / RUN_FILE)
                 if run is None:
                     not_run[lab] = {"status": lab_status, "reason": reason}
-                elif status.slurm == "OUT_OF_MEMORY" and run.get("exit_code") == -signal.SIGKILL:
+                elif status.slurm == "OUT_OF_MEMORY" and killed_by_the_kernel(run):
                     notes[lab] = (f"Slurm OUT_OF_MEMORY (task {status.job}): the test process used more than the "
                                   f"task's memory (--mem {plan.resources.mem}) and was killed")
-            flags.append(f"Slurm {status.slurm or 'lost the task'}: task {status.job} ({status.group} labs)")
+            what = "the grader failed" if (status.record or {}).get("grader_error") else f"Slurm {status.slurm or 'lost the task'}"
+            flags.append(f"{what}: task {status.job} ({status.group} labs)")
         meta["flags"] = list(dict.fromkeys(flags))
-        (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        write_submission_meta(out, meta)
         rescore_locked(out)
         written.append(student)
     return written

@@ -111,17 +111,20 @@ def task_states(jobs: Iterable[str]) -> dict[str, str]:
     if not jobs:
         return {}
     accounted = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(jobs)])
-    if accounted is not None:
-        return parse_sacct(accounted)
     queued = _run(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(jobs)])
-    if queued is None and _run(["squeue", "-h", "-o", "%i"]) is None:  # (squeue -j fails for unknown ids)
-        raise SlurmUnavailable("neither sacct nor squeue answers: is Slurm reachable from here?")
     states: dict[str, str] = {}
-    log = job_completion_log()
-    if log is not None:
-        states.update(parse_job_records(log.read_text(encoding="utf-8", errors="replace"), jobs))
-    for job in jobs:
-        states.update(parse_job_records(_run(["scontrol", "-o", "show", "job", job]) or "", jobs))
+    if accounted is not None:
+        states.update(parse_sacct(accounted))
+    else:
+        if queued is None and _run(["squeue", "-h", "-o", "%i"]) is None:  # (squeue -j fails for unknown ids)
+            raise SlurmUnavailable("neither sacct nor squeue answers: is Slurm reachable from here?")
+        log = job_completion_log()
+        if log is not None:
+            states.update(parse_job_records(log.read_text(encoding="utf-8", errors="replace"), jobs))
+        for job in jobs:
+            states.update(parse_job_records(_run(["scontrol", "-o", "show", "job", job]) or "", jobs))
+    # Last, and also beside sacct: a queued task is pending or running whatever the accounting has
+    # recorded yet (sacct can lag behind a job just submitted).
     states.update(parse_sacct(queued or ""))
     return states
 

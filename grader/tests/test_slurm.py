@@ -49,6 +49,16 @@ def test_scontrol_and_job_completion_lines_give_each_tasks_state():
                                                      "30": "TIMEOUT"}
 
 
+def test_tasks_sacct_has_not_recorded_yet_are_still_queued(monkeypatch):
+    """Accounting can lag behind a fresh array: squeue's pending and running tasks count beside sacct's."""
+    import grader.slurm_states as slurm_states
+
+    answers = {"sacct": "12_0|COMPLETED\n", "squeue": "12_1|RUNNING\n12_[2-3]|PENDING\n"}
+    monkeypatch.setattr(slurm_states, "_run", lambda command: answers.get(command[0]))
+    assert slurm_states.task_states(["12"]) == {"12_0": "COMPLETED", "12_1": "RUNNING", "12_2": "PENDING",
+                                                 "12_3": "PENDING"}
+
+
 @pytest.mark.parametrize("text, minutes", [("00:01:00", 1), ("1:30:01", 91), ("45", 45), ("2:30", 3), ("1-02", 1560)])
 def test_slurm_time_formats(text, minutes):
     assert time_minutes(text) == minutes
@@ -112,6 +122,45 @@ def test_a_killed_task_leaves_a_row_with_slurms_reason_and_the_other_labs_points
     assert lab_b.status == "timeout" and lab_b.score == 0
     assert "Slurm TIMEOUT (task 8_0)" in lab_b.reason and "--time 00:01:00" in lab_b.reason
     assert result.flags == ("Slurm TIMEOUT: task 8_0 (gpu labs)",)
+
+
+def test_a_task_whose_grading_failed_on_the_grader_side_is_failed_with_the_graders_reason(demo_setup, tmp_path,
+                                                                                          monkeypatch):
+    """A grader bug on the node used to leave the task 'done': status said so and resubmit skipped it."""
+    import grader.run
+    import grader.slurm_runner as slurm_runner
+
+    graded = tmp_path / "graded"
+    plan = _plan(demo_setup)
+    plan.students = {"alice": str(materialize("solution", tmp_path / "alice"))}
+    plan.tasks = {"cpu/alice": Task("alice", CPU, job="7_0", attempt=1)}
+    (graded / PLAN_DIR).mkdir(parents=True)
+    demo_setup.rubric.write(graded / PLAN_DIR / "rubric.json")
+    plan.save(graded)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the grader's own bug")
+
+    monkeypatch.setattr(grader.run, "_run_labs", broken)
+    monkeypatch.setattr(slurm_runner, "this_job_id", lambda: "7_0")
+    monkeypatch.setattr(slurm_runner, "task_states", lambda jobs: {"7_0": "COMPLETED"})
+    monkeypatch.setattr(Plan, "grading_setup", lambda self, graded: demo_setup)
+    slurm_runner.grade_task(str(graded), "cpu/alice")
+    [status] = slurm_runner.task_statuses(graded, plan)
+    assert status.state == "failed", "resubmit --failed must grade this student again"
+    assert record_failures(graded, plan, [status]) == ["alice"]
+    lab_a = SubmissionResult.from_dict(json.loads((graded / "alice" / "summary.json").read_text())).lab("labA")
+    assert lab_a.status == "grader-error" and "the grader failed on the node" in lab_a.reason
+    assert "the grader's own bug" in lab_a.reason
+
+
+def test_only_a_sigkill_the_grader_did_not_send_is_blamed_on_memory():
+    from grader.slurm_runner import killed_by_the_kernel
+
+    assert killed_by_the_kernel({"exit_code": -9})
+    assert not killed_by_the_kernel({"exit_code": -9, "killed_tests": ["labA/test_lab.py::test_add"]})
+    assert not killed_by_the_kernel({"exit_code": -9, "timed_out": True})
+    assert not killed_by_the_kernel({"exit_code": 1})
 
 
 # ---------------------------------------------------------------- against a real cluster
