@@ -167,9 +167,8 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
     if "collected" not in kinds:
         tail = run.output_tail.strip()[-MESSAGE_CHARS:]
         return "collection-error", f"pytest stopped before running any test (it {describe_exit(run.exit_code)}): {tail}"
-    stops = [event for event in run.events if event.get("event") == STOPPED_EVENT]
-    if stops:
-        return "stopped", stop_reason(int(stops[-1].get("streak") or 0))
+    if _stop_streak(run):
+        return "stopped", stop_reason(_stop_streak(run))  # score_lab adds how many tests were not run
     if not _last_process_ended_normally(run.events):
         return "crashed", (f"the test process {describe_exit(run.exit_code)} before pytest finished "
                            "(os._exit, sys.exit, a crash in native code?)")
