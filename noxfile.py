@@ -183,13 +183,13 @@ def report_check(session: nox.Session) -> None:
     """The class report of a demo class in headless Chromium: layout checks + screenshots in results/report-check/."""
     require_reference(session)
     sys.path.insert(0, str(ROOT))
-    from grader.report_check import BrowserError, find_chromium
+    from grader.report.browser_check import BrowserError, find_chromium
 
     try:
         find_chromium()
     except BrowserError as error:
         session.skip(str(error))
-    run_in_course_env(session, "-m", "grader.report_check", *session.posargs)
+    run_in_course_env(session, "-m", "grader.report.browser_check", *session.posargs)
 
 
 # ---------------------------------------------------------------- the container image (Dockerfile)
@@ -204,7 +204,7 @@ CONTAINER_TEST_DIR = ROOT / "build" / "docker-test"
 def container_engine(session: nox.Session) -> list[str]:
     """The container engine's command, or skip the session saying why."""
     sys.path.insert(0, str(ROOT))
-    from grader.container import ContainerError, find_engine
+    from grader.runners.container import ContainerError, find_engine
 
     try:
         return find_engine()
@@ -224,7 +224,7 @@ def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *
 
     ``out``: a host folder mounted at ``/out`` (the course in the image is read-only).
     """
-    from grader.container import ContainerLimits, gpu_args, isolation_args
+    from grader.runners.container import ContainerLimits, gpu_args, isolation_args
 
     limits = ContainerLimits(memory=os.environ.get("CONTAINER_MEMORY", "12g"), cpus=float(os.cpu_count() or 1))
     volume = []
@@ -311,9 +311,9 @@ def gradescope_test(session: nox.Session) -> None:
     work = ROOT / "build" / "gradescope-test"
     shutil.rmtree(work, ignore_errors=True)
     run_in_course_env(session, "-m", "grader", "gradescope-bundle", "--out", str(work / "autograder.zip"))
-    run_in_course_env(session, "-c", "import sys; from pathlib import Path; from grader.course import load_course, "
+    run_in_course_env(session, "-c", "import sys; from pathlib import Path; from grader.course.labs import load_course, "
                       "make_reference_submission as make; make(load_course(), Path(sys.argv[1]))", str(work / "submission"))
-    from grader.container import ContainerLimits, isolation_args
+    from grader.runners.container import ContainerLimits, isolation_args
 
     script = (ROOT / "docker" / "gradescope-local-run.sh").read_text()
     limits = ContainerLimits(memory="12g", cpus=float(os.cpu_count() or 1))

@@ -1,16 +1,22 @@
-"""The course autograder: ``python -m grader run|score|batch|report|release|selfcheck``.
+"""The course autograder: ``python -m grader VERB`` (the verbs: :data:`grader.__main__.VERBS`).
 
-Layout (one module per verb, the machinery beside them):
+One subpackage per stage of the path a submission takes, each importing only the ones below it::
 
-- verbs: :mod:`grader.run`, :mod:`grader.score`, :mod:`grader.batch`, :mod:`grader.report`,
-  :mod:`grader.release`, :mod:`grader.selfcheck`, :mod:`grader.gradescope_bundle`;
-- other runners and hosts: :mod:`grader.container` (one container per submission),
-  :mod:`grader.gradescope_run` (inside Gradescope);
-- the course and its rubric: :mod:`grader.course`, :mod:`grader.rubric`;
-- before grading: :mod:`grader.preflight` (the grading interpreter and the output folder);
-- isolation and execution: :mod:`grader.sandbox`, :mod:`grader.runner`, :mod:`grader.pytest_probe`;
-- data and rendering: :mod:`grader.artifacts`, :mod:`grader.results`, :mod:`grader.feedback`,
-  :mod:`grader.limits`, :mod:`grader.report_html` (the class page);
-- the student release's documents: :mod:`grader.student_docs`;
-- instructor tools: :mod:`grader.report_check` (the class page in headless Chromium), :mod:`grader.benchmark`.
+    verbs/      the command line: one thin module per verb, parsing options and calling down
+    release/    the student distribution and the Gradescope bundle, built and verified
+    report/     the class report: every student's summary folded into CSV, JSON and one HTML page
+    runners/    one submission (local), many (batch), in containers, on Slurm, inside Gradescope
+    scoring/    a pure function from (rubric, saved evidence) to a result, and its renderings
+    execute/    one lab run: the sandbox, its isolation, its limits, the supervisor, the pytest probe
+    course/     the course's facts: its labs, their pristine files, the rubric, reference times
+    evidence/   what a graded run leaves on disk (file layout, event log) and reading it back
+
+A submission goes ``verbs.run`` -> ``runners.local.grade_submission`` -> ``execute.sandbox`` (the
+pristine course plus the student's editable files) -> ``execute.supervisor.run_lab`` (one isolated
+pytest process per lab part, under ``execute.isolation``) -> ``evidence`` (the supervisor's records)
+-> ``scoring.score.rescore`` -> ``scoring.feedback`` (``summary.json``, ``feedback.md``,
+``results.json``); ``report`` reads many such folders.
+
+The top level holds only the entry point (``__main__``) and the tools run as ``python -m grader.X``:
+:mod:`grader.warm` (collect the rubric ahead of time), :mod:`grader.benchmark`, :mod:`grader.gpu_check`.
 """

@@ -24,14 +24,14 @@ from labkit.environment import CourseEnvironmentError, require_course_environmen
 
 #: verb -> (module implementing it, one-line help)
 VERBS: dict[str, tuple[str, str]] = {
-    "run": ("grader.run", "grade one submission into a folder (summary.json, feedback, raw reports)"),
-    "score": ("grader.score", "re-score a graded folder from its saved reports (no re-run)"),
-    "batch": ("grader.batch", "grade a folder of submissions in parallel"),
-    "report": ("grader.report", "the instructor's class report (CSV, HTML, JSON) from a batch folder"),
-    "release": ("grader.release", "build and verify the student distribution (no solutions)"),
-    "selfcheck": ("grader.selfcheck", "grade the reference solutions and the untouched starters"),
-    "gradescope-bundle": ("grader.gradescope_bundle", "a Gradescope autograder zip (setup.sh, run_autograder)"),
-    "slurm": ("grader.slurm", "grade a class on a Slurm cluster (submit, status, resubmit --failed)"),
+    "run": ("grader.verbs.run", "grade one submission into a folder (summary.json, feedback, raw reports)"),
+    "score": ("grader.verbs.score", "re-score a graded folder from its saved reports (no re-run)"),
+    "batch": ("grader.verbs.batch", "grade a folder of submissions in parallel"),
+    "report": ("grader.verbs.report", "the instructor's class report (CSV, HTML, JSON) from a batch folder"),
+    "release": ("grader.verbs.release", "build and verify the student distribution (no solutions)"),
+    "selfcheck": ("grader.verbs.selfcheck", "grade the reference solutions and the untouched starters"),
+    "gradescope-bundle": ("grader.verbs.gradescope_bundle", "a Gradescope autograder zip (setup.sh, run_autograder)"),
+    "slurm": ("grader.verbs.slurm", "grade a class on a Slurm cluster (submit, status, resubmit --failed)"),
 }
 
 

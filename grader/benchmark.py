@@ -5,13 +5,13 @@ Three measurements, printed as a table and written as JSON (:mod:`labkit.bench`)
 1. **Scoring and reporting a class** (target: 1,000 students in under 5 s). Synthetic raw artifacts
    (``run.json``, ``events.jsonl``, ``report.json`` for 3 labs of 20 tests each, with passes, failures,
    crashes and pending GPU tests) are written for every student first; then timed: re-scoring every
-   student from disk (:func:`grader.score.rescore`) and building the class report (CSV, JSON, HTML with
+   student from disk (:func:`grader.scoring.score.rescore`) and building the class report (CSV, JSON, HTML with
    charts) from their summaries. Writing each student's three output files is timed on its own line:
    it measures the disk (creating a small file costs about a millisecond on some machines) more than
    the grader. CPU seconds are shown beside wall seconds: on a shared machine they are the grader's own
    cost.
 2. **Grader overhead per lab** (target: under 5 s on top of pytest). The same lab's tests run by plain
-   pytest, and graded by :func:`grader.run.grade_submission` (sandbox copy, canary, probe, JSON report,
+   pytest, and graded by :func:`grader.runners.local.grade_submission` (sandbox copy, canary, probe, JSON report,
    scoring, outputs), interleaved; the difference of the medians is the overhead.
 3. **Batch scaling**: the same N submissions graded with ``-j 1`` and ``-j <cores>``.
 
@@ -21,7 +21,6 @@ names another course root.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -31,65 +30,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from grader.course.labs import load_course
+from grader.execute.collect import build_rubric
+from grader.execute.command import config_args, pytest_env
+from grader.execute.limits import RunLimits
+from grader.report.demo_class import synthetic_rubric, write_synthetic_student
+from grader.report.summary import write_report
+from grader.runners.batch import grade_all
+from grader.runners.local import GradeOptions, GradingSetup, grade_submission
+from grader.scoring.feedback import write_outputs
+from grader.scoring.score import rescore
 from labkit.bench import benchmark_parser, print_table, time_interleaved, write_json
-from grader.artifacts import EVENTS_FILE, RAW_DIR, REPORT_FILE, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE
-from grader.batch import grade_all
-from grader.course import load_course
-from grader.feedback import write_outputs
-from grader.report import write_report
-from grader.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec, build_rubric
-from grader.run import GradeOptions, GradingSetup, grade_submission
-from grader.runner import RunLimits, config_args, pytest_env
-from grader.score import rescore
 
 DEMO_COURSE = Path(__file__).resolve().parent / "tests" / "fixtures" / "course"
-CANARY = "test_canary"
-
-
-def synthetic_rubric(labs: int = 3, tests: int = 20) -> Rubric:
-    """``labs`` labs of ``tests`` tests (the last two of each need a GPU), with three talking points each."""
-    rubrics = []
-    for index in range(labs):
-        lab, package = f"lab{index + 1:02d}", f"lab{index + 1:02d}_synthetic"
-        cases = tuple(RubricTest(f"{package}/test_lab.py::test_{k:02d}", f"test_{k:02d}", 1 + k % 3, k >= tests - 2)
-                      for k in range(tests))
-        points = tuple(TalkingPointSpec(f"tp{k}", "talking_point", f"Point {k}?", (f"test_{k:02d}", f"test_{k + 5:02d}"))
-                       for k in range(3))
-        rubrics.append(LabRubric(lab, package, f"Synthetic lab {index + 1}", cases, points))
-    return Rubric(tuple(rubrics))
-
-
-def write_synthetic_student(out: Path, rubric: Rubric, rng: random.Random, skill: float) -> None:
-    """Raw artifacts of one student, as ``grader run`` would leave them."""
-    out.mkdir(parents=True)
-    rubric.write(out / RUBRIC_FILE)
-    (out / SUBMISSION_FILE).write_text(json.dumps({"submission": out.name, "gpu": "auto", "flags": [], "notes": []}))
-    for lab in rubric.labs:
-        raw = out / RAW_DIR / lab.lab
-        raw.mkdir(parents=True)
-        crash_at = rng.randrange(len(lab.tests)) if rng.random() < 0.05 else None
-        events = [{"event": "configure"}, {"event": "collected", "nodeids": [t.nodeid for t in lab.tests]}]
-        report_tests = []
-        for position, test in enumerate(lab.tests):
-            events.append({"event": "start", "nodeid": test.nodeid})
-            if position == crash_at:
-                break
-            outcome = "skipped" if test.gpu else ("passed" if rng.random() < skill else "failed")
-            events.append({"event": "report", "nodeid": test.nodeid, "when": "setup",
-                           "outcome": "skipped" if test.gpu else "passed", "message": "needs a CUDA GPU" if test.gpu else ""})
-            if not test.gpu:
-                events.append({"event": "report", "nodeid": test.nodeid, "when": "call", "outcome": outcome,
-                               "message": "" if outcome == "passed" else "AssertionError: outputs differ (max abs 0.03)"})
-            events.append({"event": "report", "nodeid": test.nodeid, "when": "teardown", "outcome": "passed"})
-            events.append({"event": "finish", "nodeid": test.nodeid})
-            report_tests.append({"nodeid": test.nodeid, "outcome": outcome})
-        if crash_at is None:
-            events.append({"event": "session_finish", "exitstatus": 1})
-            (raw / REPORT_FILE).write_text(json.dumps({"tests": report_tests}))
-        (raw / EVENTS_FILE).write_text("".join(json.dumps(event) + "\n" for event in events))
-        (raw / RUN_FILE).write_text(json.dumps({"lab": lab.lab, "exit_code": 1 if crash_at is None else -11,
-                                                "timed_out": False, "output_flooded": False, "wall_s": 2.0,
-                                                "canary": CANARY}))
 
 
 def bench_class(students: int, scratch: Path) -> dict[str, float]:

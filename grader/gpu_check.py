@@ -104,7 +104,7 @@ def install_missing(wheelhouse: Path | None, out: Path) -> list[str]:
         if status != 0 or missing_modules():
             raise SystemExit(f"could not install {', '.join(missing_modules()) or 'the wheels'} from {wheelhouse}")
         installed += [wheel.name for wheel in wheels]
-    outside = subprocess.run([sys.executable, "-c", "import grader.pytest_probe"], cwd=out, capture_output=True)
+    outside = subprocess.run([sys.executable, "-c", "import grader.execute.probe"], cwd=out, capture_output=True)
     if outside.returncode != 0:  # graded pytest processes import the grader from outside the checkout
         status, _ = run_logged([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
                                out / "install-course.log")

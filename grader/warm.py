@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from grader.course.labs import load_course
+from grader.execute.collect import DEFAULT_CACHE_DIR, build_rubric
 from labkit.labspec import COURSE_ROOT
-from grader.course import load_course
-from grader.rubric import DEFAULT_CACHE_DIR, build_rubric
 
 
 def warm_rubric(course_root: Path = COURSE_ROOT, cache_dir: Path = DEFAULT_CACHE_DIR) -> int:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.batch import grade_all
-from grader.course import load_course
-from grader.rubric import build_rubric
-from grader.run import GradeOptions, GradingSetup
-from grader.runner import RunLimits
+from grader.course.labs import load_course
+from grader.execute.collect import build_rubric
+from grader.execute.limits import RunLimits
+from grader.runners.batch import grade_all
+from grader.runners.local import GradeOptions, GradingSetup
 from grader.tests.corpus import DEMO_COURSE, corpus_names, materialize
 
 collect_ignore_glob = ["fixtures/*"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.course import Course, make_reference_submission
+from grader.course.labs import Course, make_reference_submission
 
 PACKAGE = "lab01_fx_passes"
 VISIBLE_CHANNELS = "{2, 4, 6, 8, 64, 128, 256, 512, 1024, 2048}"

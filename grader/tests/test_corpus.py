@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from grader.artifacts import GRADESCOPE_FILE, RAW_DIR, SUMMARY_FILE
-from grader.results import PASSED, SubmissionResult
+from grader.evidence.layout import GRADESCOPE_FILE, RAW_DIR, SUMMARY_FILE
+from grader.scoring.results import PASSED, SubmissionResult
 from grader.tests.corpus import corpus_names, expected
 
 DEMO_MAX = {"labA": 16, "labB": 10}  # visible + held-out: labA 10 + 6, labB 7 + 3
@@ -82,7 +82,7 @@ def test_huge_output_is_stored_truncated(graded_corpus):
 
 
 def test_rescoring_the_saved_artifacts_gives_the_same_result(graded_corpus):
-    from grader.score import rescore
+    from grader.scoring.score import rescore
 
     for name in corpus_names():
         assert rescore(graded_corpus / name) == _summary(graded_corpus, name), name

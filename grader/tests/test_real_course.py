@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from grader.batch import grade_all
-from grader.course import load_course, make_reference_submission
-from grader.results import EVIDENCE_PASSED, EVIDENCE_PENDING, PASSED, PENDING
-from grader.rubric import build_rubric
-from grader.run import GradeOptions, GradingSetup
-from grader.runner import RunLimits
-from grader.score import rescore
+from grader.course.labs import load_course, make_reference_submission
+from grader.execute.collect import build_rubric
+from grader.execute.limits import RunLimits
+from grader.runners.batch import grade_all
+from grader.runners.local import GradeOptions, GradingSetup
+from grader.scoring.results import EVIDENCE_PASSED, EVIDENCE_PENDING, PASSED, PENDING
+from grader.scoring.score import rescore
 from grader.tests import overfit_lab01
 
 LAB = "lab01_fx_passes"

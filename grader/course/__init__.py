@@ -1,0 +1,10 @@
+"""The course's facts: which labs exist, their pristine files, what each test is worth, how long it takes.
+
+- :mod:`~grader.course.labs`: discovering the labs of a course root, the pristine files a sandbox
+  copies, the reference solution as a submission;
+- :mod:`~grader.course.rubric`: the rubric's types (every graded test, its points, GPU need,
+  visibility, area) and its file form; collecting it is :mod:`grader.execute.collect`'s job;
+- :mod:`~grader.course.reference_times`: the reference solution's recorded time on every test.
+
+Imports: ``labkit`` only (the lowest layer of the grader, with :mod:`grader.evidence`).
+"""

@@ -1,0 +1,56 @@
+"""The layout of a graded submission's folder: its file names, and small readers and writers.
+
+::
+
+    OUT/
+      summary.json          the scored result (grader.scoring.results.SubmissionResult)
+      feedback.md           the student's feedback
+      results.json          Gradescope's format
+      rubric.json           the rubric this submission was scored against
+      submission.json       what the sandbox took and what it flagged (tampering, missing files)
+      raw/<lab>/run.json    how the lab's pytest process ended (grader.execute.supervisor.RunRecord)
+      raw/<lab>/limits.json every test's time limit and how it was derived (grader.execute.limits)
+      raw/<lab>/events.jsonl, report.json (report.1.json... after a resume), output.txt
+
+Everything :mod:`grader.scoring.score` needs is in ``rubric.json``, ``submission.json`` and ``raw/``: a regrade
+(new scoring rules, a fixed rubric) reads these files and never runs a student's code again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SUMMARY_FILE = "summary.json"
+FEEDBACK_FILE = "feedback.md"
+GRADESCOPE_FILE = "results.json"
+RUBRIC_FILE = "rubric.json"
+SUBMISSION_FILE = "submission.json"
+RAW_DIR = "raw"
+RUN_FILE = "run.json"
+LIMITS_FILE = "limits.json"
+EVENTS_FILE = "events.jsonl"
+REPORT_FILE = "report.json"
+OUTPUT_FILE = "output.txt"
+
+
+def report_file(process: int) -> str:
+    """The JSON report's file name of the lab's ``process``-th pytest process (0: the first)."""
+    return REPORT_FILE if process == 0 else REPORT_FILE.replace(".json", f".{process}.json")
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when the file is missing, torn or not an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_submission_meta(out: Path, meta: dict[str, Any]) -> None:
+    """Write ``out/submission.json``: who was graded, the GPU mode, flags, notes, why labs did not run."""
+    (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+

@@ -1,0 +1,234 @@
+"""Build the student distribution and prove it is safe to hand out (the ``release`` verb's work).
+
+The distribution is the course minus instructor material: no ``solutions/``, no held-out tests (each
+lab's ``heldout/`` folder), no project tests (``labkit/tests``, ``grader/tests``: they check the
+solutions), no benchmarks of the grader, no CI or container files, nothing under a folder named
+``instructor``, and every Markdown file without its instructor-only sections
+(:mod:`grader.release.student_docs`). The grader itself ships (without its tests) so students can check their
+standing on the visible tests with ``nox -s grade-me``.
+
+Verification (skipped with ``--no-verify``), each step failing loudly:
+
+1. nothing in the release names the solutions package in an import, and no document shows the
+   reference or an instructor command;
+2. no held-out test is in it: no ``heldout/`` folder, and every test its rubric collects is
+   ``visible`` (the pristine course's held-out tests and points are counted, to show what was left out);
+3. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug);
+4. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
+   files must be declared as package data);
+5. every lab's tests collect from the *installed* copy, as many as the release's rubric lists;
+6. every command the student documents show runs in the release (in a cheap form: collect only, or
+   ``--help``), with the course environment's interpreter.
+
+The Gradescope bundle is built from the same function with ``include_heldout=True``: it is uploaded by
+the instructor, and its grader must find the held-out tests in the course it grades against.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, CourseError, ignore_noise, load_course
+from grader.course.rubric import Rubric
+from grader.execute.collect import build_rubric
+from grader.execute.command import pytest_env
+from grader.release.student_docs import (
+    DocsError,
+    documented_commands,
+    reference_mentions,
+    run_documented_commands,
+    strip_instructor_sections,
+)
+from grader.runners.local import GradeOptions, GradingSetup, grade_submission
+from labkit.labspec import HELDOUT_DIR
+
+#: Root files shipped to students when the course has them.
+STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE")
+#: Paths (relative to the course root) never shipped; any folder named ``instructor`` is dropped too.
+INSTRUCTOR_ONLY = (SOLUTIONS_DIR, "labkit/tests", "grader/tests", "grader/benchmark.py", "grader/report/browser_check.py",
+                   "grader/report/demo_class.py", ".ci",
+                   "docker", "Dockerfile")
+#: Student-facing packages shipped besides the labs and the harness.
+STUDENT_PACKAGES = ("grader",)
+SOLUTION_IMPORT = re.compile(rf"^\s*(from|import)\s+{SOLUTIONS_DIR}\b", re.MULTILINE)
+
+
+class ReleaseError(RuntimeError):
+    """The distribution failed a verification step (the message says which and why)."""
+
+
+def _ignore_for(course_root: Path, include_heldout: bool = False):
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        dropped = set(ignore_noise(folder, names))
+        for name in names:
+            rel = (Path(folder) / name).relative_to(course_root).as_posix()
+            if rel in INSTRUCTOR_ONLY or name == "instructor" or (name == HELDOUT_DIR and not include_heldout):
+                dropped.add(name)
+        return sorted(dropped)
+
+    return ignore
+
+
+def build_release(course: Course, out: Path, *, include_heldout: bool = False) -> list[str]:
+    """Copy the student distribution of ``course`` into ``out`` (emptied first); return its top-level entries.
+
+    ``include_heldout`` keeps the labs' held-out tests: only for a grading copy the instructor uploads
+    (the Gradescope bundle), never for students.
+    """
+    if out.resolve() == course.root or course.root in out.resolve().parents:
+        raise CourseError(f"--out {out} must be outside the course root {course.root}")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    ignore = _ignore_for(course.root, include_heldout)
+    folders = [*SUPPORT_PATHS, *STUDENT_PACKAGES, *(spec.package for spec in course.labs), *course.not_ready]
+    for name in dict.fromkeys(folders):
+        source = course.root / name
+        if source.is_dir():
+            shutil.copytree(source, out / name, ignore=ignore)
+        elif source.is_file():
+            shutil.copy2(source, out / name)
+    for name in STUDENT_ROOT_FILES:
+        if (course.root / name).is_file():
+            shutil.copy2(course.root / name, out / name)
+    for document in student_documents(out):
+        try:
+            stripped = strip_instructor_sections(document.read_text(encoding="utf-8"), str(document.relative_to(out)))
+        except DocsError as error:
+            raise CourseError(str(error)) from error
+        document.write_text(stripped, encoding="utf-8")
+    return sorted(path.name for path in out.iterdir())
+
+
+def student_documents(release: Path) -> list[Path]:
+    """The Markdown files of a release (its README, the handouts, the grader's README)."""
+    return sorted(release.rglob("*.md"))
+
+
+def check_student_documents(release: Path) -> list[str]:
+    """Step 1b: no document shows the reference; return the commands the documents show.
+
+    Raises:
+        ReleaseError: naming each line that still shows the reference or an instructor command.
+    """
+    mentions, commands = [], []
+    for document in student_documents(release):
+        text = document.read_text(encoding="utf-8")
+        mentions += reference_mentions(text, str(document.relative_to(release)))
+        commands += documented_commands(text)
+    if mentions:
+        raise ReleaseError("student documents show instructor material (put it between <!-- instructor-only --> "
+                           "and <!-- /instructor-only -->):\n  " + "\n  ".join(mentions))
+    return list(dict.fromkeys(commands))
+
+
+def check_no_solution_imports(release: Path) -> None:
+    """Step 1: no shipped module imports the reference solutions."""
+    offenders = [str(path.relative_to(release)) for path in release.rglob("*.py")
+                 if SOLUTION_IMPORT.search(path.read_text(encoding="utf-8", errors="replace"))]
+    if (release / SOLUTIONS_DIR).exists():
+        offenders.append(f"{SOLUTIONS_DIR}/ itself")
+    if offenders:
+        raise ReleaseError("the release refers to the reference solutions: " + ", ".join(offenders))
+
+
+def check_no_heldout_tests(release: Path, rubric: Rubric, pristine: Rubric | None = None) -> str:
+    """Step 2: no held-out test file ships, and every collected test is visible; return what was left out.
+
+    Args:
+        rubric: the release's own rubric (collected from the release).
+        pristine: the instructor course's rubric, to count the held-out tests left out (optional).
+    """
+    folders = sorted(path.relative_to(release).as_posix() for path in release.rglob(HELDOUT_DIR) if path.is_dir())
+    shipped = [test.nodeid for lab in rubric.labs for test in lab.tests if test.heldout]
+    if folders or shipped:
+        raise ReleaseError("the release contains held-out tests: " + ", ".join(folders + shipped))
+    if pristine is None:
+        return "no held-out test is in the release"
+    tests = sum(test.heldout for lab in pristine.labs for test in lab.tests)
+    points = sum(lab.heldout_points for lab in pristine.labs)
+    return f"none of the course's {tests} held-out tests ({points} points) is in the release"
+
+
+def install_release(release: Path, target: Path, python: str = sys.executable) -> None:
+    """Step 4: build and install the release into ``target`` (no dependencies, no network)."""
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--disable-pip-version-check",
+         "--target", str(target), str(release)],
+        capture_output=True, text=True, timeout=600,
+    )
+    if done.returncode != 0:
+        raise ReleaseError(f"the release does not install:\n{(done.stdout + done.stderr)[-3000:]}")
+    shutil.rmtree(release / "build", ignore_errors=True)  # setuptools' scratch folder
+    for info in release.glob("*.egg-info"):
+        shutil.rmtree(info, ignore_errors=True)
+
+
+def count_installed_tests(site: Path, packages: list[str], python: str = sys.executable) -> int:
+    """Step 5: collect the labs' tests from the installed copy; return how many were collected."""
+    with tempfile.TemporaryDirectory(prefix="grader-collect-") as empty:
+        done = subprocess.run(
+            [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "labkit.pytest_plugin",
+             "-c", os.devnull, "--rootdir", empty, "--pyargs", *packages],
+            cwd=empty, env=pytest_env(site, "off"), capture_output=True, text=True, timeout=600,
+        )
+    if done.returncode != 0:
+        raise ReleaseError(f"the installed tests do not collect (pytest exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    return sum(1 for line in done.stdout.splitlines() if "::" in line)
+
+
+def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print,
+                   pristine: Course | None = None) -> None:
+    """Run the six checks of the module docstring on the built release.
+
+    Args:
+        pristine: the instructor course the release was built from (its held-out tests are counted).
+
+    Raises:
+        ReleaseError: at the first failed check.
+    """
+    check_no_solution_imports(release)
+    log("  ok: no module imports the reference solutions")
+    commands = check_student_documents(release)
+    log(f"  ok: no document shows the reference or an instructor command ({len(commands)} commands shown)")
+    course = load_course(release)
+    labs = course.select(None)
+    if not labs:
+        raise ReleaseError("the release has no lab ready to grade")
+    rubric = build_rubric(course, labs, cache_dir, options.python)
+    broken = [f"{lab.lab}: {lab.error}" for lab in rubric.labs if lab.error]
+    if broken:
+        raise ReleaseError("labs whose tests do not collect in the release: " + "; ".join(broken))
+    pristine_rubric = None
+    if pristine is not None:
+        pristine_rubric = build_rubric(pristine, pristine.select([spec.id for spec in labs]), cache_dir, options.python)
+    log(f"  ok: {check_no_heldout_tests(release, rubric, pristine_rubric)}")
+    with tempfile.TemporaryDirectory(prefix="grader-release-") as scratch:
+        result = grade_submission(release, Path(scratch) / "starter-grade", GradingSetup(course, labs, rubric, options),
+                                  name="untouched starter")
+        scored = [f"{lab.lab} {lab.score}/{lab.max_score} ({lab.status})" for lab in result.labs
+                  if lab.score or lab.status != "graded"]
+        if scored:
+            passing = [t.nodeid for lab in result.labs for t in lab.tests if t.points]
+            raise ReleaseError("the untouched starters must score 0 and be graded normally: " + ", ".join(scored)
+                               + (f"; tests passing on the starter: {', '.join(passing)}" if passing else ""))
+        log(f"  ok: the untouched starters score 0 on {', '.join(lab.lab for lab in result.labs)}")
+        site = Path(scratch) / "site"
+        install_release(release, site, options.python)
+        log(f"  ok: the release installs ({', '.join(sorted(p.name for p in site.iterdir() if p.is_dir() and '.' not in p.name))})")
+        collected = count_installed_tests(site, [spec.package for spec in labs], options.python)
+        expected = sum(len(lab.tests) for lab in rubric.labs)
+        if collected != expected:
+            raise ReleaseError(f"the installed copy collects {collected} tests, the course has {expected}")
+        log(f"  ok: the installed copy collects all {collected} graded tests")
+    failures = run_documented_commands(release, commands, options.python, log=log)
+    if failures:
+        raise ReleaseError("commands the student documents show fail in the release:\n  " + "\n  ".join(failures))
+    log(f"  ok: every command the student documents show runs in the release ({len(commands)})")
+
+

@@ -1,0 +1,142 @@
+"""Grade a folder of submissions in parallel, one row per student, whatever happens (the ``batch`` verb's work).
+
+``SUBMISSIONS_DIR`` holds one entry per student: a folder (a copy of the course) or a ``.zip``; the
+entry's name (without ``.zip``) is the student's id. Each student is graded into ``OUT/<id>/`` by a
+*runner* (default :func:`grader.runners.local.grade_submission`), ``-j N`` at a time. Threads are enough here:
+a runner spends its time waiting on the pytest processes it started, and each submission's labs run in
+their own process groups, so students never share a process. They do share the cores: with ``-j N``
+each graded process gets ``cores // N`` PyTorch threads (:func:`share_cores`), since N pools of
+every core each on one machine make PyTorch spin against itself (a test measured 200x slower).
+
+``--container IMAGE`` swaps the runner for :class:`grader.runners.container.ContainerRunner`: each submission is
+graded in its own container of the course image (network off, resource and wall-clock limits).
+
+A runner that raises (a bug, a container that would not start) still produces the student's row: a
+``summary.json`` with every lab at 0 and status ``grader-error``. ``OUT/batch.json`` lists every row.
+The verb exits with status 1 when any submission has a ``grader-error`` (or ``unavailable``) lab: those
+are the grader's failures, listed at the end with the ``--only`` option that regrades them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from grader.course.labs import CourseError, is_noise
+from grader.runners.local import GradingSetup, grade_submission
+from grader.scoring.feedback import write_outputs
+from grader.scoring.results import SubmissionResult
+from grader.scoring.score import grader_error_result
+
+BATCH_FILE = "batch.json"
+#: A per-submission runner: (submission path, output folder, setup, student id) -> result.
+Runner = Callable[[Path, Path, GradingSetup, str], SubmissionResult]
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """One student's line in ``batch.json``."""
+
+    student: str
+    score: int
+    max_score: int
+    pending: int
+    statuses: dict[str, str]
+    flags: int
+    wall_s: float
+
+
+def batch_row(student: str, result: SubmissionResult, wall_s: float) -> BatchRow:
+    """The student's line of ``batch.json`` (also written by the Slurm runner, :mod:`grader.runners.slurm`)."""
+    total = result.total
+    return BatchRow(student, total["score"], total["max_score"], total["pending"],
+                    {lab.lab: lab.status for lab in result.labs}, len(result.flags), round(wall_s, 2))
+
+
+def write_batch_index(out: Path, rows: list[BatchRow]) -> Path:
+    path = out / BATCH_FILE
+    path.write_text(json.dumps({"rows": [asdict(row) for row in rows]}, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def discover_submissions(folder: Path) -> list[tuple[str, Path]]:
+    """(student id, path) for every folder or ``.zip`` directly inside ``folder``, sorted by id.
+
+    Raises:
+        CourseError: when ``folder`` is not a folder.
+    """
+    if not folder.is_dir():
+        raise CourseError(f"{folder} is not a folder of submissions")
+    entries = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or is_noise(path):
+            continue
+        if path.is_dir() or path.suffix == ".zip":
+            entries.append((path.name.removesuffix(".zip"), path))
+    return entries
+
+
+def _failed_runner_result(setup: GradingSetup, student: str, out: Path, error: BaseException) -> SubmissionResult:
+    result = grader_error_result(setup.rubric, error, submission=student, gpu=setup.options.gpu)
+    try:
+        write_outputs(result, out)
+    except OSError:
+        pass  # the row in batch.json still records it
+    return result
+
+
+def grade_one(student: str, path: Path, out: Path, setup: GradingSetup, runner: Runner) -> tuple[SubmissionResult, float]:
+    """Run ``runner`` for one student; any exception becomes a ``grader-error`` result."""
+    start = time.monotonic()
+    try:
+        result = runner(path, out / student, setup, student)
+    except Exception as error:  # noqa: BLE001 - one broken submission never stops the batch
+        result = _failed_runner_result(setup, student, out / student, error)
+    return result, time.monotonic() - start
+
+
+def share_cores(setup: GradingSetup, jobs: int) -> GradingSetup:
+    """``setup`` with PyTorch's threads per graded process sized for ``jobs`` submissions at once.
+
+    Each process gets ``cores // jobs`` threads (at least 1), the cores being those this process may
+    run on. An explicit choice is left alone: ``setup.options.threads``, or ``OMP_NUM_THREADS`` in the
+    environment (which graded processes inherit).
+    """
+    if jobs <= 1 or setup.options.threads is not None or "OMP_NUM_THREADS" in os.environ:
+        return setup
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return replace(setup, options=replace(setup.options, threads=max(1, cores // jobs)))
+
+
+def grade_all(submissions: list[tuple[str, Path]], out: Path, setup: GradingSetup, *, jobs: int = 1,
+              runner: Runner = grade_submission, show_progress: bool = True) -> list[BatchRow]:
+    """Grade every submission into ``out/<student>/``, ``jobs`` at a time; write ``out/batch.json``.
+
+    Returns:
+        One row per submission, in the order of ``submissions``.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out.mkdir(parents=True, exist_ok=True)
+    setup = share_cores(setup, jobs)
+    rows: dict[str, BatchRow] = {}
+    columns = (TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, disable=not show_progress, transient=False) as progress:
+        task = progress.add_task("", total=len(submissions))
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {pool.submit(grade_one, student, path, out, setup, runner): student for student, path in submissions}
+            for future in as_completed(futures):
+                student = futures[future]
+                result, wall = future.result()
+                rows[student] = batch_row(student, result, wall)
+                progress.update(task, advance=1, description=f"{student}: {rows[student].score}/{rows[student].max_score}")
+    ordered = [rows[student] for student, _ in submissions]
+    write_batch_index(out, ordered)
+    return ordered
+
+

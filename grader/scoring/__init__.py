@@ -1,0 +1,8 @@
+"""Scoring: a pure function from (rubric, saved evidence) to a result, and what people read of it.
+
+- :mod:`~grader.scoring.results`: the result's dataclasses (``summary.json``), statuses, exit codes;
+- :mod:`~grader.scoring.score`: the rules, test by test and lab by lab; ``rescore`` of a graded folder;
+- :mod:`~grader.scoring.feedback`: Markdown feedback, JSON, Gradescope's ``results.json``.
+
+Imports: :mod:`grader.course`, :mod:`grader.evidence`. Nothing here starts a process.
+"""

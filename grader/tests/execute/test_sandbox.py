@@ -1,0 +1,88 @@
+"""Course discovery, the sandbox (only editable files are taken) and reading submissions."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from grader.course.labs import CourseError, check_editable, load_course
+from grader.evidence.text import shorten_strings, trim_file, truncate_text
+from grader.execute.sandbox import SubmissionError, build_sandbox, find_tampering, unpack_submission
+from grader.tests.corpus import DEMO_COURSE, starter_copy
+from labkit.labspec import LabSpec
+
+
+def test_the_demo_course_has_two_ready_labs():
+    course = load_course(DEMO_COURSE)
+    assert [spec.id for spec in course.labs] == ["labA", "labB"] and course.not_ready == {}
+    assert [str(p) for p in course.editable_paths()] == ["labA_arith/arith.py", "labB_text/text.py"]
+    with pytest.raises(CourseError, match="unknown or unready lab 'labZ'"):
+        course.select(["labZ"])
+
+
+def test_a_lab_folder_without_tests_is_not_ready(tmp_path):
+    course_root = starter_copy(tmp_path / "course")
+    (course_root / "labB_text" / "test_lab.py").unlink()
+    course = load_course(course_root)
+    assert [spec.id for spec in course.labs] == ["labA"] and "no test_lab.py" in course.not_ready["labB_text"]
+
+
+@pytest.mark.parametrize("entry", ["../escape.py", "/abs.py", "test_lab.py", "conftest.py", "sub/test_x.py"])
+def test_unsafe_editable_entries_are_refused(tmp_path, entry):
+    spec = LabSpec("labQ", "labQ_demo", "Q", (entry,), (), tmp_path)
+    with pytest.raises(CourseError, match="editable entry"):
+        check_editable(spec)
+
+
+def test_the_sandbox_takes_only_editable_files_and_blocks_the_solutions(tmp_path):
+    course = load_course(DEMO_COURSE)
+    submission = starter_copy(tmp_path / "student")
+    (submission / "labA_arith" / "arith.py").write_text("STUDENT = 1\n")
+    (submission / "labA_arith" / "test_lab.py").write_text("# emptied\n")
+    (submission / "labA_arith" / "conftest.py").write_text("# a plugin\n")
+    (submission / "labA_arith" / "notes.md").write_text("my notes\n")
+    overlay = build_sandbox(course, list(course.labs), submission, tmp_path / "sandbox", canary="test_zz",
+                            canary_counts={"labA": 6})
+    sandbox = tmp_path / "sandbox"
+    assert (sandbox / "labA_arith" / "arith.py").read_text() == "STUDENT = 1\n"
+    tests = (sandbox / "labA_arith" / "test_lab.py").read_text()
+    assert tests.startswith((DEMO_COURSE / "labA_arith" / "test_lab.py").read_text()) and "def test_zz(_slot)" in tests
+    assert not (sandbox / "labA_arith" / "conftest.py").exists()
+    assert "raise ImportError" in (sandbox / "solutions" / "__init__.py").read_text()
+    assert overlay.taken == ["labA_arith/arith.py", "labB_text/text.py"]
+    assert len(overlay.flags) == 2 and all(flag.startswith("tampering:") for flag in overlay.flags)
+
+
+def test_an_untouched_starter_has_no_tampering():
+    course = load_course(DEMO_COURSE)
+    assert find_tampering(course, DEMO_COURSE) == []
+
+
+def test_zip_submissions_are_unwrapped_and_unsafe_ones_refused(tmp_path):
+    archive = tmp_path / "alice.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("course/labA_arith/arith.py", "X = 1\n")
+    folder = unpack_submission(archive, tmp_path / "scratch")
+    assert (folder / "labA_arith" / "arith.py").read_text() == "X = 1\n"
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as handle:
+        handle.writestr("../../etc/owned", "x")
+    with pytest.raises(SubmissionError, match="unsafe path"):
+        unpack_submission(evil, tmp_path / "scratch2")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(SubmissionError, match="folder or a .zip"):
+        unpack_submission(tmp_path / "notes.txt", tmp_path / "scratch3")
+
+
+def test_long_text_keeps_its_head_and_tail(tmp_path):
+    text = "H" * 50 + "M" * 1000 + "T" * 50
+    short = truncate_text(text, 100)
+    assert short.startswith("H" * 50) and short.endswith("T" * 50) and "1000 characters truncated" in short
+    assert shorten_strings({"a": [text]}, 100) == {"a": [short]}
+    path = tmp_path / "out.txt"
+    path.write_bytes(b"h" * 10 + b"m" * 10_000 + b"t" * 10)
+    trim_file(path, 20)
+    data = path.read_bytes()
+    assert data.startswith(b"h" * 10) and data.endswith(b"t" * 10) and len(data) < 100
+

@@ -1,0 +1,140 @@
+"""The student release's documents: instructor sections stripped, no reference shown, every command run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from grader.__main__ import main
+from grader.course.labs import load_course
+from grader.release.build import build_release, check_student_documents, student_documents
+from grader.release.student_docs import (
+    DocsError,
+    cheap_form,
+    documented_commands,
+    reference_mentions,
+    strip_instructor_sections,
+)
+from grader.tests.corpus import DEMO_COURSE
+
+PY = "/env/bin/python"
+
+
+def test_instructor_sections_are_stripped_and_unbalanced_markers_refused():
+    text = "a\n<!-- instructor-only -->\nsecret\n<!-- /instructor-only -->\nb\n"
+    assert strip_instructor_sections(text) == "a\nb\n"
+    with pytest.raises(DocsError, match="never closed"):
+        strip_instructor_sections("a\n<!-- instructor-only -->\n", "README.md")
+    with pytest.raises(DocsError, match="README.md:1: .* without an opening"):
+        strip_instructor_sections("<!-- /instructor-only -->\n", "README.md")
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("nox -s lab01 -- --impl=solution", True),
+    ("LABKIT_IMPL=solution python -m lab01_fx_passes.benchmark", True),
+    ("python3 -m nox -s grade", True),
+    ("nox -s lab01 tests", True),
+    ("python -m grader batch CLASS --out graded", True),
+    ("see solutions/lab01_fx_passes", True),
+    ("nox -s grade-me", False),
+    ("nox -s lab01 -- -k conv_bn", False),
+    ("python -m grader run . --out graded/me", False),
+])
+def test_reference_mentions_find_instructor_commands_only(line, shown):
+    assert bool(reference_mentions(line)) == shown
+
+
+def test_documented_commands_come_from_shell_blocks_and_inline_code():
+    text = """Run `nox -s lab01` or `python -m lab02_npu_backend.report --model all`; `torch.compile(m)` is code.
+
+```bash
+python3 -m pip install nox && python3 -m nox -s grade-me   # comment
+LABKIT_IMPL=student python -m lab01_fx_passes.benchmark --quick
+cd somewhere
+```
+
+```python
+python = "not a command"
+nox -s not-a-command-either
+```
+"""
+    assert documented_commands(text) == [
+        "nox -s lab01", "python -m lab02_npu_backend.report --model all",
+        "python3 -m pip install nox", "python3 -m nox -s grade-me",
+        "LABKIT_IMPL=student python -m lab01_fx_passes.benchmark --quick",
+    ]
+
+
+@pytest.mark.parametrize("command, argv, skipped", [
+    ("nox -s lab01 -- -k conv_bn", (PY, "-m", "nox", "-s", "lab01", "--", "-k", "conv_bn", "--co", "-q"), ""),
+    ("python3 -m nox -s lab01 lab02", (PY, "-m", "nox", "-s", "lab01", "lab02", "--", "--co", "-q"), ""),
+    ("nox -s bench-lab01", (PY, "-m", "nox", "-s", "bench-lab01", "--", "--help"), ""),
+    ("python -m grader run . --out graded/me", (PY, "-m", "grader", "run", ".", "--out", "graded/me", "--help"), ""),
+    ("python3 -m pip install nox", (), "installs packages"),
+    ("nox -s labNN", (), "a template (labNN stands for a value)"),
+])
+def test_each_command_has_a_cheap_form(command, argv, skipped):
+    run = cheap_form(command, PY)
+    assert (run.argv, run.skipped) == (argv, skipped)
+
+
+def test_the_env_assignment_of_a_command_is_kept():
+    assert cheap_form("LABKIT_IMPL=student python -m x.y --quick", PY).env == (("LABKIT_IMPL", "student"),)
+
+
+def demo_course_with_readme(tmp_path, readme: str):
+    course = tmp_path / "course"
+    shutil.copytree(DEMO_COURSE, course)
+    (course / "README.md").write_text(readme)
+    return course
+
+
+def release_args(course, out, rubric_cache) -> list[str]:
+    return ["release", "--out", str(out), "--course", str(course), "--cache-dir", str(rubric_cache),
+            "--test-timeout", "4", "--lab-timeout", "15"]
+
+
+def test_the_release_strips_instructor_sections_and_runs_every_command_its_docs_show(tmp_path, capsys, rubric_cache):
+    course = demo_course_with_readme(tmp_path, """# Demo course
+
+```bash
+python -m grader run . --out graded/me      # your grade
+python -m labA_arith.no_such_module         # a handout command that no longer exists
+```
+<!-- instructor-only -->
+```bash
+nox -s solutions
+```
+<!-- /instructor-only -->
+""")
+    out = tmp_path / "release"
+    assert main(release_args(course, out, rubric_cache)) == 1
+    err = capsys.readouterr().err
+    assert "python -m labA_arith.no_such_module" in err and "No module named labA_arith.no_such_module" in err
+    assert "python -m grader run . --out graded/me:" not in err  # that one ran
+    readme = (out / "README.md").read_text()
+    assert "nox -s solutions" not in readme and "instructor-only" not in readme and "graded/me" in readme
+
+
+def test_the_release_refuses_a_document_that_still_shows_the_reference(tmp_path, capsys, rubric_cache):
+    course = demo_course_with_readme(tmp_path, "# Demo\n\nCompare with `nox -s labA -- --impl=solution`.\n")
+    assert main(release_args(course, tmp_path / "release", rubric_cache)) == 1
+    assert "README.md:3: Compare with `nox -s labA -- --impl=solution`." in capsys.readouterr().err
+
+
+def test_the_real_student_docs_show_no_instructor_command_and_only_existing_sessions(tmp_path):
+    release = tmp_path / "release"
+    build_release(load_course(), release)
+    commands = check_student_documents(release)  # raises, naming each line, if a document shows the reference
+    documents = {path.relative_to(release).as_posix(): path.read_text() for path in student_documents(release)}
+    assert {"README.md", "lab01_fx_passes/README.md", "grader/README.md"} <= set(documents)
+    assert "For instructors" not in documents["README.md"] and "nox -s grade-me" in documents["README.md"]
+    listed = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=release, capture_output=True, text=True,
+                            check=True).stdout
+    sessions = {line[2:].split(" -> ")[0] for line in listed.splitlines() if line[:2] in ("* ", "- ")}
+    shown = {name for command in commands for run in [cheap_form(command)] if run.argv[1:3] == ("-m", "nox")
+             for name in run.argv[run.argv.index("-s") + 1:run.argv.index("--")]}
+    assert shown and shown <= sessions, shown - sessions

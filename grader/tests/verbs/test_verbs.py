@@ -1,0 +1,125 @@
+"""The command line: each verb on the demo course and the graded corpus."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import zipfile
+
+import pytest
+
+from grader.__main__ import VERBS, build_parser, main
+from grader.report.summary import CSV_FILE, HTML_FILE, JSON_FILE
+from grader.runners.batch import grade_all
+from grader.tests.corpus import DEMO_COURSE, corpus_names, materialize
+
+
+def test_every_verb_is_registered_from_the_table():
+    help_text = build_parser().format_help()
+    assert all(verb in help_text for verb in VERBS)
+
+
+def test_run_grades_a_zip_and_exits_zero(tmp_path, capsys, demo_args):
+    folder = materialize("solution", tmp_path / "alice")
+    archive = tmp_path / "alice.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for path in folder.rglob("*"):
+            handle.write(path, path.relative_to(tmp_path))
+    out = tmp_path / "out"
+    assert main(["run", str(archive), "--out", str(out), "--labs", "labA", *demo_args]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["submission"] == "alice" and list(summary["labs"]) == ["labA"]
+    assert summary["labs"]["labA"]["score"] == 16 and summary["total"] == {
+        "score": 16, "max_score": 16, "pending": 0, "visible": {"score": 10, "max_score": 10, "pending": 0},
+        "heldout": {"score": 6, "max_score": 6, "pending": 0}}
+    assert "alice: 16/16 [visible 10/10 · held-out 6/6]" in capsys.readouterr().out
+    assert (out / "feedback.md").read_text().startswith("# Grade report: alice")
+
+
+def test_run_refuses_an_unknown_lab(tmp_path, capsys, demo_args):
+    assert main(["run", str(DEMO_COURSE), "--out", str(tmp_path), "--labs", "lab99", *demo_args]) == 2
+    assert "unknown or unready lab 'lab99'" in capsys.readouterr().err
+
+
+def test_run_on_an_unreadable_submission_still_writes_a_result(tmp_path, demo_args):
+    (tmp_path / "broken.zip").write_bytes(b"not a zip")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "broken.zip"), "--out", str(out), *demo_args]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert {lab["status"] for lab in summary["labs"].values()} == {"not-run"}
+    assert summary["total"]["max_score"] == 26 and "not a readable zip" in summary["flags"][0]
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "gradescope"])
+def test_score_rescores_a_graded_folder_in_every_format(graded_corpus, capsys, fmt):
+    assert main(["score", str(graded_corpus / "partial"), "--format", fmt]) == 0
+    printed = capsys.readouterr().out
+    if fmt == "md":
+        assert "**7/16** (visible 4/10 · held-out 3/6)" in printed and "- [x] *talking point*" in printed
+        assert "| ❌ | clamping to other bounds | 0/1 | lost points |" in printed
+        assert "test_clamp_to_other_bounds" not in printed, "feedback names held-out areas, never the cases"
+    else:
+        data = json.loads(printed)
+        assert (data["total"]["score"] if fmt == "json" else data["score"]) == 7
+
+
+def test_score_refuses_a_folder_that_was_not_graded(tmp_path, capsys):
+    assert main(["score", str(tmp_path)]) == 2
+    assert "not a folder written by `grader run`" in capsys.readouterr().err
+
+
+def test_a_runner_that_crashes_still_leaves_a_row(demo_setup, tmp_path):
+    def broken_runner(submission, out, setup, name):
+        raise RuntimeError("container would not start")
+
+    rows = grade_all([("bob", DEMO_COURSE)], tmp_path, demo_setup, runner=broken_runner, show_progress=False)
+    assert rows[0].student == "bob" and rows[0].max_score == 26 and set(rows[0].statuses.values()) == {"grader-error"}
+    summary = json.loads((tmp_path / "bob" / "summary.json").read_text())
+    assert "container would not start" in summary["flags"][0]
+
+
+def test_report_covers_every_student_of_the_corpus(graded_corpus, tmp_path):
+    assert main(["report", str(graded_corpus), "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / CSV_FILE).open()))
+    assert [row["student"] for row in rows] == corpus_names()
+    assert {"labA_score", "labA_max", "labA_pending", "labA_status", "labB_status", "labA_heldout_score",
+            "labA_heldout_max", "heldout_score", "visible_score"} <= set(rows[0])
+    overfit = next(row for row in rows if row["student"] == "overfit")
+    assert (overfit["labA_score"], overfit["labA_heldout_score"], overfit["labA_heldout_max"]) == ("10", "1", "6")
+    data = json.loads((tmp_path / JSON_FILE).read_text())
+    # solution, big_output, segfault, import_error, overfit, and after a hang elsewhere:
+    # hangs_in_one_function, swallows_timeout (resumed after its killed test), slow_but_correct
+    assert data["labs"]["labA"]["tests"]["test_fib"]["passed"] == 8
+    sums = data["labs"]["labA"]["talking_points"]["sums"]
+    assert sums["students"] == len(corpus_names()) and 0 < sums["ready_rate"] < 1
+    page = (tmp_path / HTML_FILE).read_text()
+    assert page.count("data:image/png;base64,") == 2 and "Talking-point readiness" in page  # a histogram per lab
+    assert "held-out tests: mean" in page and data["labs"]["labA"]["heldout_max_score"] == 6
+    assert {f["student"] for f in data["flagged"]} == {"conftest_plugin", "edits_test_lab", "patches_runner"}
+
+
+def test_release_ships_no_solutions_and_verifies(tmp_path, capsys, demo_args):
+    out = tmp_path / "release"
+    assert main(["release", "--out", str(out), *demo_args]) == 0
+    assert not (out / "solutions").exists() and (out / "labA_arith" / "lab.toml").is_file()
+    assert not list(out.rglob("heldout")) and not list(out.rglob("test_heldout.py")), "held-out tests never ship"
+    printed = capsys.readouterr().out
+    assert "untouched starters score 0" in printed
+    assert "none of the course's 7 held-out tests (9 points) is in the release" in printed
+
+
+def test_release_refuses_a_starter_that_already_passes(tmp_path, capsys):
+    course = tmp_path / "course"
+    shutil.copytree(DEMO_COURSE, course)
+    shutil.copy2(course / "solutions" / "labA_arith" / "arith.py", course / "labA_arith" / "arith.py")
+    assert main(["release", "--out", str(tmp_path / "release"), "--course", str(course),
+                 "--test-timeout", "4", "--lab-timeout", "15", "--no-cache"]) == 1
+    assert "the untouched starters must score 0" in capsys.readouterr().err
+
+
+def test_selfcheck_grades_reference_and_starter(capsys, demo_args):
+    assert main(["selfcheck", *demo_args]) == 0
+    printed = capsys.readouterr().out
+    assert "reference: 23/26 (+3 pending GPU) [visible 14/17 (+3 pending GPU) · held-out 9/9]" in printed
+    assert "starter: 0/26" in printed

@@ -1,0 +1,57 @@
+"""The ``batch`` verb: grade a folder of submissions in parallel."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from grader.course.labs import CourseError
+from grader.execute.preflight import GraderEnvironmentError, check_output_folder
+from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all
+from grader.runners.container import ContainerError
+from grader.runners.local import grade_submission
+from grader.scoring.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE, GRADER_FAULTS
+from grader.verbs.options import add_container_options, add_course_options, prepare, runner_from_args
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("submissions_dir", type=Path, help="one folder or .zip per student")
+    parser.add_argument("--out", type=Path, required=True, help="graded folder (one sub-folder per student)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    parser.add_argument("--only", default=None, help="comma-separated student ids to grade")
+    add_course_options(parser)
+    add_container_options(parser)
+
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        check_output_folder(args.out)
+        setup = prepare(args, check_environment=not args.container)
+        submissions = discover_submissions(args.submissions_dir)
+        runner = runner_from_args(args) or grade_submission
+    except (CourseError, ContainerError, GraderEnvironmentError) as error:
+        print(f"grader batch: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.only:
+        wanted = set(args.only.split(","))
+        submissions = [(name, path) for name, path in submissions if name in wanted]
+    if not submissions:
+        print(f"grader batch: no submissions in {args.submissions_dir}", file=sys.stderr)
+        return EXIT_USAGE
+    start = time.monotonic()
+    rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner, show_progress=sys.stderr.isatty())
+    for row in rows:
+        statuses = " ".join(f"{lab}={status}" for lab, status in row.statuses.items())
+        flags = f" flags={row.flags}" if row.flags else ""
+        print(f"{row.student}: {row.score}/{row.max_score} (+{row.pending} pending) {statuses}{flags}")
+    print(f"graded {len(rows)} submissions in {time.monotonic() - start:.1f} s with -j {args.jobs}: {args.out}/{BATCH_FILE}")
+    failed = [row.student for row in rows if GRADER_FAULTS & set(row.statuses.values())]
+    if failed:
+        print(f"\nGRADER ERROR for {len(failed)} submission(s), not their fault (the reason is in each "
+              f"feedback.md): {', '.join(failed)}\nFix the cause, then grade them again with --only "
+              f"{','.join(failed)}", file=sys.stderr)
+        return EXIT_GRADER_FAULT
+    return EXIT_OK

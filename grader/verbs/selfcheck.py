@@ -1,0 +1,153 @@
+"""The ``selfcheck`` verb (``nox -s grade``): grade the reference solutions and the untouched starters.
+
+This is the course's main job: it proves, end to end through the real grading path (sandbox,
+subprocess per lab, scoring), that each lab is gradable:
+
+- the **reference**: ``solutions/<package>/<editable files>`` dropped over the starters must earn every
+  CPU point (GPU tests may be pending), the held-out tests' included;
+- the **untouched starter**: the course as students receive it must score 0.
+
+Both summaries are printed. With ``--record-times`` the reference's time on every test it passed is
+written to each lab's ``reference_times.json`` (:mod:`grader.course.reference_times`), where the grader's
+time limits come from; the reference is then graded alone, so that the starter does not share its
+CPUs. With ``--container IMAGE`` each is graded in its own container of the course
+image (network off), which checks the image too. Labs that are not written yet (no ``lab.toml`` or ``test_lab.py``) are
+listed and skipped; the exit status is 1 only when a ready lab breaks one of the two rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+from grader.course.labs import CourseError, make_reference_submission
+from grader.course.reference_times import ReferenceTimes, merged, read_reference_times, write_reference_times
+from grader.evidence.events import read_events
+from grader.evidence.layout import EVENTS_FILE, RAW_DIR, RUN_FILE, read_json
+from grader.evidence.runs import passed_test_times
+from grader.execute.preflight import GraderEnvironmentError
+from grader.runners.batch import grade_all
+from grader.runners.container import ContainerError
+from grader.runners.local import GradingSetup, grade_submission
+from grader.scoring.feedback import summary_line
+from grader.scoring.results import PASSED, SubmissionResult
+from grader.scoring.score import rescore
+from grader.verbs.options import add_container_options, add_course_options, prepare, runner_from_args
+
+REFERENCE, STARTER = "reference", "starter"
+
+
+def problems_of(reference: SubmissionResult, starter: SubmissionResult) -> list[str]:
+    """Every way the two results break the rules of the module docstring (pure)."""
+    problems = []
+    for lab in reference.labs:
+        if lab.status == "unavailable":
+            problems.append(f"{lab.lab}: {lab.reason.splitlines()[0]}")
+        elif lab.status != "graded" or lab.score + lab.pending != lab.max_score:
+            failing = [f"{t.nodeid.split('::', 1)[-1]} ({t.outcome}: {t.message.splitlines()[0] if t.message else ''})"
+                       for t in lab.tests if t.outcome not in (PASSED, "pending")]
+            problems.append(f"{lab.lab}: the reference scores {lab.score}/{lab.max_score} ({lab.status}"
+                            f"{': ' + lab.reason if lab.reason else ''}); failing: {'; '.join(failing) or 'none'}")
+    for lab in starter.labs:
+        if lab.status == "unavailable":
+            continue
+        if lab.score:
+            passing = [t.nodeid.split("::", 1)[-1] for t in lab.tests if t.points]
+            problems.append(f"{lab.lab}: the untouched starter scores {lab.score}/{lab.max_score}: "
+                            f"graded tests pass without student code: {', '.join(passing)}")
+        elif lab.status != "graded":
+            problems.append(f"{lab.lab}: the untouched starter is not graded normally ({lab.status}: {lab.reason})")
+    return problems
+
+
+def _print_result(title: str, result: SubmissionResult) -> None:
+    print(f"\n== {title}: {summary_line(result)}")
+    for lab in result.labs:
+        pending = f" (+{lab.pending} pending GPU)" if lab.pending else ""
+        split = f" (visible {lab.visible.score}/{lab.visible.max_score}, held-out {lab.heldout.score}/{lab.heldout.max_score})"
+        print(f"   {lab.lab} {lab.title}: {lab.score}/{lab.max_score}{pending}{split if lab.heldout.max_score else ''} "
+              f"[{lab.status}] in {lab.wall_s:.1f} s")
+        if lab.reason:
+            print(f"      {lab.reason.splitlines()[0][:200]}")
+
+
+def record_times(setup: GradingSetup, graded: Path, log=print) -> None:
+    """Write each lab's ``reference_times.json`` from the reference's graded folder ``graded``.
+
+    A lab the reference did not pass cleanly keeps its old file (the times would be a failure's times).
+    """
+    result = rescore(graded)
+    for lab in setup.rubric.labs:
+        scored = result.lab(lab.lab)
+        if lab.error is not None or scored.status != "graded" or scored.score + scored.pending != scored.max_score:
+            log(f"  {lab.lab}: times NOT recorded: the reference scores {scored.score}/{scored.max_score} "
+                f"({scored.status}); fix that first (or grade with a larger --time-factor)")
+            continue
+        nodeids = {test.nodeid for test in lab.tests}
+        lab_dir = setup.course.root / lab.package
+        times = merged(measure(graded, lab.lab, nodeids, setup.options.gpu), read_reference_times(lab_dir), nodeids)
+        path = write_reference_times(lab_dir, times)
+        log(f"  {lab.lab}: recorded {len(times.tests)} of {len(nodeids)} tests' times "
+            f"(sum {sum(times.tests.values()):.1f} s, whole run {times.lab_wall_s:.1f} s) in "
+            f"{lab.package}/{path.name}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=None, help="keep both graded folders here (default: a temp folder)")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="grade the two submissions at once (default 2)")
+    parser.add_argument("--record-times", action="store_true",
+                        help="write each lab's reference_times.json from the reference's run (time limits derive from it)")
+    add_course_options(parser)
+    add_container_options(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        setup = prepare(args, check_environment=not args.container)
+    except CourseError as error:
+        print(f"grader selfcheck: nothing to grade yet: {error}")
+        return 0
+    except GraderEnvironmentError as error:
+        print(f"grader selfcheck: {error}", file=sys.stderr)
+        return 2
+    try:
+        runner = runner_from_args(args) or grade_submission
+    except ContainerError as error:
+        print(f"grader selfcheck: {error}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="grader-selfcheck-") as scratch:
+        out = args.out or Path(scratch) / "graded"
+        reference = make_reference_submission(setup.course, Path(scratch) / REFERENCE)
+        submissions = [(REFERENCE, reference), (STARTER, setup.course.root)]
+        jobs = 1 if args.record_times else args.jobs
+        grade_all(submissions, out, setup, jobs=jobs, runner=runner, show_progress=sys.stderr.isatty())
+        results = {name: rescore(out / name) for name, _ in submissions}
+        if args.record_times:
+            print("\nreference times:")
+            record_times(setup, out / REFERENCE)
+    _print_result("reference solutions", results[REFERENCE])
+    _print_result("untouched starters", results[STARTER])
+    for package, why in setup.course.not_ready.items():
+        print(f"\nnote: {package} was skipped: {why}")
+    problems = problems_of(results[REFERENCE], results[STARTER])
+    if problems:
+        print("\nPROBLEMS:\n  " + "\n  ".join(problems))
+        return 1
+    print("\nok: the reference earns every CPU point and the untouched starters score 0")
+    return 0
+
+
+def measure(graded: Path, lab_id: str, nodeids: set[str], gpu: str) -> ReferenceTimes:
+    """The times of one lab from the reference's graded folder (``graded/raw/<lab>/``)."""
+    raw = graded / RAW_DIR / lab_id
+    record = read_json(raw / RUN_FILE) or {}
+    recorded = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
+                "platform": platform.platform(terse=True), "python": platform.python_version(), "gpu": gpu}
+    wall = record.get("wall_s")
+    return ReferenceTimes(passed_test_times(read_events(raw / EVENTS_FILE), nodeids),
+                          float(wall) if isinstance(wall, (int, float)) else None, recorded)
