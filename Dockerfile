@@ -14,6 +14,10 @@
 # Grade one submission (network off; the submission read-only):
 #   docker run --rm --gpus all --network none -v "$PWD/SUB":/submission:ro -v "$PWD/OUT":/out \
 #       torch-compile-labs run /submission --out /out
+#
+# Targets: the default (`grader`) holds the course, its held-out tests and the grader, never the
+# reference solutions; `--target instructor` adds them, for running the course's own tests in the image
+# (nox -s image-cpu / image-gpu). Neither is for students: held-out tests are in both.
 
 # A CUDA runtime base. PyTorch's wheels bring their own CUDA libraries; the host needs only an NVIDIA
 # driver recent enough for them (and the NVIDIA container toolkit for --gpus).
@@ -50,13 +54,17 @@ RUN set -eu; \
         --requirement /opt/requirements/requirements.txt
 
 # ---- source: the course's files (the build context without the wheelhouse) --------------------------
+# The reference solutions are set aside: the grading image (the default target) never holds them, so
+# no graded process and no one who pulls the image can read them. Only the `instructor` target (the
+# course's own test suite runs in it) copies them back.
 FROM system AS source
 ARG WHEELHOUSE=
 COPY . /opt/course
-RUN if [ -n "$WHEELHOUSE" ]; then rm -rf "/opt/course/$WHEELHOUSE"; fi; rm -rf /opt/course/build
+RUN if [ -n "$WHEELHOUSE" ]; then rm -rf "/opt/course/$WHEELHOUSE"; fi; rm -rf /opt/course/build \
+    && mkdir /opt/instructor && mv /opt/course/solutions /opt/instructor/solutions
 
-# ---- the image ---------------------------------------------------------------------------------------
-FROM system
+# ---- the grading image's contents ------------------------------------------------------------------------
+FROM system AS course
 # The course and the environment belong to root and are read-only for the user who grades: a
 # submission cannot change the pristine tests or the grader it is graded by.
 COPY --from=deps /opt/venv /opt/venv
@@ -65,6 +73,7 @@ COPY --from=source /opt/course /opt/course
 RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
         --no-deps --no-build-isolation --editable /opt/course \
     && /opt/venv/bin/pip check \
+    && /opt/venv/bin/python -m grader.pin \
     && useradd --create-home --uid 10001 --user-group course \
     && chmod 1777 /home/course \
     && mkdir -p /submission /out \
@@ -80,14 +89,23 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTEST_ADDOPTS="-p no:cacheprovider" \
     HYPOTHESIS_STORAGE_DIRECTORY=/tmp/hypothesis \
+    COURSE_GRADER_CACHE=/opt/course-grader-cache \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 WORKDIR /opt/course
 USER course
-# Collect the pristine rubric now: every grading container then starts on the tests at once. The
-# cache stays writable for whichever uid runs the image (a changed course is collected again).
-RUN mkdir -p "$HOME/.cache/course-grader" \
-    && python -m grader.warm \
-    && chmod -R a+rwX "$HOME/.cache"
+# Collect the pristine rubric now, into a cache that is part of the image (read-only when graded):
+# every grading container then starts on the tests at once. The grader checks every entry it reads.
+USER root
+RUN mkdir -p "$COURSE_GRADER_CACHE" && python -m grader.warm && chmod -R a+rX "$COURSE_GRADER_CACHE"
+USER course
 ENTRYPOINT ["python", "-m", "grader"]
 CMD ["--help"]
+
+# ---- instructor: the grading image plus the reference solutions (nox -s image-cpu runs the course's
+# own test suite in it). Never hand this one to students.
+FROM course AS instructor
+COPY --from=source --chown=root:root /opt/instructor/solutions /opt/course/solutions
+
+# ---- the grading image (the default target): the course, its held-out tests and the grader; no solutions
+FROM course AS grader

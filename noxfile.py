@@ -66,6 +66,10 @@ def course_python(session: nox.Session) -> str:
         for old in SHARED_ENV.glob(".installed-*"):
             old.unlink()
         stamp.touch()
+    if not any(SHARED_ENV.glob("[Ll]ib/*/site-packages/course-grader-pin.pth")) and not any(
+            SHARED_ENV.glob("Lib/site-packages/course-grader-pin.pth")):
+        # `python -m grader` must mean the installed grader even when run from inside a student's copy.
+        session.run(python, "-m", "grader.pin", external=True, silent=True)
     return python
 
 
@@ -196,6 +200,8 @@ def report_check(session: nox.Session) -> None:
 # The engine is $GRADER_CONTAINER_ENGINE (e.g. "podman --runtime runc"), else docker or podman, whichever
 # answers; the image's name is $COURSE_IMAGE. BASE_IMAGE and WHEELHOUSE pass through as build args.
 COURSE_IMAGE = os.environ.get("COURSE_IMAGE", "torch-compile-labs:latest")
+#: The same image with the reference solutions (the Dockerfile's `instructor` target), for the course's own tests.
+INSTRUCTOR_IMAGE = os.environ.get("COURSE_INSTRUCTOR_IMAGE", COURSE_IMAGE.rsplit(":", 1)[0] + ":instructor")
 OFFLINE_BASE_IMAGE = "localhost/course-base:bookworm"
 OFFLINE_WHEELHOUSE = "build/wheelhouse"  # relative to the build context (.dockerignore lets it in)
 CONTAINER_TEST_DIR = ROOT / "build" / "docker-test"
@@ -213,14 +219,16 @@ def container_engine(session: nox.Session) -> list[str]:
     raise AssertionError("unreachable")
 
 
-def build_image(session: nox.Session, engine: list[str], tag: str, build_args: dict[str, str]) -> None:
+def build_image(session: nox.Session, engine: list[str], tag: str, build_args: dict[str, str],
+                target: str | None = None) -> None:
     flags = [f"--build-arg={name}={value}" for name, value in build_args.items() if value]
+    flags += ["--target", target] if target else []
     session.run(*engine, "build", *flags, "--tag", tag, str(ROOT), external=True)
 
 
 def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *, gpus: bool = False,
                  out: Path | None = None) -> None:
-    """Run ``nox nox_args`` inside the image, network off (the image has the course installed).
+    """Run ``nox nox_args`` inside the instructor image, network off (it has the course and its solutions installed).
 
     ``out``: a host folder mounted at ``/out`` (the course in the image is read-only).
     """
@@ -232,7 +240,7 @@ def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *
         out.mkdir(parents=True, exist_ok=True)
         volume = ["--volume", f"{out}:/out"]
     session.run(*engine, "run", "--rm", *isolation_args(limits), *(gpu_args(engine) if gpus else []), *volume,
-                "--entrypoint", "nox", COURSE_IMAGE, *nox_args, external=True)
+                "--entrypoint", "nox", INSTRUCTOR_IMAGE, *nox_args, external=True)
 
 
 def has_nvidia_gpu() -> bool:
@@ -245,10 +253,12 @@ def has_nvidia_gpu() -> bool:
 
 @nox.session(venv_backend="none")
 def image(session: nox.Session) -> None:
-    """Build the course image ($COURSE_IMAGE; build args from $BASE_IMAGE and $WHEELHOUSE when set)."""
+    """Build the grading image ($COURSE_IMAGE, no solutions) and its instructor target (with them; build args
+    from $BASE_IMAGE and $WHEELHOUSE when set)."""
     engine = container_engine(session)
-    build_image(session, engine, COURSE_IMAGE,
-                {"BASE_IMAGE": os.environ.get("BASE_IMAGE", ""), "WHEELHOUSE": os.environ.get("WHEELHOUSE", "")})
+    build_args = {"BASE_IMAGE": os.environ.get("BASE_IMAGE", ""), "WHEELHOUSE": os.environ.get("WHEELHOUSE", "")}
+    build_image(session, engine, COURSE_IMAGE, build_args)
+    build_image(session, engine, INSTRUCTOR_IMAGE, build_args, target="instructor")
 
 
 @nox.session(name="image-cpu", venv_backend="none")

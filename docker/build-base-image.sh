@@ -6,9 +6,9 @@
 #   REBUILD_BASE_IMAGE=1 docker/build-base-image.sh  (import again even if the image exists)
 #
 # debootstrap fetches Debian packages from a Debian mirror (or a local mirror given in
-# DEBIAN_MIRROR), builds a root filesystem with Python 3.11, its venv module and headers, and a C++
-# compiler (TorchInductor compiles C++ on CPU and Triton builds its launcher with a C compiler), then
-# imports it into the container engine as an image. The Dockerfile's system-dependency step finds
+# DEBIAN_MIRROR), builds a root filesystem with Python 3.11, its venv module and headers, a C++
+# compiler (TorchInductor compiles C++ on CPU and Triton builds its launcher with a C compiler) and
+# bubblewrap (the grader isolates every graded process with it), then imports it into the container engine as an image. The Dockerfile's system-dependency step finds
 # everything already installed in such a base, so the course image then builds with no network at all.
 # Needs root, debootstrap, and podman or docker.
 set -euo pipefail
@@ -19,7 +19,7 @@ MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 WORK="${BASE_IMAGE_WORKDIR:-$HERE/../build/container}"
 ENGINE="${CONTAINER_ENGINE:-$(command -v podman || command -v docker || true)}"
-PACKAGES="python3,python3-venv,python3-dev,g++,ca-certificates"
+PACKAGES="python3,python3-venv,python3-dev,g++,bubblewrap,ca-certificates"
 
 if [[ -z "${ENGINE// }" ]]; then
     echo "error: neither podman nor docker is installed" >&2

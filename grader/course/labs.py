@@ -16,7 +16,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from labkit.labspec import COURSE_ROOT, LAB_PACKAGES, SPEC_FILE, TEST_FILE, LabSpec, LabSpecError, load_lab_spec
+from labkit.labspec import (
+    COURSE_ROOT, HELDOUT_DIR, LAB_PACKAGES, SPEC_FILE, TEST_FILE, LabSpec, LabSpecError, load_lab_spec,
+)  # fmt: skip
 
 #: Files and folders at the course root that every graded run needs (copied pristine into each sandbox).
 SUPPORT_PATHS = ("conftest.py", "pyproject.toml", "labkit")
@@ -83,6 +85,11 @@ class Course:
     @property
     def solutions(self) -> Path:
         return self.root / SOLUTIONS_DIR
+
+    @property
+    def holds_instructor_material(self) -> bool:
+        """True when the course has reference solutions or held-out tests: what graded code must never see."""
+        return self.solutions.is_dir() or any((spec.directory / HELDOUT_DIR).is_dir() for spec in self.labs)
 
 
 def check_editable(spec: LabSpec) -> None:

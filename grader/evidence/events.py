@@ -1,17 +1,75 @@
-"""The event log of a graded run: its event names, reading it back, and the rules read from it."""
+"""The event log of a graded run: its vocabulary, the run order with its canaries, and reading it back.
+
+Inside the graded pytest process the probe (:mod:`grader.execute.probe`) sends one JSON object per
+event down a pipe; the supervisor (:mod:`grader.execute.supervisor`) checks each one against the run
+order and writes the accepted ones to ``raw/<lab>/events.jsonl``, a file no graded process can see.
+The scorer reads only that file. The probe's events:
+
+- ``configure`` (the process started with the grader's plugins), ``collected`` (the real tests, in
+  order), ``collect_error``;
+- per test: ``start``, one ``report`` per phase (``setup``, ``call``, ``teardown``: outcome,
+  message, duration, ``"timeout": true`` when the grader's alarm stopped it), ``finish``;
+- ``session_finish``.
+
+The supervisor adds its own: ``killed`` (a test overran its limit and did not stop: its process was
+killed), ``stopped`` (the streak rule ended the lab), ``rejected`` (an event it refused, with why).
+
+**Canaries.** After each real test the run holds a *canary*: a second copy of one of the lab's quick
+tests (same name, node id, markers and fixtures) whose body always fails. Which test is copied, and
+where, follows from a random seed the supervisor hands the probe over a private pipe
+(:func:`run_order`), so nothing a submission can read on disk, on the command line or in the
+environment tells a canary from the test it copies. Honest code cannot make a canary pass; code that
+rewrites pytest's outcomes makes one pass and the run is void. In the recorded log a canary's events
+carry the node id :func:`canary_nodeid` gives it.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+import random
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+#: The probe's events (see the module docstring).
+CONFIGURE, COLLECTED, COLLECT_ERROR = "configure", "collected", "collect_error"
+START, REPORT, FINISH, SESSION_FINISH = "start", "report", "finish", "session_finish"
+PROBE_EVENTS = frozenset({CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH})
+#: The supervisor's events.
+KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
+STOPPED_EVENT = "stopped"  # the streak rule stopped the lab
+REJECTED_EVENT = "rejected"  # an event the supervisor refused (the graded process tampered with its channel)
+PHASES = ("setup", "call", "teardown")
+#: The recorded node id of a canary case starts with this.
+CANARY_PREFIX = "grader-canary"
 
-def is_canary(test_name: str, canary: str) -> bool:
-    """True when ``test_name`` (a node id or a function name) is one of the grader's canary cases."""
-    return test_name.split("::")[-1].split("[")[0] == canary
 
+def canary_nodeid(position: int, copied: str) -> str:
+    """The recorded node id of the canary at ``position`` of the run order, a copy of test ``copied``."""
+    return f"{CANARY_PREFIX}#{position}::{copied}"
+
+
+def is_canary(nodeid: str) -> bool:
+    """True for a recorded canary case (see :func:`canary_nodeid`)."""
+    return nodeid.startswith(CANARY_PREFIX + "#")
+
+
+def run_order(real: Sequence[str], seed: int, copyable: Iterable[str]) -> list[tuple[str, bool]]:
+    """The order a graded process runs its items in: ``(node id, is_canary)`` pairs.
+
+    One canary follows each real test; each canary copies a test drawn (with ``seed``) from the
+    ``copyable`` ones that were collected (the quick ones: a canary runs its copy's fixtures), or from
+    all of ``real`` when none of them was. The probe and the supervisor both call this, so they agree
+    on every position without the order ever being written down where the graded code could read it.
+    """
+    real = list(real)
+    pool = sorted(set(copyable) & set(real)) or sorted(set(real))
+    rng = random.Random(seed)
+    order: list[tuple[str, bool]] = []
+    for nodeid in real:
+        order.append((nodeid, False))
+        order.append((rng.choice(pool), True))
+    return order
 
 
 def read_events(path: Path) -> tuple[dict[str, Any], ...]:
@@ -35,35 +93,25 @@ def read_events(path: Path) -> tuple[dict[str, Any], ...]:
     return tuple(events)
 
 
-#: Event names the grader adds to a lab's event log (besides the probe's own).
-KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
-
-
-
-STOPPED_EVENT = "stopped"  # the streak rule stopped the lab
-
-
-
-def timeout_streak(events: Iterable[dict[str, Any]], is_canary: Callable[[str], bool]) -> int:
+def timeout_streak(events: Iterable[dict[str, Any]], skip: Callable[[str], bool] = is_canary) -> int:
     """How many real tests in a row, counting back from the last one that ended, ran out of time.
 
     A test ran out of time when a phase reported the grader's time limit (``"timeout": true``) or
-    when the supervisor killed it (a ``killed`` event). Canaries (``is_canary(nodeid)``) are ignored.
+    when the supervisor killed it (a ``killed`` event). Canaries (``skip(nodeid)``) are ignored.
     """
     streak = 0
     timed_out: set[str] = set()
     for event in events:
         nodeid, kind = event.get("nodeid"), event.get("event")
-        if not isinstance(nodeid, str) or is_canary(nodeid):
+        if not isinstance(nodeid, str) or skip(nodeid):
             continue
-        if kind == "report" and event.get("timeout"):
+        if kind == REPORT and event.get("timeout"):
             timed_out.add(nodeid)
         elif kind == KILLED_EVENT:
             streak += 1
-        elif kind == "finish":
+        elif kind == FINISH:
             streak = streak + 1 if nodeid in timed_out else 0
     return streak
-
 
 
 def stop_reason(streak: int, remaining: int | None = None) -> str:

@@ -8,9 +8,11 @@
       results.json          Gradescope's format
       rubric.json           the rubric this submission was scored against
       submission.json       what the sandbox took and what it flagged (tampering, missing files)
-      raw/<lab>/run.json    how the lab's pytest process ended (grader.execute.supervisor.RunRecord)
+      raw/<lab>/run.json    how the lab's visible tests' processes ended (grader.execute.supervisor.RunRecord)
       raw/<lab>/limits.json every test's time limit and how it was derived (grader.execute.limits)
-      raw/<lab>/events.jsonl, report.json (report.1.json... after a resume), output.txt
+      raw/<lab>/events.jsonl the supervisor's checked record of the probe's events (grader.evidence.events)
+      raw/<lab>/report.json  pytest-json-report's report (report.1.json... after a resume), output.txt
+      raw/<lab>/heldout/    the same files for the lab's held-out tests (their own process)
 
 Everything :mod:`grader.scoring.score` needs is in ``rubric.json``, ``submission.json`` and ``raw/``: a regrade
 (new scoring rules, a fixed rubric) reads these files and never runs a student's code again.
@@ -28,6 +30,8 @@ GRADESCOPE_FILE = "results.json"
 RUBRIC_FILE = "rubric.json"
 SUBMISSION_FILE = "submission.json"
 RAW_DIR = "raw"
+#: Inside ``raw/<lab>/``: the held-out tests' part of the run, with the same files.
+HELDOUT_RUN_DIR = "heldout"
 RUN_FILE = "run.json"
 LIMITS_FILE = "limits.json"
 EVENTS_FILE = "events.jsonl"

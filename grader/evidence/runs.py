@@ -1,4 +1,9 @@
-"""One lab's raw run read back as plain data (the scorer's input)."""
+"""One part of a lab's raw run (its visible tests, or its held-out tests) read back as plain data.
+
+This is the scorer's input. Everything in it was written by the supervisor (:mod:`grader.execute.supervisor`)
+after checking it, except the JSON reports, which pytest-json-report wrote inside the graded process
+and which can therefore only ever take a pass away (:mod:`grader.scoring.score`).
+"""
 
 from __future__ import annotations
 
@@ -7,30 +12,32 @@ from pathlib import Path
 from typing import Any
 
 from grader.evidence.events import read_events
-from grader.evidence.layout import EVENTS_FILE, OUTPUT_FILE, RAW_DIR, REPORT_FILE, RUN_FILE, read_json, report_file
+from grader.evidence.layout import (
+    EVENTS_FILE, HELDOUT_RUN_DIR, OUTPUT_FILE, RAW_DIR, REPORT_FILE, RUN_FILE, read_json, report_file,
+)  # fmt: skip
 
 #: How much of a run's console output the scorer quotes in a reason.
 OUTPUT_TAIL_CHARS = 1500
 
 
-
 @dataclass(frozen=True)
 class LabRun:
-    """Everything one lab's pytest process left behind, as plain data: the scorer's input.
+    """Everything one part of a lab's run left behind, as plain data.
 
     Attributes:
         lab: the lab id.
-        exit_code: the process's exit status (negative: killed by that signal; None: unknown).
-        timed_out: the grader killed it at the per-lab wall-clock limit.
+        heldout: the held-out tests' part (its messages are never shown to students).
+        exit_code: the last process's exit status (negative: killed by that signal; None: unknown).
+        timed_out: the grader killed it at the part's wall-clock budget.
         output_flooded: the grader killed it for printing too much.
         wall_s: how long it ran.
-        canary: name of the canary test injected into this run.
-        events: the probe's event log, in order.
+        events: the supervisor's record of the events, in order.
         report: pytest-json-report's report, or None when the process died before writing it.
         output_tail: the end of the console output.
-        lab_timeout_s: the per-lab limit the run had (for messages).
-        resumed_reports: the reports of the pytest processes resumed after a killed test, in order
+        lab_timeout_s: the part's budget (for messages).
+        resumed_reports: the reports of the processes started again after a killed test, in order
             (None for one that died before writing it); ``report`` is the first process's.
+        isolation: how the processes were isolated (``bubblewrap`` or ``none``).
     """
 
     lab: str
@@ -38,12 +45,13 @@ class LabRun:
     timed_out: bool
     output_flooded: bool
     wall_s: float
-    canary: str
     events: tuple[dict[str, Any], ...]
     report: dict[str, Any] | None
+    heldout: bool = False
     output_tail: str = ""
     lab_timeout_s: float | None = None
     resumed_reports: tuple[dict[str, Any] | None, ...] = ()
+    isolation: str = "none"
 
     @property
     def reports(self) -> tuple[dict[str, Any] | None, ...]:
@@ -51,9 +59,16 @@ class LabRun:
         return (self.report, *self.resumed_reports)
 
 
+@dataclass(frozen=True)
+class LabRuns:
+    """A lab's two parts: its visible tests' run and its held-out tests' run (None: not run)."""
+
+    visible: LabRun | None
+    heldout: LabRun | None = None
+
 
 def load_lab_run(raw_dir: Path) -> LabRun | None:
-    """Read ``raw/<lab>/`` back; None when the lab was never run (no ``run.json``)."""
+    """Read one part's folder back (``raw/<lab>/`` or ``raw/<lab>/heldout/``); None when it never ran."""
     record = read_json(raw_dir / RUN_FILE)
     if record is None:
         return None
@@ -62,27 +77,32 @@ def load_lab_run(raw_dir: Path) -> LabRun | None:
     tail = output.read_text(encoding="utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:] if output.is_file() else ""
     return LabRun(
         lab=record["lab"],
+        heldout=bool(record.get("heldout")),
         exit_code=record.get("exit_code"),
         timed_out=bool(record.get("timed_out")),
         output_flooded=bool(record.get("output_flooded")),
         wall_s=float(record.get("wall_s", 0.0)),
-        canary=record["canary"],
         events=read_events(raw_dir / EVENTS_FILE),
         report=read_json(raw_dir / REPORT_FILE),
         output_tail=tail,
         lab_timeout_s=record.get("lab_timeout_s"),
         resumed_reports=tuple(read_json(raw_dir / report_file(index)) for index in range(1, processes)),
+        isolation=str(record.get("isolation") or "none"),
     )
 
 
-
-def load_lab_runs(out: Path, lab_ids: list[str]) -> dict[str, LabRun | None]:
-    """Every lab's run under ``out/raw`` (None for a lab that was not run)."""
-    return {lab: load_lab_run(out / RAW_DIR / lab) for lab in lab_ids}
+def load_lab_runs(out: Path, lab_ids: list[str]) -> dict[str, LabRuns | None]:
+    """Every lab's runs under ``out/raw`` (None for a lab that was not run at all)."""
+    runs: dict[str, LabRuns | None] = {}
+    for lab in lab_ids:
+        visible = load_lab_run(out / RAW_DIR / lab)
+        heldout = load_lab_run(out / RAW_DIR / lab / HELDOUT_RUN_DIR)
+        runs[lab] = None if visible is None and heldout is None else LabRuns(visible, heldout)
+    return runs
 
 
 def passed_test_times(events: tuple[dict[str, Any], ...], nodeids: set[str]) -> dict[str, float]:
-    """Seconds of every test of ``nodeids`` whose phases all passed, from a probe event log (pure)."""
+    """Seconds of every test of ``nodeids`` whose phases all passed, from a recorded event log (pure)."""
     durations: dict[str, float] = {}
     failed: set[str] = set()
     for event in events:

@@ -37,6 +37,36 @@ if TYPE_CHECKING:  # the rubric imports the runner, which imports this module
 
 
 @dataclass(frozen=True)
+class RunLimits:
+    """Time and size limits of one lab's run (the time limits per test and per lab: :mod:`grader.execute.limits`).
+
+    Attributes:
+        test_timeout_s: one limit for every test (``--test-timeout``); None: from the reference's times.
+        lab_timeout_s: the lab's wall-clock budget (``--lab-timeout``); None: the sum of its test limits
+            plus a start-up allowance.
+        time_factor: a test's limit is this many times the reference solution's time on it...
+        min_test_timeout_s: ...but never less than this.
+        unmeasured_test_timeout_s: the limit of a test the reference was never timed on.
+        min_startup_s: the least start-up allowance (Python, imports, collection) in a lab budget.
+        max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped.
+        output_cap_bytes: console output beyond this kills the run (a flood, not a test).
+        output_keep_bytes: console output kept after the run (head and tail halves).
+        report_cap_bytes: a JSON report larger than this is rewritten with long strings shortened.
+    """
+
+    test_timeout_s: float | None = None
+    lab_timeout_s: float | None = None
+    time_factor: float = 10.0
+    min_test_timeout_s: float = 10.0
+    unmeasured_test_timeout_s: float = 300.0
+    min_startup_s: float = 60.0
+    max_consecutive_timeouts: int = 15
+    output_cap_bytes: int = 64 * 1024 * 1024
+    output_keep_bytes: int = 64 * 1024
+    report_cap_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class LabBudget:
     """The time limits of one lab's run.
 
@@ -86,9 +116,13 @@ def limit_for_test(reference_s: float | None, limits: RunLimits) -> tuple[float,
     return round(scaled, 1), f"{limits.time_factor:g} x the reference solution's {_seconds(reference_s)}"
 
 
-def lab_budget(lab: LabRubric, limits: RunLimits) -> LabBudget:
-    """The limits of ``lab``'s run (see the module docstring)."""
-    tests = {test.nodeid: limit_for_test(test.reference_s, limits) for test in lab.tests}
+def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> LabBudget:
+    """The limits of one part of ``lab``'s run: its visible tests, or (``heldout``) its held-out ones.
+
+    Each part is its own pytest process (or a few, after a killed test) with its own start-up
+    allowance; the reference's recorded start-up (its whole run minus its tests) is counted once per part.
+    """
+    tests = {test.nodeid: limit_for_test(test.reference_s, limits) for test in lab.tests if test.heldout == heldout}
     if limits.lab_timeout_s is not None:
         lab_s = float(limits.lab_timeout_s)
     else:
@@ -101,6 +135,12 @@ def lab_budget(lab: LabRubric, limits: RunLimits) -> LabBudget:
     return LabBudget(tests, default, lab_s, limits.max_consecutive_timeouts)
 
 
+def whole_lab_s(lab: LabRubric, limits: RunLimits) -> float:
+    """The longest an honest grading of ``lab`` can take: its visible part, then its held-out part (if any)."""
+    parts = [False, True] if lab.heldout_tests else [False]
+    return sum(lab_budget(lab, limits, heldout=part).lab_s for part in parts)
+
+
 #: What a process grading whole submissions (a container, a Slurm task) gets beyond the labs' budgets:
 #: start-up, the sandbox, scoring and writing the reports.
 GRADING_MARGIN_S = 600.0
@@ -108,7 +148,7 @@ GRADING_MARGIN_S = 600.0
 
 def submission_budget_s(rubric: Rubric, limits: RunLimits, labs: Collection[str] | None = None) -> float:
     """The sum of one submission's lab budgets (of ``labs`` only, if given): the longest an honest grading can take."""
-    return sum(lab_budget(lab, limits).lab_s for lab in rubric.labs
+    return sum(whole_lab_s(lab, limits) for lab in rubric.labs
                if lab.error is None and (labs is None or lab.lab in labs))
 
 
@@ -121,33 +161,3 @@ def time_limit_args(limits: RunLimits) -> list[str]:
     if limits.lab_timeout_s is not None:
         args += ["--lab-timeout", f"{limits.lab_timeout_s:g}"]
     return args
-
-
-@dataclass(frozen=True)
-class RunLimits:
-    """Time and size limits of one lab's run (the time limits per test and per lab: :mod:`grader.execute.limits`).
-
-    Attributes:
-        test_timeout_s: one limit for every test (``--test-timeout``); None: from the reference's times.
-        lab_timeout_s: the lab's wall-clock budget (``--lab-timeout``); None: the sum of its test limits
-            plus a start-up allowance.
-        time_factor: a test's limit is this many times the reference solution's time on it...
-        min_test_timeout_s: ...but never less than this.
-        unmeasured_test_timeout_s: the limit of a test the reference was never timed on.
-        min_startup_s: the least start-up allowance (Python, imports, collection) in a lab budget.
-        max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped.
-        output_cap_bytes: console output beyond this kills the run (a flood, not a test).
-        output_keep_bytes: console output kept after the run (head and tail halves).
-        report_cap_bytes: a JSON report larger than this is rewritten with long strings shortened.
-    """
-
-    test_timeout_s: float | None = None
-    lab_timeout_s: float | None = None
-    time_factor: float = 10.0
-    min_test_timeout_s: float = 10.0
-    unmeasured_test_timeout_s: float = 300.0
-    min_startup_s: float = 60.0
-    max_consecutive_timeouts: int = 15
-    output_cap_bytes: int = 64 * 1024 * 1024
-    output_keep_bytes: int = 64 * 1024
-    report_cap_bytes: int = 4 * 1024 * 1024

@@ -1,50 +1,56 @@
 """The grader's pytest plugin, loaded into every graded run with ``-p grader.execute.probe``.
 
-It does four small jobs inside the pytest process that runs a student's code:
+It runs inside the process that runs a student's code, so it is small, imports only the standard
+library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. Its jobs:
 
-1. **An event log that survives crashes** (``--grader-events FILE``). pytest-json-report writes its
-   report only when the session ends, so a student's ``os._exit(0)``, a segfault or a killed process
-   leaves no report at all. This plugin appends one JSON line per event (test started, each phase's
-   outcome, test finished, session finished) with an unbuffered ``os.write`` on an ``O_APPEND``
-   descriptor: what was written is in the kernel the moment the call returns, whatever happens to the
-   process next. The grader scores from this log, cross-checked with the final report when there is one.
-2. **Interleaved canaries** (``--grader-canary NAME``). The grader appends a parametrized test
-   ``NAME`` that always fails to the sandbox's ``test_lab.py``; this plugin places one canary case
-   after every real test. Honest code cannot make a canary pass; code that patched pytest's runner
-   in-process (to report failures as passes) makes the next canary "pass", and the grader voids the run.
-3. **The rubric** (``--grader-rubric FILE``, used with ``--collect-only`` on the pristine course):
-   every collected test's node id, function name, points, GPU need, visibility and area, written as JSON.
-4. **Per-test time limits** (``--grader-limits FILE``, written by :mod:`grader.execute.supervisor` from
-   :mod:`grader.execute.limits`). An alarm (``SIGALRM``) armed while the test's setup, call and teardown run
-   (not while pytest reports them) raises :class:`TestTimeLimit` in the test's code when its limit passes. This replaces pytest-timeout,
-   whose signal method raises pytest's ``Failed``: Hypothesis catches that like any test failure and
-   re-runs the example to shrink it, which hangs again with no alarm left, so one hanging property
-   test used to hang the whole lab. ``TestTimeLimit`` derives from ``BaseException`` (like
-   ``KeyboardInterrupt``), which Hypothesis, ``except Exception`` and ``pytest.raises(Exception)`` all
-   let through, so the test fails at once and alone. Its report event carries ``"timeout": true``.
-   After ``max_consecutive_timeouts`` tests in a row timed out, the plugin stops the session and logs a
-   ``stopped`` event (the streak rule). Code that swallows even a ``BaseException``, or hangs in native
-   code, is killed from outside by the runner, which then resumes pytest with ``--grader-resume``: the
-   plugin drops the tests the event log shows as already started (``--grader-timeout-streak`` carries
-   the streak over).
+1. **Events down a pipe** (``--grader-events-fd N``). One JSON line per event (the vocabulary:
+   :mod:`grader.evidence.events`), written with one unbuffered ``os.write`` to a pipe the supervisor
+   reads as the run goes. A crash, ``os._exit`` or a kill loses nothing already sent, and there is no
+   file a student's code could rewrite afterwards: the supervisor checks every event and records it
+   where no graded process can reach (:mod:`grader.execute.supervisor`).
+2. **Its instructions from the supervisor** (``--grader-control-fd M``): one JSON object read from a
+   second pipe at start-up, before any test module (so any student code) is imported, and the pipe
+   closed: the canary seed, the quick tests a canary may copy, the tests to skip when resuming after a
+   killed test, the streak so far and every test's time limit. None of it is on the command line, in
+   the environment or in a file.
+3. **Canaries** (see :mod:`grader.evidence.events`): after collection, a copy of a quick test after
+   each real test, in the order :func:`~grader.evidence.events.run_order` gives for the seed. A copy
+   has its original's name, node id, markers and fixtures; only its body differs: it always fails.
+   Real tests' functions are wrapped the same way, so neither kind is the module's own function object.
+4. **The rubric** (``--grader-rubric FILE``, with ``--collect-only`` on the pristine course): every
+   collected test's node id, function name, points, GPU need, visibility and area, written as JSON.
+5. **Per-test time limits.** An alarm (``SIGALRM``) armed while the test's setup, call and teardown run
+   (not while pytest reports them) raises :class:`TestTimeLimit` in the test's code when its limit passes.
+   ``TestTimeLimit`` derives from ``BaseException`` (like ``KeyboardInterrupt``), which Hypothesis,
+   ``except Exception`` and ``pytest.raises(Exception)`` all let through, so the test fails at once
+   and alone (pytest-timeout's ``Failed`` is caught by Hypothesis, which re-runs the hanging example
+   with no alarm left). Its report event carries ``"timeout": true``. After
+   ``max_consecutive_timeouts`` real tests in a row timed out, the session stops with a ``stopped``
+   event (the streak rule). Code that swallows even a ``BaseException``, or hangs in native code, is
+   killed from outside by the supervisor, which then starts pytest again to go on after it.
 
-Nothing here imports the student's code or torch; the plugin is tiny so that it cannot fail on its own.
+Everything here can be undone by code running in the same process: the probe *detects* tampering with
+pytest's results (a canary passes, or its event stream breaks the run order), it cannot prevent it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from grader.evidence.events import STOPPED_EVENT, is_canary, read_events, stop_reason
+from grader.evidence.events import (
+    COLLECT_ERROR, COLLECTED, CONFIGURE, FINISH, REPORT, SESSION_FINISH, START, STOPPED_EVENT, canary_nodeid,
+    run_order, stop_reason,
+)  # fmt: skip
 
-#: Longest failure message kept per event (the full text stays in the raw JSON report, truncated).
+#: Longest failure message kept per event (the full text stays in pytest-json-report's report).
 MESSAGE_LIMIT = 2000
 #: The least time a phase gets once a test's limit is spent (a teardown after a timed-out call).
 MIN_PHASE_S = 1.0
@@ -58,28 +64,39 @@ class TestTimeLimit(BaseException):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grader", "course autograder (internal)")
-    group.addoption("--grader-events", default=None, help="append one JSON line per test event to this file")
+    group.addoption("--grader-events-fd", type=int, default=None, help="write one JSON line per test event here")
+    group.addoption("--grader-control-fd", type=int, default=None, help="read the supervisor's instructions here")
     group.addoption("--grader-rubric", default=None, help="write the collected tests' points as JSON here")
-    group.addoption("--grader-canary", default=None, help="name of the always-failing canary test to interleave")
-    group.addoption("--grader-limits", default=None, help="per-test time limits (JSON written by the runner)")
-    group.addoption("--grader-resume", action="store_true", help="skip the tests the event log shows as started")
-    group.addoption("--grader-timeout-streak", type=int, default=0, help="tests in a row that already timed out")
 
 
-class EventLog:
-    """Append-only JSON-lines file written with unbuffered ``os.write`` (see the module docstring)."""
+class EventChannel:
+    """One JSON line per event on an inherited pipe, written with a single unbuffered ``os.write``.
 
-    def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    Only the process that opened it writes: a child forked by a test (which inherits the descriptor)
+    stays silent, so it cannot put a second copy of the run into the stream.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd, self._pid = fd, os.getpid()
 
     def write(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"event": event, "t": round(time.time(), 3), **fields}, default=str) + "\n"
-        os.write(self._fd, line.encode("utf-8", "replace"))
+        if os.getpid() != self._pid:
+            return
+        line = json.dumps({"event": event, "t": round(time.time(), 3), **fields}, default=str, ensure_ascii=False)
+        try:
+            os.write(self._fd, (line + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass  # the supervisor is gone (it killed this process group): nothing left to tell
 
 
-def _emit(event: str, **fields: Any) -> None:
-    if _log is not None:
-        _log.write(event, **fields)
+def read_control(fd: int) -> dict[str, Any]:
+    """The supervisor's instructions: one JSON object, read to the end of the pipe, which is then closed."""
+    chunks = []
+    with os.fdopen(fd, "rb", closefd=True) as pipe:
+        while chunk := pipe.read(65536):
+            chunks.append(chunk)
+    data = json.loads(b"".join(chunks) or b"{}")
+    return data if isinstance(data, dict) else {}
 
 
 def short_message(report: pytest.TestReport | pytest.CollectReport) -> str:
@@ -98,14 +115,14 @@ def short_message(report: pytest.TestReport | pytest.CollectReport) -> str:
 class TimeKeeper:
     """The per-test alarm and the streak rule (see the module docstring)."""
 
-    def __init__(self, limits: dict[str, Any], canary: str | None, streak: int) -> None:
+    def __init__(self, limits: dict[str, Any], streak: int, is_canary: Callable[[pytest.Item], bool]) -> None:
         self.tests = {nodeid: float(entry["limit_s"]) for nodeid, entry in limits.get("tests", {}).items()}
         self.basis = {nodeid: str(entry.get("basis", "")) for nodeid, entry in limits.get("tests", {}).items()}
         self.default = float(limits.get("default_test_s", 60.0))
         self.max_streak = int(limits.get("max_consecutive_timeouts", 0)) or None
-        self.canary, self.streak = canary, streak
-        self.timed_out: set[str] = set()
-        self.has_alarm = hasattr(signal, "setitimer")  # not on Windows: the runner's kill still applies
+        self.streak, self.is_canary = streak, is_canary
+        self.timed_out: set[int] = set()
+        self.has_alarm = hasattr(signal, "setitimer")  # not on Windows: the supervisor's kill still applies
 
     def begin(self, nodeid: str) -> None:
         """A new test: its whole limit is left, shared by its setup, call and teardown."""
@@ -133,32 +150,104 @@ class TimeKeeper:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self.left -= time.monotonic() - self.phase_start
 
-    def finished(self, nodeid: str) -> str | None:
-        """Count ``nodeid``'s outcome in the streak; return the stop reason when the streak is complete."""
-        if self.canary and is_canary(nodeid, self.canary):
+    def finished(self, item: pytest.Item) -> str | None:
+        """Count ``item``'s outcome in the streak; return the stop reason when the streak is complete."""
+        if self.is_canary(item):
             return None
-        self.streak = self.streak + 1 if nodeid in self.timed_out else 0
+        self.streak = self.streak + 1 if id(item) in self.timed_out else 0
         if self.max_streak and self.streak >= self.max_streak:
             return stop_reason(self.streak)
         return None
 
 
-_log: EventLog | None = None
+_channel: EventChannel | None = None
 _clock: TimeKeeper | None = None
 _session: pytest.Session | None = None
+_arrange: Callable[[list[pytest.Item]], None] | None = None
+_canary_of: Callable[[pytest.Item], str | None] = lambda item: None  # noqa: E731
+
+
+def _emit(event: str, **fields: Any) -> None:
+    if _channel is not None:
+        _channel.write(event, **fields)
+
+
+def _wrapped(function: Callable, body: Callable) -> Callable:
+    """``body`` dressed as ``function`` (name, docstring, attributes, ``__wrapped__``: so pytest and
+    Hypothesis see the same test), a new object either way."""
+    return functools.wraps(function)(body)
+
+
+def _real_body(function: Callable) -> Callable:
+    def body(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return _wrapped(function, body)
+
+
+def _canary_body(function: Callable) -> Callable:
+    def body(*args: Any, **kwargs: Any) -> Any:
+        assert False  # noqa: B011, PT015 - a canary always fails
+
+    return _wrapped(function, body)
+
+
+def _copy_of(item: pytest.Function) -> pytest.Function:
+    """A canary: ``item``'s name, node id, markers, parameters and fixtures, with a body that fails."""
+    copy = pytest.Function.from_parent(
+        item.parent, name=item.name, callspec=getattr(item, "callspec", None), callobj=_canary_body(item.obj),
+        fixtureinfo=item._fixtureinfo, keywords=dict(item.keywords), originalname=item.originalname)
+    copy.own_markers = list(item.own_markers)
+    return copy
+
+
+def _make_arranger(seed: int, copyable: set[str]) -> tuple[Callable[[list[pytest.Item]], None],
+                                                             Callable[[pytest.Item], str | None]]:
+    """The function that places the canaries, and the question "which canary is this item?".
+
+    The seed lives in this closure only, and is forgotten once the items are arranged. A canary's
+    reports carry its recorded node id (:func:`~grader.evidence.events.canary_nodeid`), so that its
+    outcome is never mistaken for its original's (pytest-json-report keys its tests by node id).
+    """
+    canaries: dict[int, str] = {}
+    state = {"seed": seed}
+
+    def arrange(items: list[pytest.Item]) -> None:
+        real = [item for item in items if isinstance(item, pytest.Function)]
+        by_nodeid = {item.nodeid: item for item in real}
+        ordered: list[pytest.Item] = []
+        for position, (nodeid, canary) in enumerate(run_order([item.nodeid for item in real], state.pop("seed"),
+                                                             copyable)):
+            if canary:
+                copy = _copy_of(by_nodeid[nodeid])
+                canaries[id(copy)] = canary_nodeid(position, nodeid)
+                ordered.append(copy)
+            else:
+                ordered.append(by_nodeid[nodeid])
+        for item in real:
+            item.obj = _real_body(item.obj)
+        items[:] = ordered + [item for item in items if not isinstance(item, pytest.Function)]
+
+    return arrange, lambda item: canaries.get(id(item))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _log, _clock
-    path = config.getoption("--grader-events")
-    if path:
-        _log = EventLog(path)
-        _emit("configure", pid=os.getpid())
-    limits = config.getoption("--grader-limits")
-    if limits:
-        with open(limits, encoding="utf-8") as handle:
-            _clock = TimeKeeper(json.load(handle), config.getoption("--grader-canary"),
-                                config.getoption("--grader-timeout-streak"))
+    global _channel, _clock, _arrange
+    events_fd = config.getoption("--grader-events-fd")
+    if events_fd is not None:
+        _channel = EventChannel(events_fd)
+    control_fd = config.getoption("--grader-control-fd")
+    control = read_control(control_fd) if control_fd is not None else {}
+    global _canary_of
+    if "seed" in control:
+        _arrange, _canary_of = _make_arranger(int(control["seed"]), set(control.get("copyable", ())))
+    config.stash[_SKIP] = set(control.get("skip", ()))
+    if "limits" in control:
+        _clock = TimeKeeper(control["limits"], int(control.get("streak", 0)), lambda item: _canary_of(item) is not None)
+    _emit(CONFIGURE, pid=os.getpid())
+
+
+_SKIP = pytest.StashKey[set]()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -168,20 +257,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
-        _emit("collect_error", nodeid=report.nodeid, message=short_message(report))
-
-
-def interleave_canaries(items: list[pytest.Item], canary: str) -> list[pytest.Item]:
-    """Return ``items`` with one canary case after each real test (spare canaries go last)."""
-    canaries = [item for item in items if getattr(item, "originalname", item.name) == canary]
-    real = [item for item in items if getattr(item, "originalname", item.name) != canary]
-    ordered: list[pytest.Item] = []
-    for index, item in enumerate(real):
-        ordered.append(item)
-        if index < len(canaries):
-            ordered.append(canaries[index])
-    ordered.extend(canaries[len(real) :])
-    return ordered
+        _emit(COLLECT_ERROR, nodeid=report.nodeid, message=short_message(report))
 
 
 def _marker_arg(item: pytest.Item, name: str, default: Any = None) -> Any:
@@ -204,22 +280,18 @@ def rubric_entry(item: pytest.Item) -> dict[str, Any]:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # trylast: the course plugin has already validated every points marker by now.
-    canary = config.getoption("--grader-canary")
-    if config.getoption("--grader-resume") and config.getoption("--grader-events"):
-        log = Path(config.getoption("--grader-events"))
-        started = {event.get("nodeid") for event in read_events(log) if event.get("event") == "start"}
-        done = [item for item in items if item.nodeid in started and not (canary and is_canary(item.nodeid, canary))]
-        if done:
-            items[:] = [item for item in items if item not in done]
-            config.hook.pytest_deselected(items=done)
-    if canary:
-        items[:] = interleave_canaries(items, canary)
+    skip = config.stash.get(_SKIP, set())
+    if skip:
+        done = [item for item in items if item.nodeid in skip]
+        items[:] = [item for item in items if item.nodeid not in skip]
+        config.hook.pytest_deselected(items=done)
     rubric_path = config.getoption("--grader-rubric")
     if rubric_path:
-        entries = [rubric_entry(item) for item in items]
         with open(rubric_path, "w", encoding="utf-8") as handle:
-            json.dump({"tests": entries}, handle, indent=1)
-    _emit("collected", nodeids=[item.nodeid for item in items])
+            json.dump({"tests": [rubric_entry(item) for item in items]}, handle, indent=1)
+    _emit(COLLECTED, nodeids=[item.nodeid for item in items])
+    if _arrange is not None:
+        _arrange(items)
 
 
 def _timed_phase(begin: bool):
@@ -254,38 +326,39 @@ pytest_runtest_teardown = _timed_phase(begin=False)
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
+    report = outcome.get_result()
+    canary = _canary_of(item)
+    if canary is not None:
+        report.nodeid = canary
     if call.excinfo is not None and call.excinfo.errisinstance(TestTimeLimit):
-        report = outcome.get_result()
         report.grader_timeout = True
         if _clock is not None:
-            _clock.timed_out.add(item.nodeid)
+            _clock.timed_out.add(id(item))
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:
-    _emit("start", nodeid=nodeid)
+    _emit(START, nodeid=nodeid)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     timeout = {"timeout": True} if getattr(report, "grader_timeout", False) else {}
-    _emit(
-        "report",
-        nodeid=report.nodeid,
-        when=report.when,
-        outcome=report.outcome,
-        message=short_message(report) if not report.passed else "",
-        duration=round(report.duration, 4),
-        **timeout,
-    )
+    _emit(REPORT, nodeid=report.nodeid, when=report.when, outcome=report.outcome,
+          message=short_message(report) if not report.passed else "", duration=round(report.duration, 4), **timeout)
 
 
-def pytest_runtest_logfinish(nodeid: str) -> None:
-    _emit("finish", nodeid=nodeid)
-    reason = _clock.finished(nodeid) if _clock is not None else None
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    reason = _clock.finished(item) if _clock is not None else None
     if reason and _session is not None:
         _emit(STOPPED_EVENT, streak=_clock.streak, reason=reason)
         _session.shouldstop = reason
 
 
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    _emit(FINISH, nodeid=nodeid)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _emit("session_finish", exitstatus=int(exitstatus))
+    _emit(SESSION_FINISH, exitstatus=int(exitstatus))

@@ -1,24 +1,27 @@
 """Build the folder a submission is graded in: the pristine course plus ONLY the student's editable files.
 
 A submission is a student's copy of the course (a folder, or a ``.zip`` of one). It may hold anything:
-edited tests, an added ``conftest.py`` that marks every test passed, a changed harness. None of it is
-used. The sandbox is
+edited tests, an added ``conftest.py`` that marks every test passed, a changed harness, a copy of the
+grader, symbolic links pointing at the instructor's files. None of it is used. The sandbox is
 
-1. a fresh copy of the pristine course (tests, harness, lab packages; never ``solutions/``),
-2. with each lab's ``editable`` files (``lab.toml``) copied over from the submission,
-3. a ``solutions`` package that refuses to import (the course's editable install would otherwise let
-   student code ``import solutions...`` on an instructor's machine),
-4. and an always-failing canary test appended to each ``test_lab.py`` (see :mod:`grader.execute.probe`).
+1. a fresh copy of the pristine course (tests, harness, lab packages, held-out tests; never
+   ``solutions/``), which the graded processes see read-only (:mod:`grader.execute.isolation`; a
+   visible-test run sees no held-out test at all),
+2. with each lab's ``editable`` files (``lab.toml``) copied over from the submission: regular files
+   only, reached without following any symbolic link, inside the submission,
+3. and a ``solutions`` package that refuses to import (without isolation, the course's editable
+   install would otherwise let student code ``import solutions...`` on an instructor's machine).
 
-:func:`find_tampering` compares everything else the submission has in the places pytest would look
-(lab folders, harness, root config) with the pristine course, and reports each difference as a flag
-line: it was ignored, and the TA should know it was tried.
+:func:`find_tampering` compares everything else the submission has in the places pytest or Python
+would look (lab folders, harness, the grader, root config) with the pristine course, and reports each
+difference as a flag line: it was ignored, and the TA should know it was tried.
 """
 
 from __future__ import annotations
 
 import filecmp
-import secrets
+import os
+import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -30,22 +33,13 @@ from labkit.labspec import TEST_FILE, LabSpec
 ROOT_CONFIG_FILES = ("conftest.py", "pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg", "sitecustomize.py")
 #: Files of these kinds, changed or added inside a lab folder or the harness, are flagged as tampering.
 CODE_SUFFIXES = (".py", ".pth", ".so", ".toml", ".ini", ".cfg", ".json")
+#: The grader's own package: a copy in a submission is never run, but flagged when it differs.
+GRADER_DIR = "grader"
 #: Largest editable file taken from a submission.
 MAX_EDITABLE_BYTES = 2 * 1024 * 1024
 SOLUTIONS_STUB = '''"""Stand-in installed by the grader: reference solutions are not importable while grading."""
 
 raise ImportError("the reference solutions are not available to graded code")
-'''
-CANARY_TEMPLATE = '''
-
-# --- appended by the grader: a canary that must fail in every run (see grader.execute.probe) ---
-import pytest as _grader_pytest
-
-
-@_grader_pytest.mark.points(1)
-@_grader_pytest.mark.parametrize("_slot", range({count}))
-def {name}(_slot):
-    assert _slot < 0, "grader canary: this test always fails"
 '''
 
 
@@ -60,11 +54,6 @@ class Overlay:
     taken: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def new_canary_name() -> str:
-    """A fresh, unguessable test name for this run's canary."""
-    return f"test_{secrets.token_hex(6)}"
 
 
 def unpack_submission(submission: Path, scratch: Path) -> Path:
@@ -100,11 +89,14 @@ def _differs(candidate: Path, pristine: Path) -> bool:
 
 
 def _walk(folder: Path):
-    for path in sorted(folder.rglob("*")):
-        if any(is_noise(Path(part)) for part in path.relative_to(folder).parts):
-            continue
-        if path.is_file() or path.is_symlink():
-            yield path
+    """Every file and symbolic link under ``folder``, without following links (a link to a folder is
+    yielded, not entered), noise folders skipped."""
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(name for name in dirs if not is_noise(Path(name)))
+        here = Path(root)
+        for name in sorted(files) + [name for name in dirs if (here / name).is_symlink()]:
+            if not is_noise(Path(name)):
+                yield here / name
 
 
 def find_tampering(course: Course, submission: Path) -> list[str]:
@@ -112,12 +104,15 @@ def find_tampering(course: Course, submission: Path) -> list[str]:
     editable = {str(path) for path in course.editable_paths()}
     flags = []
     watched = [submission / spec.package for spec in course.labs]
-    watched += [submission / name for name in SUPPORT_PATHS if (submission / name).is_dir()]
+    watched += [submission / name for name in (*SUPPORT_PATHS, GRADER_DIR) if (submission / name).is_dir()]
     for folder in watched:
         if not folder.is_dir():
             continue
         for path in _walk(folder):
             rel = path.relative_to(submission).as_posix()
+            if path.is_symlink() and rel not in editable:
+                flags.append(f"tampering: {rel} is a symbolic link (ignored: only the editable files are graded)")
+                continue
             if rel in editable or path.suffix not in CODE_SUFFIXES:
                 continue
             pristine = course.root / rel
@@ -133,17 +128,45 @@ def find_tampering(course: Course, submission: Path) -> list[str]:
     return flags
 
 
+def regular_file_problem(root: Path, rel: str) -> str | None:
+    """Why ``root/rel`` may not be taken as a student's file (None when it may).
+
+    Each folder on the way must be a real folder and the file a regular file, none of them a symbolic
+    link (a lab folder linked to the reference's would otherwise hand in the reference), and the file
+    must have no other hard link.
+    """
+    current = root
+    parts = Path(rel).parts
+    for index, part in enumerate(parts):
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return "missing"
+        if stat.S_ISLNK(info.st_mode):
+            return f"{'/'.join(parts[:index + 1])} is a symbolic link"
+        last = index == len(parts) - 1
+        if not last and not stat.S_ISDIR(info.st_mode):
+            return "missing"
+        if last and not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        if last and info.st_nlink > 1:
+            return "a hard link to another file"
+    return None
+
+
 def overlay_editable(labs: list[LabSpec], submission: Path, sandbox: Path) -> Overlay:
     """Copy each lab's editable files from the submission into the sandbox (missing ones keep the starter)."""
     overlay = Overlay()
     for spec in labs:
         for name in spec.editable:
-            source = submission / spec.package / name
             rel = f"{spec.package}/{name}"
-            if source.is_symlink():
-                overlay.flags.append(f"tampering: {rel} is a symbolic link (ignored: the starter's file was used)")
-            elif not source.is_file():
+            source = submission / rel
+            problem = regular_file_problem(submission, rel)
+            if problem == "missing":
                 overlay.notes.append(f"{rel} is missing from the submission: the starter's file was used")
+            elif problem:
+                overlay.flags.append(f"tampering: {rel}: {problem} (ignored: the starter's file was used)")
             elif source.stat().st_size > MAX_EDITABLE_BYTES:
                 overlay.flags.append(f"{rel} is larger than {MAX_EDITABLE_BYTES // 1024} KiB (ignored: the starter's file was used)")
             else:
@@ -154,26 +177,12 @@ def overlay_editable(labs: list[LabSpec], submission: Path, sandbox: Path) -> Ov
     return overlay
 
 
-def add_canary(sandbox: Path, spec: LabSpec, name: str, count: int) -> None:
-    """Append the always-failing canary (``count`` cases) to the sandbox's copy of the lab's tests."""
-    test_file = sandbox / spec.package / TEST_FILE
-    test_file.write_text(test_file.read_text(encoding="utf-8") + CANARY_TEMPLATE.format(name=name, count=count),
-                         encoding="utf-8")
-
-
-def build_sandbox(course: Course, labs: list[LabSpec], submission: Path, sandbox: Path, *, canary: str,
-                  canary_counts: dict[str, int]) -> Overlay:
-    """Create the grading folder ``sandbox`` for ``submission`` (see the module docstring).
-
-    Args:
-        canary_counts: lab id -> number of canary cases (one per graded test, plus one).
-    """
+def build_sandbox(course: Course, labs: list[LabSpec], submission: Path, sandbox: Path) -> Overlay:
+    """Create the grading folder ``sandbox`` for ``submission`` (see the module docstring)."""
     copy_pristine(course, sandbox)
     stub = sandbox / SOLUTIONS_DIR
     stub.mkdir(exist_ok=True)
     (stub / "__init__.py").write_text(SOLUTIONS_STUB, encoding="utf-8")
     overlay = overlay_editable(labs, submission, sandbox)
     overlay.flags[:0] = find_tampering(course, submission)
-    for spec in labs:
-        add_canary(sandbox, spec, canary, canary_counts.get(spec.id, 1))
     return overlay

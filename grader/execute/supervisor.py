@@ -1,73 +1,110 @@
-"""Run one lab's pytest in its own process, with limits, and keep everything it left behind.
+"""Run one part of a lab (its visible tests, or its held-out tests) in isolated pytest processes.
 
-This is the only place the grader starts student code. One lab = one subprocess (or a few, see below):
+This is the only place the grader starts student code. A lab is graded in two parts, each in its own
+process: the visible tests (``test_lab.py``), then the held-out tests (``heldout/``), which the first
+process never sees (its view hides every held-out folder: :mod:`grader.execute.isolation`). Each
+process
 
-- its own **process group** (``start_new_session``), so a kill takes the whole tree (pytest plus
-  anything the student's code started) with one ``killpg``;
-- **per-test time limits** from the reference's recorded times (:mod:`grader.execute.limits`), enforced twice:
-  inside pytest by :mod:`grader.execute.probe` (an alarm that fails the test and lets the lab go on),
-  and from outside by :func:`supervise`, which watches the event log: a test still running a grace
-  period after its limit (its code swallowed the alarm, or hangs in native code where no Python signal
-  handler runs) has its process group killed, a ``killed`` event is logged, and pytest **resumes**
-  with the tests not yet started (``--grader-resume``). Each resumed process writes its own
-  ``report.<n>.json``;
-- a **lab budget** over all those processes (wall clock), and the **streak rule**: after
-  ``max_consecutive_timeouts`` tests in a row ran out of time the lab is stopped (``stopped`` event);
-- ``PYTHONPATH`` = the sandbox, which shadows the course's editable install (setuptools' editable finder
-  sits *after* the path finder on ``sys.meta_path``);
-- a scrubbed environment: no ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS`` from the caller, ``LABKIT_IMPL=student``,
-  and with ``gpu="off"`` no visible CUDA device (GPU tests skip and are graded as pending);
-- console output goes to a file that a watchdog caps while the run goes on, and is trimmed to its head
-  and tail afterwards; the JSON report is rewritten with long strings shortened when it is huge.
+- is started under the grading's isolation, in its own **process group** (``start_new_session``), so
+  one ``killpg`` takes pytest and everything it started (under bubblewrap, its PID namespace dies too);
+- gets its instructions on a private pipe (the canary seed, the quick tests a canary may copy, the
+  tests to skip, every test's time limit) and sends its events on another, which
+  :class:`~grader.execute.channel.EventRecorder` checks and records in ``events.jsonl``: the graded
+  process never names or reaches a file the scorer reads;
+- writes its console output to a third pipe, capped while the run goes on (a flood is killed) and
+  kept as head and tail; and its pytest-json-report into a folder of its own, copied out afterwards.
 
-Artifacts in ``raw_dir``: ``run.json`` (commands, exit code, timing, what was killed), ``limits.json``
-(every test's limit and why), ``events.jsonl`` (:mod:`grader.execute.probe`, plus the supervisor's
-``killed``/``stopped`` events), ``report.json`` (pytest-json-report, absent after a crash; resumed
-processes write ``report.1.json``...), ``output.txt``.
+**Per-test time limits** (:mod:`grader.execute.limits`) are enforced twice: inside pytest by the
+probe's alarm (the test fails and the part goes on), and from outside: a test still running a grace
+period after its limit (its code swallowed the alarm, or hangs in native code) has its process group
+killed, a ``killed`` event is recorded, and pytest starts again with the tests not yet started. A
+**part budget** bounds all those processes (wall clock), and the **streak rule** stops a part after
+``max_consecutive_timeouts`` tests in a row ran out of time.
+
+Artifacts in ``raw_dir`` (``raw/<lab>/`` for the visible part, ``raw/<lab>/heldout/`` for the other):
+``run.json`` (:class:`RunRecord`), ``limits.json`` (every test's limit and why), ``events.jsonl``,
+``report.json`` (``report.1.json``... after a resume; absent after a crash), ``output.txt``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO
 
-from grader.evidence.events import KILLED_EVENT, STOPPED_EVENT, is_canary, read_events, stop_reason, timeout_streak
-from grader.evidence.layout import EVENTS_FILE, LIMITS_FILE, OUTPUT_FILE, RUN_FILE, report_file
+from grader.course.rubric import LabRubric
+from grader.evidence.events import (
+    KILLED_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, read_events, stop_reason, timeout_streak,
+)  # fmt: skip
+from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, LIMITS_FILE, OUTPUT_FILE, RUN_FILE, report_file
 from grader.evidence.text import shorten_strings, trim_file
+from grader.execute.channel import EventRecorder, append_event, original_nodeid
 from grader.execute.command import REPORT_OMIT, pytest_command, pytest_env
+from grader.execute.isolation import Isolation, Unisolated, View
 from grader.execute.limits import LabBudget, RunLimits, lab_budget
 
-if TYPE_CHECKING:
-    from grader.course.rubric import LabRubric
+#: A canary copies a test the reference runs in at most this long (its fixtures run again for it).
+QUICK_TEST_S = 0.5
+#: How long the supervisor waits for a killed process's pipes to close.
+PIPE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """How one lab's pytest processes ended (``run.json``).
+    """How one lab part's pytest processes ended (``run.json``).
 
-    ``timed_out``: the lab budget ran out; ``killed_tests``: tests killed for overrunning their limit
-    (pytest resumed after each); ``stopped``: why the streak rule stopped the lab ("" if it did not).
+    ``timed_out``: the part's budget ran out; ``killed_tests``: tests killed for overrunning their limit
+    (pytest started again after each); ``stopped``: why the streak rule stopped the part ("" if it did
+    not); ``rejected``: events the supervisor refused (tampering with the results channel).
     """
 
     lab: str
     package: str
+    heldout: bool
     command: list[str]
     exit_code: int | None
     timed_out: bool
     output_flooded: bool
     wall_s: float
-    canary: str
     lab_timeout_s: float
+    isolation: str
     processes: int = 1
     killed_tests: tuple[str, ...] = ()
     stopped: str = ""
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class LabPart:
+    """What one part of a lab runs: its pytest targets and what its processes must not see."""
+
+    lab: LabRubric
+    heldout: bool
+    targets: list[str]
+    hidden: tuple[Path, ...]
+
+    @property
+    def nodeids(self) -> list[str]:
+        return [test.nodeid for test in self.lab.tests if test.heldout == self.heldout]
+
+
+def lab_parts(lab: LabRubric, sandbox: Path, heldout_dirs: list[Path]) -> list[LabPart]:
+    """The parts of ``lab``: its visible tests (seeing no held-out folder), then its held-out tests if any
+    (seeing only its own). ``heldout_dirs``: every lab's held-out folder in the sandbox."""
+    own = sandbox / lab.package / "heldout"
+    visible = LabPart(lab, False, [lab.package, f"--ignore={lab.package}/heldout"], tuple(heldout_dirs))
+    if not lab.heldout_tests:
+        return [visible]
+    return [visible, LabPart(lab, True, [f"{lab.package}/heldout"], tuple(d for d in heldout_dirs if d != own))]
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -82,48 +119,13 @@ def overrun_grace_s(limit_s: float) -> float:
     return 5.0 + 0.1 * limit_s
 
 
-class TestWatch:
-    """Follows a lab's event log while pytest runs and tells which test overran its limit.
-
-    The log is read incrementally (only new lines); the running test is the last ``start`` not followed
-    by its ``finish`` (or ``killed``), and its clock starts when the watch first sees it.
-    """
-
-    __test__ = False  # not a pytest test class
-
-    def __init__(self, events: Path, budget: LabBudget) -> None:
-        self.events, self.budget = events, budget
-        self._offset = 0
-        self._running: tuple[str, float] | None = None
-
-    def overrun(self) -> str | None:
-        """The node id of the test running past its limit plus grace, or None."""
-        self._read_new_events()
-        if self._running is None:
-            return None
-        nodeid, since = self._running
-        limit = self.budget.limit(nodeid)
-        return nodeid if time.monotonic() - since > limit + overrun_grace_s(limit) else None
-
-    def _read_new_events(self) -> None:
-        try:
-            with open(self.events, "rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            return
-        complete = chunk[: chunk.rfind(b"\n") + 1]  # a torn last line is read on the next call
-        self._offset += len(complete)
-        for line in complete.decode("utf-8", "replace").splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            kind = event.get("event")
-            if kind == "start":
-                self._running = (str(event.get("nodeid")), time.monotonic())
-            elif kind in ("finish", KILLED_EVENT, "configure"):  # a new process starts with no test running
-                self._running = None
+def overran(running: tuple[str, float] | None, budget: LabBudget, now: float) -> str | None:
+    """The recorded node id of the running test (``(node id, started)``) when it is past its limit plus
+    grace at ``now``, else None. A canary has the limit of the test it copies."""
+    if running is None:
+        return None
+    limit = budget.limit(original_nodeid(running[0]))
+    return running[0] if now - running[1] > limit + overrun_grace_s(limit) else None
 
 
 @dataclass
@@ -133,123 +135,181 @@ class Supervised:
     exit_code: int | None
     timed_out: bool = False
     flooded: bool = False
-    overrun: str | None = None  # node id of the test killed for overrunning its limit
+    overrun: str | None = None  # recorded node id of the test killed for overrunning its limit
+    started: list[str] = field(default_factory=list)  # real tests that started
 
 
-def supervise(command: list[str], *, cwd: Path, env: dict[str, str], output: Path, limits: RunLimits,
-              deadline: float, watch: TestWatch | None = None, append: bool = False) -> Supervised:
-    """Run ``command`` in its own process group until it exits or must be killed.
+def _copy_output(pipe: IO[bytes], sink: IO[bytes], cap: int, flooded: threading.Event) -> None:
+    written = 0
+    for chunk in iter(lambda: pipe.read(65536), b""):
+        if written < cap:
+            sink.write(chunk[: cap - written])
+            sink.flush()
+        written += len(chunk)
+        if written > cap:
+            flooded.set()
 
-    It is killed (the whole group) when the wall clock passes ``deadline`` (``time.monotonic()``), when
-    its output passes ``limits.output_cap_bytes``, or when ``watch`` reports a test past its limit.
-    The exit code is negative for a signal (``-11`` = segfault) and None only if waiting failed.
-    """
-    ended = Supervised(exit_code=None)
-    with open(output, "ab" if append else "wb") as sink:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=sink,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+
+def _send(fd: int, payload: bytes) -> None:
+    with os.fdopen(fd, "wb") as pipe:
         try:
-            while process.poll() is None:
-                if time.monotonic() > deadline:
-                    ended.timed_out = True
-                elif output.stat().st_size > limits.output_cap_bytes:
-                    ended.flooded = True
-                elif watch is not None:
-                    ended.overrun = watch.overrun()
-                if ended.timed_out or ended.flooded or ended.overrun:
-                    _kill_group(process)
-                    break
-                time.sleep(0.05)
-            ended.exit_code = process.wait(timeout=30)
-        finally:
-            if process.poll() is None:
+            pipe.write(payload)
+        except BrokenPipeError:
+            pass
+
+
+def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Isolation, control: dict,
+              events_log: IO[bytes], output: IO[bytes], limits: RunLimits, budget: LabBudget, deadline: float,
+              copyable: list[str]) -> Supervised:
+    """Run one graded pytest process (``argv`` without the channel options) until it exits or must be killed.
+
+    It is killed (its whole group) when the wall clock passes ``deadline`` (``time.monotonic()``), when
+    its output passes ``limits.output_cap_bytes``, or when a test runs past its limit plus a grace
+    period. The exit code is negative for a signal (``-11`` = segfault), None only if waiting failed.
+    """
+    seed = secrets.randbits(63)
+    recorder = EventRecorder(events_log, seed=seed, copyable=copyable, stream_cap_bytes=limits.output_cap_bytes)
+    events_read, events_write = os.pipe()
+    control_read, control_write = os.pipe()
+    output_read, output_write = os.pipe()
+    argv = [*argv, "--grader-events-fd", str(events_write), "--grader-control-fd", str(control_read)]
+    command, command_env = isolation.command(argv, env, view)
+    flooded = threading.Event()
+    ended = Supervised(exit_code=None)
+    try:
+        process = subprocess.Popen(command, cwd=view.cwd, env=command_env, stdin=subprocess.DEVNULL,
+                                   stdout=output_write, stderr=output_write, start_new_session=True,
+                                   pass_fds=(events_write, control_read))
+    finally:
+        for fd in (events_write, control_read, output_write):
+            os.close(fd)
+    payload = json.dumps({**control, "seed": seed, "copyable": copyable}).encode()
+    threads = [threading.Thread(target=_send, args=(control_write, payload), daemon=True),
+               threading.Thread(target=recorder.drain, args=(os.fdopen(events_read, "rb"),), daemon=True),
+               threading.Thread(target=_copy_output, args=(os.fdopen(output_read, "rb"), output,
+                                                           limits.output_cap_bytes, flooded), daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                ended.timed_out = True
+            elif flooded.is_set() or recorder.flooded:
+                ended.flooded = True
+            else:
+                ended.overrun = overran(recorder.now_running(), budget, time.monotonic())
+            if ended.timed_out or ended.flooded or ended.overrun:
                 _kill_group(process)
-                process.wait()
-            _kill_group(process)  # children the student's code left behind in the group
+                break
+            time.sleep(0.05)
+        ended.exit_code = isolation.exit_status(process.wait(timeout=30))
+    finally:
+        if process.poll() is None:
+            _kill_group(process)
+            process.wait()
+        _kill_group(process)  # children the student's code left behind in the group
+        for thread in threads:
+            thread.join(timeout=PIPE_GRACE_S)
+        recorder.close()
+    ended.started = list(recorder.started)
     return ended
 
 
-def _append_event(path: Path, event: str, **fields) -> None:
-    """Add the supervisor's own event to the log (only ever while no pytest process is writing to it)."""
-    with open(path, "ab+") as handle:
-        torn = handle.tell() > 0 and handle.seek(-1, os.SEEK_END) >= 0 and handle.read(1) != b"\n"
-        line = json.dumps({"event": event, "t": round(time.time(), 3), **fields}) + "\n"
-        handle.write((("\n" if torn else "") + line).encode("utf-8"))
+def copyable_tests(part: LabPart) -> list[str]:
+    """The tests a canary may copy: those the reference runs quickly (all of them when none is timed)."""
+    quick = [test.nodeid for test in part.lab.tests if test.heldout == part.heldout
+             and test.reference_s is not None and test.reference_s <= QUICK_TEST_S and not test.gpu]
+    return quick or part.nodeids
 
 
-def _not_started(events: Path, nodeids: list[str]) -> list[str]:
-    started = {event.get("nodeid") for event in read_events(events) if event.get("event") == "start"}
-    return [nodeid for nodeid in nodeids if nodeid not in started]
+def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: RunLimits, state: Path,
+            isolation: Isolation | None = None, python: str = sys.executable,
+            threads: int | None = None) -> RunRecord:
+    """Run one part of a lab in ``sandbox`` and store its artifacts in ``raw_dir``.
 
+    pytest starts again after every test killed for overrunning its limit (see the module docstring),
+    until the part is done, its budget is spent or the streak rule stops it.
 
-def run_lab(sandbox: Path, lab: LabRubric, raw_dir: Path, *, canary: str, gpu: str, limits: RunLimits,
-            python: str = sys.executable, threads: int | None = None) -> RunRecord:
-    """Run one lab's graded tests in ``sandbox`` and store the artifacts in ``raw_dir``.
-
-    pytest is resumed after every test killed for overrunning its limit (see the module docstring),
-    until the lab is done, its budget is spent or the streak rule stops it.
-
-    Both paths may be relative to this process's working directory: they are made absolute here,
-    because pytest runs with the sandbox as its working directory.
+    Args:
+        state: a folder the graded processes may write and keep (home, compiler caches): the
+            submission's own, shared by its labs and parts, never by another submission. Each
+            process also gets a fresh folder for its JSON report beside it.
     """
+    isolation = isolation or Unisolated()
     sandbox, raw_dir = sandbox.absolute(), raw_dir.absolute()
     raw_dir.mkdir(parents=True, exist_ok=True)
     for stale in (*raw_dir.glob("report*.json"), raw_dir / EVENTS_FILE, raw_dir / OUTPUT_FILE):
         stale.unlink(missing_ok=True)
-    budget = lab_budget(lab, limits)
-    limits_file = raw_dir / LIMITS_FILE
-    limits_file.write_text(json.dumps(budget.to_dict(), indent=1) + "\n", encoding="utf-8")
+    budget = lab_budget(part.lab, limits, heldout=part.heldout)
+    (raw_dir / LIMITS_FILE).write_text(json.dumps(budget.to_dict(), indent=1) + "\n", encoding="utf-8")
+    for folder in (state / "home", state / "cache"):
+        folder.mkdir(parents=True, exist_ok=True)
+    drops = Path(tempfile.mkdtemp(prefix="reports-", dir=state.parent))  # each process's own report folder
     events = raw_dir / EVENTS_FILE
+    env = pytest_env(sandbox, gpu, threads, state=state)
+    copyable = copyable_tests(part)
     start = time.monotonic()
-    watch = TestWatch(events, budget)
     killed: list[str] = []
+    started: list[str] = []
     stopped = ""
     commands: list[list[str]] = []
-    streak = 0
-    while True:
-        command = pytest_command(
-            python, lab.package, sandbox,
-            "--grader-events", str(events),
-            "--grader-canary", canary,
-            "--grader-limits", str(limits_file),
-            *(["--grader-resume", "--grader-timeout-streak", str(streak)] if killed else []),
-            "--json-report", "--json-report-file", str(raw_dir / report_file(len(commands))),
-            "--json-report-omit", *REPORT_OMIT,
-            "-q", "-p", "no:randomly", "-p", "no:timeout",
-        )
-        commands.append(command)
-        ended = supervise(command, cwd=sandbox, env=pytest_env(sandbox, gpu, threads), output=raw_dir / OUTPUT_FILE,
-                          limits=limits, deadline=start + budget.lab_s, watch=watch, append=len(commands) > 1)
-        if ended.overrun is None:
-            break
-        killed.append(ended.overrun)
-        limit = budget.limit(ended.overrun)
-        _append_event(events, KILLED_EVENT, nodeid=ended.overrun, limit_s=limit)
-        streak = timeout_streak(read_events(events), lambda nodeid: is_canary(nodeid, canary))
-        remaining = _not_started(events, [test.nodeid for test in lab.tests])
-        if budget.stops_at(streak):
-            stopped = stop_reason(streak, len(remaining))
-            _append_event(events, STOPPED_EVENT, streak=streak, reason=stopped)
-            break
-        if not remaining:
-            break
+    with open(events, "ab") as events_log, open(raw_dir / OUTPUT_FILE, "ab") as output:
+        while True:
+            drop = drops / f"{part.lab.lab}-{'heldout' if part.heldout else 'visible'}-{len(commands)}"
+            drop.mkdir(parents=True)
+            argv = pytest_command(
+                python, part.targets, sandbox,
+                "--json-report", "--json-report-file", str(drop / "report.json"), "--json-report-omit", *REPORT_OMIT,
+                "-q", "-p", "no:randomly", "-p", "no:timeout",
+            )
+            commands.append(argv)
+            streak = timeout_streak(read_events(events))
+            control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak}
+            view = View(readable=(sandbox,), writable=(state, drop), hidden=part.hidden, cwd=sandbox)
+            ended = supervise(argv, env=env, view=view, isolation=isolation, control=control, events_log=events_log,
+                              output=output, limits=limits, budget=budget, deadline=start + budget.lab_s,
+                              copyable=copyable)
+            _keep_report(drop / "report.json", raw_dir / report_file(len(commands) - 1), limits.report_cap_bytes)
+            started += ended.started
+            if ended.overrun is None:
+                break
+            if not is_canary(ended.overrun):
+                killed.append(ended.overrun)
+            limit = budget.limit(original_nodeid(ended.overrun))
+            append_event(events, KILLED_EVENT, nodeid=ended.overrun, limit_s=limit)
+            streak = timeout_streak(read_events(events))
+            remaining = [nodeid for nodeid in part.nodeids if nodeid not in {*started, *killed}]
+            if budget.stops_at(streak):
+                stopped = stop_reason(streak, len(remaining))
+                append_event(events, STOPPED_EVENT, streak=streak, reason=stopped)
+                break
+            if not remaining:
+                break
     wall = time.monotonic() - start
+    rejected = sum(1 for event in read_events(events) if event.get("event") == REJECTED_EVENT)
     trim_file(raw_dir / OUTPUT_FILE, limits.output_keep_bytes)
-    for index in range(len(commands)):
-        _shrink_report(raw_dir / report_file(index), limits.report_cap_bytes)
-    record = RunRecord(lab.lab, lab.package, commands[0], ended.exit_code, ended.timed_out, ended.flooded,
-                       round(wall, 3), canary, budget.lab_s, len(commands), tuple(killed), stopped)
+    record = RunRecord(part.lab.lab, part.lab.package, part.heldout, commands[0], ended.exit_code, ended.timed_out,
+                       ended.flooded, round(wall, 3), budget.lab_s, isolation.name, len(commands), tuple(killed),
+                       stopped, rejected)
     (raw_dir / RUN_FILE).write_text(json.dumps(asdict(record), indent=1) + "\n", encoding="utf-8")
     return record
 
 
-def _shrink_report(path: Path, cap: int) -> None:
-    """Rewrite a huge JSON report with long strings shortened (an unreadable one is left as it is)."""
-    if not path.is_file() or path.stat().st_size <= cap:
+def part_raw_dir(lab_raw: Path, part: LabPart) -> Path:
+    """Where a part's artifacts go: the lab's raw folder, or its ``heldout/`` sub-folder."""
+    return lab_raw / HELDOUT_RUN_DIR if part.heldout else lab_raw
+
+
+def _keep_report(report: Path, kept: Path, cap: int) -> None:
+    """Copy the process's JSON report out of its folder, rewritten with long strings shortened when huge."""
+    if not report.is_file():
+        return
+    if report.stat().st_size <= cap:
+        kept.write_bytes(report.read_bytes())
         return
     try:
-        report = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = json.loads(report.read_text(encoding="utf-8", errors="replace"))
     except json.JSONDecodeError:
-        trim_file(path, cap)
+        kept.write_bytes(report.read_bytes()[:cap])
         return
-    path.write_text(json.dumps(shorten_strings(report, 4000)), encoding="utf-8")
+    kept.write_text(json.dumps(shorten_strings(data, 4000)), encoding="utf-8")

@@ -45,6 +45,8 @@ python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --disable-pip-version-check --no-cache-dir --upgrade pip
 # The course's exact pins (pyproject.toml) and the course itself, with its grader.
 /autograder/venv/bin/pip install --disable-pip-version-check --no-cache-dir --editable ./course
+# `python -m grader` always means this grader, wherever it is started from (grader.pin).
+/autograder/venv/bin/python -m grader.pin
 # Collect the pristine rubric now (cached in the image), so each submission starts grading at once.
 cd /autograder/source/course
 /autograder/venv/bin/python -m grader.warm --course /autograder/source/course
@@ -78,8 +80,12 @@ def _add_file(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o64
 
 
 def build_bundle(out: Path, course_root: Path = COURSE_ROOT, *, labs: list[str] | None = None,
-                 test_timeout: float | None = None, lab_timeout: float | None = None) -> list[str]:
+                 test_timeout: float | None = None, lab_timeout: float | None = None,
+                 unsafe_no_sandbox: bool = False) -> list[str]:
     """Write the Gradescope autograder zip for the course at ``course_root``; return its file names.
+
+    ``unsafe_no_sandbox``: grade without bubblewrap where Gradescope's container does not allow it
+    (graded code can then read the held-out tests in its container).
 
     Raises:
         CourseError: for an unknown lab in ``labs``, or an ``out`` inside the course.
@@ -87,7 +93,8 @@ def build_bundle(out: Path, course_root: Path = COURSE_ROOT, *, labs: list[str] 
     course = load_course(course_root)
     if labs:
         course.select(labs)  # fail now on an unknown lab, not on Gradescope
-    config = {"gpu": "off", "labs": labs or [], "test_timeout": test_timeout, "lab_timeout": lab_timeout}
+    config = {"gpu": "off", "labs": labs or [], "test_timeout": test_timeout, "lab_timeout": lab_timeout,
+              "unsafe_no_sandbox": unsafe_no_sandbox}
     out.parent.mkdir(parents=True, exist_ok=True)
     names = []
     with tempfile.TemporaryDirectory(prefix="gradescope-bundle-") as scratch, \

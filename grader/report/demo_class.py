@@ -12,7 +12,6 @@ from pathlib import Path
 from grader.course.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec
 from grader.evidence.layout import EVENTS_FILE, RAW_DIR, REPORT_FILE, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE
 
-CANARY = "test_canary"
 
 
 
@@ -59,5 +58,4 @@ def write_synthetic_student(out: Path, rubric: Rubric, rng: random.Random, skill
             (raw / REPORT_FILE).write_text(json.dumps({"tests": report_tests}))
         (raw / EVENTS_FILE).write_text("".join(json.dumps(event) + "\n" for event in events))
         (raw / RUN_FILE).write_text(json.dumps({"lab": lab.lab, "exit_code": 1 if crash_at is None else -11,
-                                                "timed_out": False, "output_flooded": False, "wall_s": 2.0,
-                                                "canary": CANARY}))
+                                                "timed_out": False, "output_flooded": False, "wall_s": 2.0}))

@@ -176,12 +176,29 @@ def isolation_args(limits: ContainerLimits, *, as_root: bool = False) -> list[st
     ]
 
 
+#: Where the image keeps its home folder (written by the compilers' caches): a fresh tmpfs per container.
+CONTAINER_HOME = "/home/course"
+
+
+def nested_sandbox_args(engine: list[str]) -> list[str]:
+    """What lets the grader inside the container isolate each graded process with bubblewrap: a fresh
+    ``/proc`` in a nested PID namespace, which the engines' masked ``/proc`` otherwise refuses."""
+    return ["--security-opt", "unmask=ALL"] if is_podman(engine) else ["--security-opt", "systempaths=unconfined"]
+
+
+def grading_args(engine: list[str]) -> list[str]:
+    """A grading container's filesystem: read-only, with a private ``/tmp`` and home (tmpfs), and what the
+    grader inside needs to isolate each graded process again (:func:`nested_sandbox_args`)."""
+    return ["--read-only", "--tmpfs", "/tmp:rw,exec,mode=1777", "--tmpfs", f"{CONTAINER_HOME}:rw,exec,mode=1777",
+            *nested_sandbox_args(engine)]
+
+
 def run_command(engine: list[str], image: str, *, name: str, submission: Path, out: Path,
                 limits: ContainerLimits, grader_args: list[str], gpus: bool) -> list[str]:
     """The ``run`` command grading ``submission`` (a folder or a ``.zip``) into ``out`` in ``image``."""
     inside = CONTAINER_SUBMISSION + (".zip" if submission.is_file() else "")
     return [
-        *engine, "run", "--name", name, *isolation_args(limits),
+        *engine, "run", "--name", name, *isolation_args(limits), *grading_args(engine),
         *(gpu_args(engine) if gpus else []), *user_args(engine),
         "--mount", f"type=bind,source={submission.resolve()},target={inside},readonly",
         "--mount", f"type=bind,source={out.resolve()},target={CONTAINER_OUT}",
@@ -253,13 +270,15 @@ class ContainerRunner:
         limits: the container's resources and wall-clock limit.
     """
 
-    def __init__(self, image: str, engine: list[str], limits: ContainerLimits = ContainerLimits()) -> None:
+    def __init__(self, image: str, engine: list[str], limits: ContainerLimits = ContainerLimits(), *,
+                 unsafe_no_sandbox: bool = False) -> None:
         self.image, self.engine, self.limits = image, engine, limits
+        self.unsafe_no_sandbox = unsafe_no_sandbox
 
     def grader_args(self, setup) -> list[str]:
         """The ``run`` options that make the container grade like this batch (labs, GPU, time limits)."""
         return ["--labs", ",".join(spec.id for spec in setup.labs), "--gpu", setup.options.gpu,
-                *time_limit_args(setup.options.limits)]
+                *time_limit_args(setup.options.limits), *(["--unsafe-no-sandbox"] if self.unsafe_no_sandbox else [])]
 
     def wall_clock_s(self, setup) -> float:
         if self.limits.wall_clock_s is not None:

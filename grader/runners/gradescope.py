@@ -46,7 +46,8 @@ def course_root(root: Path) -> Path:
 
 
 def read_config(root: Path) -> dict:
-    """The options written by ``gradescope-bundle`` (``gpu``, ``labs``, ``test_timeout``, ``lab_timeout``)."""
+    """The options written by ``gradescope-bundle`` (``gpu``, ``labs``, ``test_timeout``, ``lab_timeout``,
+    ``unsafe_no_sandbox``)."""
     path = root / SOURCE_DIR / CONFIG_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
@@ -95,6 +96,8 @@ def autograde(root: Path, python: str = sys.executable) -> dict:
     for option in ("test_timeout", "lab_timeout"):
         if config.get(option):
             command += [f"--{option.replace('_', '-')}", str(config[option])]
+    if config.get("unsafe_no_sandbox"):
+        command.append("--unsafe-no-sandbox")
     print(f"grading {submission} with the course in {course}", flush=True)
     try:
         done = subprocess.run(command, cwd=course, stdin=subprocess.DEVNULL, capture_output=True, text=True,

@@ -6,9 +6,12 @@ all end in a ``summary.json`` whose labs score 0 with the reason (Gradescope's r
 always written). Runners with the same signature (e.g. one running each submission in a container)
 can replace it in :func:`grader.runners.batch.grade_all`.
 
-Flow: unpack -> sandbox (pristine course + editable files + canary) -> one pytest process per lab
-(:mod:`grader.execute.supervisor`) -> score the saved artifacts (:func:`grader.scoring.score.rescore`, so the first score
-and any regrade are the same computation) -> ``summary.json``, ``feedback.md``, ``results.json``.
+Flow: unpack -> sandbox (pristine course + editable files) -> per lab, its visible tests' process and
+then its held-out tests' process, each isolated (:mod:`grader.execute.supervisor`,
+:mod:`grader.execute.isolation`) -> score what the supervisor recorded
+(:func:`grader.scoring.score.rescore`, so the first score and any regrade are the same computation)
+-> ``summary.json``, ``feedback.md``, ``results.json``. Graded code never sees ``out``: the supervisor
+writes every file there, after the graded processes are gone.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from grader.course.labs import Course
 from grader.course.rubric import Rubric
 from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, write_submission_meta
 from grader.execute.limits import RunLimits
-from grader.execute.sandbox import SubmissionError, build_sandbox, new_canary_name, unpack_submission
-from grader.execute.supervisor import run_lab
+from grader.execute.isolation import Isolation
+from grader.execute.sandbox import SubmissionError, build_sandbox, unpack_submission
+from grader.execute.supervisor import lab_parts, part_raw_dir, run_lab
 from grader.scoring.feedback import write_outputs
 from grader.scoring.results import GRADER_ERROR, SubmissionResult
 from grader.scoring.score import grader_error_result, rescore
-from labkit.labspec import LabSpec
+from labkit.labspec import HELDOUT_DIR, LabSpec
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class GradeOptions:
             ``TORCHINDUCTOR_COMPILE_THREADS``); ``None`` leaves the environment's or PyTorch's default.
             Submissions graded side by side must share the cores: each process's default pool is
             every core, and two such pools on one machine's cores make a test up to 200x slower.
+        isolation: how graded processes are isolated (:func:`grader.execute.isolation.choose_isolation`);
+            None: chosen for the course when a submission is graded.
     """
 
     gpu: str = "auto"
@@ -53,6 +59,7 @@ class GradeOptions:
     python: str = sys.executable
     keep_sandbox: bool = False
     threads: int | None = None
+    isolation: Isolation | None = None
 
 
 @dataclass(frozen=True)
@@ -69,21 +76,65 @@ def _meta(out: Path, **fields) -> None:
     write_submission_meta(out, fields)
 
 
+#: What a student reads when their copy was graded without isolation.
+UNISOLATED_NOTE = ("graded without isolation: the tests ran with the grading user's files, network and "
+                   "environment (no bubblewrap here)")
+
+
+def isolation_of(setup: GradingSetup) -> Isolation:
+    """The isolation this grading uses: the one chosen, else the course's default (see :mod:`grader.execute.isolation`)."""
+    from grader.execute.isolation import choose_isolation
+
+    if setup.options.isolation is not None:
+        return setup.options.isolation
+    return choose_isolation(setup.options.python, setup.course.root,
+                            instructor_course=setup.course.holds_instructor_material, unsafe=False)
+
+
 def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name: str,
               only_labs: Collection[str] | None) -> None:
     options = setup.options
-    canary = new_canary_name()
-    counts = {lab.lab: len(lab.tests) + 1 for lab in setup.rubric.labs}
+    isolation = isolation_of(setup)
     sandbox = scratch / "course"
-    overlay = build_sandbox(setup.course, setup.labs, folder, sandbox, canary=canary, canary_counts=counts)
-    _meta(out, submission=name, gpu=options.gpu, flags=overlay.flags, notes=overlay.notes, taken=overlay.taken,
-          canary=canary)
+    overlay = build_sandbox(setup.course, setup.labs, folder, sandbox)
+    notes = [*overlay.notes, *([UNISOLATED_NOTE] if isolation.name == "none" else [])]
+    _meta(out, submission=name, gpu=options.gpu, flags=overlay.flags, notes=notes, taken=overlay.taken,
+          isolation=isolation.name)
+    heldout_dirs = [sandbox / spec.package / HELDOUT_DIR for spec in setup.course.labs
+                    if (sandbox / spec.package / HELDOUT_DIR).is_dir()]
     for lab in setup.rubric.labs:
         if lab.error is None and (only_labs is None or lab.lab in only_labs):
-            run_lab(sandbox, lab, out / RAW_DIR / lab.lab, canary=canary, gpu=options.gpu, limits=options.limits,
-                    python=options.python, threads=options.threads)
+            for part in lab_parts(lab, sandbox, heldout_dirs):
+                run_lab(sandbox, part, part_raw_dir(out / RAW_DIR / lab.lab, part), gpu=options.gpu,
+                        limits=options.limits, state=scratch / "state", isolation=isolation, python=options.python,
+                        threads=options.threads)
     if options.keep_sandbox:
         shutil.copytree(sandbox, out / "sandbox", dirs_exist_ok=True)
+
+
+def own_grader_problem(submission: Path) -> str | None:
+    """Why this grading must not go ahead (None when it may): part of the grader came from the submission.
+
+    ``python -m grader`` puts the working directory first on ``sys.path``: run from inside a student's
+    copy, it would import that copy's ``grader`` (which could print any score) or its ``labkit`` (whose
+    course root, the default ``--course``, is then the student's copy with its own tests). The course
+    environment pins the installed grader and harness (:mod:`grader.pin`); this catches interpreters
+    without the pin, where one of the two came from the submission and the other did not. A student
+    grading their own copy (``nox -s grade-me``) has both from it, which is allowed: nothing is graded
+    against material they do not hold.
+    """
+    import grader
+    import labkit
+
+    submission = submission.resolve()
+    homes = {module.__name__: Path(module.__file__).resolve().parent for module in (grader, labkit)}
+    inside = {name for name, home in homes.items() if home == submission or submission in home.parents}
+    if len(inside) != 1:
+        return None
+    (name,) = inside
+    return (f"`{name}` was imported from inside the submission ({homes[name]}), the rest of the grader from "
+            "elsewhere: a submission must never be graded by or against its own files. Run the course's grader "
+            "from outside the submission (cd elsewhere, or `.nox/course-env/bin/python -m grader` from the course)")
 
 
 def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str | None = None, *,

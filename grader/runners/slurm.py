@@ -46,6 +46,7 @@ from grader.course.rubric import Rubric
 from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE, read_json, write_submission_meta
 from grader.execute.limits import GRADING_MARGIN_S, RunLimits, submission_budget_s
 from grader.runners.batch import batch_row, write_batch_index
+from grader.execute.isolation import choose_isolation
 from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from grader.runners.slurm_states import SlurmUnavailable, describe, task_states
 from grader.scoring.feedback import write_outputs
@@ -129,6 +130,7 @@ class Plan:
     groups: dict[str, list[str]]
     students: dict[str, str]
     tasks: dict[str, Task] = field(default_factory=dict)
+    unsafe_no_sandbox: bool = False  # grade unisolated where bubblewrap is missing (``--unsafe-no-sandbox``)
 
     def save(self, graded: Path) -> None:
         data = {"schema": PLAN_SCHEMA, **asdict(self)}
@@ -152,8 +154,11 @@ class Plan:
 
     def grading_setup(self, graded: Path) -> GradingSetup:
         course = load_course(Path(self.course))
+        isolation = choose_isolation(self.python, course.root, instructor_course=course.holds_instructor_material,
+                                     unsafe=self.unsafe_no_sandbox)  # the node's own bubblewrap
         options = GradeOptions(gpu=self.gpu, limits=RunLimits(**self.limits), python=self.python,
-                               threads=self.resources.cpus_per_task)  # the task's CPUs, not the node's
+                               threads=self.resources.cpus_per_task,  # the task's CPUs, not the node's
+                               isolation=isolation)
         return GradingSetup(course, course.select(self.labs), self.rubric(graded), options)
 
 

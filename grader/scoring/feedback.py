@@ -10,8 +10,8 @@ the grader's total, so nothing is counted twice.
 Held-out tests: every renderer shows visible and held-out points separately. The student's page
 (``feedback.md``) lists held-out results by *area* only (points and whether they passed, never the
 cases or their messages); Gradescope gets every case with its own ``visibility`` (``hidden``,
-``after_due_date``), so Gradescope decides what a student sees, and the top-level output names the
-held-out areas that lost points.
+``after_due_date``), so Gradescope decides when a student sees it, but never its message (only its
+outcome), and the top-level output names the held-out areas that lost points.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ def to_gradescope(result: SubmissionResult) -> dict[str, Any]:
             output = test.message
             if test.outcome == PENDING:
                 output = "pending: needs a CUDA GPU; graded separately on a GPU machine"
+            elif test.heldout:  # a held-out case's message can quote its source: the outcome only
+                output = test.outcome if test.outcome != PASSED else ""
             elif lab.status not in ("graded",) and test.outcome != PASSED:
                 output = f"{test.outcome}: {test.message} [{lab.status}: {lab.reason}]"
             name = test.nodeid.split("::", 1)[-1]

@@ -6,8 +6,9 @@ well under a second.
 
 The rules, test by test (``rubric`` lists every test the pristine course has):
 
-- A test earns its points only if the probe's event log shows every phase passed **and**, when the
-  pytest process that ran it wrote its final pytest-json-report, the report agrees. A test that never
+- A test earns its points only if the supervisor's record of the probe's events shows every phase
+  passed **and**, when the pytest process that ran it wrote its final pytest-json-report, the report
+  agrees (the report, written inside the graded process, can take a pass away, never give one). A test that never
   reported (the process died first) is ``not-run``; the one running when the process died is
   ``crashed``: neither is ever passed.
 - A test that ran past its time limit is ``timeout``, whether the grader's alarm stopped it in-process
@@ -23,8 +24,15 @@ or pytest-json-report is missing, the event log cannot be written) is a ``grader
 student's: nothing of the student's runs before that point. A failed collection scores 0 of the full
 maximum (reason: the collection error); a crash or a timeout keeps the points of tests that finished
 before it; a lab stopped by the streak rule (too many timeouts in a row, :mod:`grader.execute.limits`) is
-``stopped`` and keeps the points earned before; a canary that passed voids the run (0 points, flagged:
-the student's code altered pytest's results in-process).
+``stopped`` and keeps the points earned before. A run is **void** (0 points, flagged) when a canary
+passed or the supervisor refused events from its results channel: the student's code altered pytest's
+results, or the grader's probe, in-process (:mod:`grader.evidence.events`).
+
+A lab runs in two parts, its visible tests and then its held-out tests (each its own process); each
+part's tests are scored from that part's run, and the lab's status is the visible part's, or else the
+held-out part's. A held-out part's reason is in the grader's own words, naming no held-out case, file
+or message (the lab's reason is shown to the student); held-out cases keep their messages here, in
+instructor data, and the renderers leave them out (:mod:`grader.scoring.feedback`).
 """
 
 from __future__ import annotations
@@ -36,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.course.rubric import LabRubric, Rubric, RubricTest
-from grader.evidence.events import KILLED_EVENT, STOPPED_EVENT, is_canary, stop_reason
+from grader.evidence.events import KILLED_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, stop_reason
 from grader.evidence.layout import RUBRIC_FILE, SUBMISSION_FILE, read_json
-from grader.evidence.runs import LabRun, load_lab_runs
+from grader.evidence.runs import LabRun, LabRuns, load_lab_runs
 from grader.evidence.text import truncate_text
 from grader.scoring.results import (
     EVIDENCE_PASSED,
@@ -131,10 +139,15 @@ def describe_exit(exit_code: int | None) -> str:
 def canary_passed(run: LabRun, seen: dict[str, Observed]) -> bool:
     """True when any canary case was reported passed, by the event log (``seen``) or by a final report."""
     for nodeid, entry in seen.items():
-        if is_canary(nodeid, run.canary) and entry.phases.get("call", ("", ""))[0] == "passed":
+        if is_canary(nodeid) and entry.phases.get("call", ("", ""))[0] == "passed":
             return True
-    return any(is_canary(str(nodeid), run.canary) and outcome == "passed"
+    return any(is_canary(str(nodeid)) and outcome == "passed"
                for report in run.reports for nodeid, outcome in (_report_outcomes(report) or {}).items())
+
+
+def rejections(run: LabRun) -> list[str]:
+    """Why the supervisor refused events of this run's results channel (empty for an honest run)."""
+    return [str(event.get("reason", "")) for event in run.events if event.get("event") == REJECTED_EVENT]
 
 
 def _last_process_ended_normally(events: tuple[dict[str, Any], ...]) -> bool:
@@ -154,8 +167,12 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
     kinds = _event_kinds(run.events)
     collect_errors = [e for e in run.events if e.get("event") == "collect_error"]
     if canary_passed(run, seen):
-        return "void", ("the grader's canary test (which always fails) was reported passed: the submission's "
-                        "code altered pytest's results in-process; this run is void")
+        return "void", ("a canary (a copy of a test whose body always fails) was reported passed: the "
+                        "submission's code altered pytest's results in-process; this run is void")
+    refused = rejections(run)
+    if refused:
+        return "void", ("the graded process sent events the run did not produce (the submission's code wrote "
+                        f"to the grader's results channel); this run is void. First: {'; '.join(refused[:3])}")
     if "configure" not in kinds and not run.timed_out:
         # pytest_configure runs before any test module is imported: no student code has run yet.
         tail = run.output_tail.strip()[-MESSAGE_CHARS:]
@@ -247,24 +264,59 @@ def talking_point_results(lab: LabRubric, tests: tuple[TestResult, ...]) -> tupl
     return tuple(points)
 
 
-def score_lab(lab: LabRubric, run: LabRun | None, gpu: str = "auto", not_run_reason: str = "",
+#: What students read when a held-out part did not end normally (its own reasons are instructor data).
+HELDOUT_REASONS = {
+    "void": "the held-out tests' run is void: the submission's code altered pytest's results or the grader's "
+            "results channel in-process",
+    "collection-error": "the held-out tests could not be collected with this submission (does importing your "
+                        "code fail, or depend on the visible tests?)",
+    "timeout": "the held-out tests ran over their time budget and were stopped",
+    "crashed": "the held-out tests' process ended early (os._exit, sys.exit, a crash in native code, too much "
+               "output?)",
+    "stopped": "too many held-out tests in a row ran out of time: the rest were not run",
+    GRADER_ERROR: "the grader could not run the held-out tests (not the submission's fault); "
+                  + GRADER_ERROR_ADVICE,
+}
+
+
+def _part(lab: LabRubric, run: LabRun | None, tests: tuple[RubricTest, ...], gpu: str,
+          not_run: tuple[str, str]) -> tuple[str, str, tuple[TestResult, ...], float]:
+    """Score one part's tests from its run: (status, reason, results, wall seconds)."""
+    if run is None:
+        status, reason, seen, reports, wall = *not_run, {}, (), 0.0
+    else:
+        seen, wall = observe(run.events), run.wall_s
+        reports = tuple(_report_outcomes(report) for report in run.reports)
+        status, reason = lab_status(run, seen)
+    results = tuple(score_test(test, seen.get(test.nodeid), reports, status, gpu) for test in tests)
+    if status == "stopped" and run is not None:
+        reason = stop_reason(_stop_streak(run), sum(test.outcome == "not-run" for test in results))
+    return status, reason, results, wall
+
+
+def score_lab(lab: LabRubric, run: LabRun | LabRuns | None, gpu: str = "auto", not_run_reason: str = "",
               not_run_status: str = "not-run") -> LabResult:
-    """Score one lab's run against its pristine rubric (pure).
+    """Score one lab's run (both its parts) against its pristine rubric (pure).
 
     ``not_run_status``/``not_run_reason`` describe a lab without a run (e.g. ``grader-error``).
     """
     if lab.error is not None:
         return LabResult(lab.lab, lab.title, lab.package, 0, 0, 0, UNAVAILABLE,
                          f"this lab cannot be graded: {lab.error}")
-    if run is None:
-        status, reason, seen, reports, wall = not_run_status, not_run_reason or "the lab was not run", {}, (), 0.0
-    else:
-        seen, wall = observe(run.events), run.wall_s
-        reports = tuple(_report_outcomes(report) for report in run.reports)
-        status, reason = lab_status(run, seen)
-    tests = tuple(score_test(test, seen.get(test.nodeid), reports, status, gpu) for test in lab.tests)
-    if status == "stopped":
-        reason = stop_reason(_stop_streak(run), sum(test.outcome == "not-run" for test in tests))
+    runs = run if isinstance(run, LabRuns) or run is None else LabRuns(run)
+    not_run = (not_run_status, not_run_reason or "the lab was not run")
+    visible_tests = tuple(test for test in lab.tests if not test.heldout)
+    heldout_tests = tuple(test for test in lab.tests if test.heldout)
+    status, reason, visible, wall = _part(lab, runs.visible if runs else None, visible_tests, gpu, not_run)
+    heldout: tuple[TestResult, ...] = ()
+    if heldout_tests:
+        later = not_run if runs is None or runs.visible is None else ("not-run", "the held-out tests were not run")
+        h_status, _, heldout, h_wall = _part(lab, runs.heldout if runs else None, heldout_tests, gpu, later)
+        wall += h_wall
+        if (status == "graded" and h_status != "graded") or (h_status == "void" and status != "void"):
+            status, reason = h_status, HELDOUT_REASONS.get(h_status, f"held-out tests: {h_status}")
+    order = {test.nodeid: index for index, test in enumerate(lab.tests)}
+    tests = tuple(sorted(visible + heldout, key=lambda test: order[test.nodeid]))
     score = sum(test.points for test in tests)
     pending = sum(test.max_points for test in tests if test.outcome == PENDING)
     return LabResult(lab.lab, lab.title, lab.package, score, lab.max_score, pending, status, reason,
@@ -276,7 +328,7 @@ def _stop_streak(run: LabRun | None) -> int:
     return int(stops[-1].get("streak") or 0) if stops else 0
 
 
-def score_submission(rubric: Rubric, runs: dict[str, LabRun | None], *, submission: str, gpu: str = "auto",
+def score_submission(rubric: Rubric, runs: dict[str, LabRun | LabRuns | None], *, submission: str, gpu: str = "auto",
                      flags: tuple[str, ...] = (), notes: tuple[str, ...] = (),
                      not_run_reason: str = "", not_run_status: str = "not-run",
                      not_run_labs: dict[str, tuple[str, str]] | None = None,

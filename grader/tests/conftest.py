@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import sys
+
 from grader.course.labs import load_course
 from grader.execute.collect import build_rubric
+from grader.execute.isolation import Bubblewrap, Unisolated, bubblewrap_problem
 from grader.execute.limits import RunLimits
 from grader.runners.batch import grade_all
 from grader.runners.local import GradeOptions, GradingSetup
@@ -24,6 +27,11 @@ collect_ignore_glob = ["fixtures/*"]
 #: starting Python and pytest is most of a demo lab's time, so a factor of 2 (not 10) on that start-up
 #: keeps the lab budget short; the streak rule stops a lab after 3 timeouts in a row (labA has 6 tests).
 DEMO_LIMITS = RunLimits(time_factor=2.0, min_test_timeout_s=3.0, min_startup_s=10.0, max_consecutive_timeouts=3)
+#: Why graded processes cannot be isolated on this machine (None: bubblewrap works). The grader's tests
+#: then grade unisolated, and the tests of what isolation guarantees skip, saying why.
+NO_BUBBLEWRAP = bubblewrap_problem()
+needs_bubblewrap = pytest.mark.skipif(NO_BUBBLEWRAP is not None,
+                                      reason=f"isolation needs bubblewrap: {NO_BUBBLEWRAP} (apt-get install bubblewrap)")
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +45,8 @@ def demo_args(rubric_cache) -> list[str]:
     """Command-line options grading the demo course with the session's rubric cache and demo limits."""
     return ["--course", str(DEMO_COURSE), "--cache-dir", str(rubric_cache),
             "--time-factor", str(DEMO_LIMITS.time_factor), "--min-test-timeout", str(DEMO_LIMITS.min_test_timeout_s),
-            "--max-consecutive-timeouts", str(DEMO_LIMITS.max_consecutive_timeouts)]
+            "--max-consecutive-timeouts", str(DEMO_LIMITS.max_consecutive_timeouts),
+            *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else [])]
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +55,8 @@ def demo_setup(rubric_cache) -> GradingSetup:
     course = load_course(DEMO_COURSE)
     labs = course.select(None)
     rubric = build_rubric(course, labs, rubric_cache)
-    return GradingSetup(course, labs, rubric, GradeOptions(gpu="auto", limits=DEMO_LIMITS))
+    isolation = Unisolated() if NO_BUBBLEWRAP else Bubblewrap(sys.executable, course.root)
+    return GradingSetup(course, labs, rubric, GradeOptions(gpu="auto", limits=DEMO_LIMITS, isolation=isolation))
 
 
 @pytest.fixture(scope="session")

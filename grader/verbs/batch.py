@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         check_output_folder(args.out)
-        setup = prepare(args, check_environment=not args.container)
+        setup = prepare(args, check_environment=not args.container, isolate=not args.container)
         submissions = discover_submissions(args.submissions_dir)
         runner = runner_from_args(args) or grade_submission
     except (CourseError, ContainerError, GraderEnvironmentError) as error:

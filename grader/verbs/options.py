@@ -12,6 +12,7 @@ from grader.course.rubric import describe_rubric
 from grader.execute.collect import DEFAULT_CACHE_DIR, build_rubric
 from grader.execute.command import GPU_MODES
 from grader.execute.limits import GRADING_MARGIN_S, RunLimits
+from grader.execute.isolation import choose_isolation
 from grader.execute.preflight import check_grading_environment
 from grader.runners.container import ENGINE_ENV_VAR, ContainerLimits, ContainerRunner, find_engine
 from grader.runners.local import GradeOptions, GradingSetup
@@ -43,24 +44,34 @@ def add_course_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where pristine rubrics are cached")
     parser.add_argument("--no-cache", action="store_true", help="collect the pristine rubric again")
     parser.add_argument("--keep-sandbox", action="store_true", help="keep each sandbox under OUT/sandbox")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="grade without isolation where bubblewrap is missing: graded code can then read the "
+                             "solutions, held-out tests, your files and environment, and use the network")
 
 
 
-def prepare(args: argparse.Namespace, *, check_environment: bool = True) -> GradingSetup:
+def prepare(args: argparse.Namespace, *, check_environment: bool = True, isolate: bool = True) -> GradingSetup:
     """Load the course, check that this machine can grade it, pick the labs, build (or read the cached) rubric.
 
     Args:
         args: the parsed course options (:func:`add_course_options`).
         check_environment: run :func:`grader.execute.preflight.check_grading_environment` first (off when each
             submission is graded in a container of the course image, which has its own environment).
+        isolate: choose how graded processes are isolated here (off when another process grades: a
+            container or a cluster task chooses its own).
 
     Raises:
         CourseError: no ready lab, or an unknown ``--labs`` entry.
         GraderEnvironmentError: this interpreter cannot run the graded tests (see :mod:`grader.execute.preflight`).
+        IsolationError: an instructor's course, no working bubblewrap and no ``--unsafe-no-sandbox``.
     """
     course = load_course(args.course)
     if check_environment:
         check_grading_environment(course.root, command=current_command())
+    isolation = None
+    if isolate:
+        isolation = choose_isolation(sys.executable, course.root, instructor_course=course.holds_instructor_material,
+                                     unsafe=args.unsafe_no_sandbox)
     for package, why in course.not_ready.items():
         print(f"note: {package} is not ready to grade ({why}): skipped", file=sys.stderr)
     labs = course.select(args.labs.split(",") if args.labs else None)
@@ -77,7 +88,8 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True) -> Grad
             print(f"  note: {lab.lab}: {untimed} of {len(lab.tests)} tests have no recorded reference time (limit "
                   f"{limits.unmeasured_test_timeout_s:g} s each); record them with "
                   "`python -m grader selfcheck --record-times`", file=sys.stderr)
-    return GradingSetup(course, labs, rubric, GradeOptions(args.gpu, limits, keep_sandbox=args.keep_sandbox))
+    return GradingSetup(course, labs, rubric,
+                        GradeOptions(args.gpu, limits, keep_sandbox=args.keep_sandbox, isolation=isolation))
 
 
 
@@ -131,4 +143,4 @@ def runner_from_args(args: argparse.Namespace) -> ContainerRunner | None:
     limits = ContainerLimits(memory=args.memory, cpus=args.cpus, pids=args.pids, wall_clock_s=args.wall_timeout)
     print(f"grading in containers of {args.container} with {shlex.join(engine)}: network off, "
           f"memory {limits.memory}, {limits.cpus:g} CPUs, {limits.pids} processes")
-    return ContainerRunner(args.container, engine, limits)
+    return ContainerRunner(args.container, engine, limits, unsafe_no_sandbox=args.unsafe_no_sandbox)

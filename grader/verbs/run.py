@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grader.course.labs import CourseError
 from grader.execute.preflight import GraderEnvironmentError, check_output_folder
-from grader.runners.local import grade_submission
+from grader.runners.local import grade_submission, own_grader_problem
 from grader.scoring.feedback import summary_line
 from grader.scoring.results import EXIT_USAGE
 from grader.verbs.options import add_course_options, prepare, report_grader_faults
@@ -21,13 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_course_options(parser)
 
 
-
 def main(args: argparse.Namespace) -> int:
     if not args.submission.exists():  # a typo, not a student's broken submission (that one still gets a row)
         print(f"grader run: {args.submission} does not exist (expected a copy of the course: a folder or a .zip)",
               file=sys.stderr)
         return EXIT_USAGE
     try:
+        problem = own_grader_problem(args.submission)
+        if problem:
+            raise CourseError(problem)
         check_output_folder(args.out)
         setup = prepare(args)
     except (CourseError, GraderEnvironmentError) as error:

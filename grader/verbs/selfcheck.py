@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        setup = prepare(args, check_environment=not args.container)
+        setup = prepare(args, check_environment=not args.container, isolate=not args.container)
     except CourseError as error:
         print(f"grader selfcheck: nothing to grade yet: {error}")
         return 0

@@ -160,7 +160,8 @@ def submit(args: argparse.Namespace) -> int:
     groups = lab_groups(setup.rubric, setup.options.gpu, args.gpus_per_task)
     plan = Plan(str(setup.course.root), [spec.id for spec in setup.labs], setup.options.gpu,
                 asdict(setup.options.limits), setup.options.python, resources, groups,
-                {student: str(path.absolute()) for student, path in submissions})
+                {student: str(path.absolute()) for student, path in submissions},
+                unsafe_no_sandbox=args.unsafe_no_sandbox)
     plan.tasks = {task.key: task for task in (Task(student, group) for student, _ in submissions for group in groups)}
     (graded / PLAN_DIR).mkdir(parents=True, exist_ok=True)
     setup.rubric.write(graded / PLAN_DIR / "rubric.json")

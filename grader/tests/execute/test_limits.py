@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -15,10 +14,10 @@ from grader.course.reference_times import (
     write_reference_times,
 )
 from grader.course.rubric import LabRubric, Rubric, RubricTest, with_reference_times
-from grader.evidence.events import KILLED_EVENT, timeout_streak
+from grader.evidence.events import KILLED_EVENT, canary_nodeid, timeout_streak
 from grader.evidence.runs import passed_test_times
 from grader.execute.limits import RunLimits, lab_budget, limit_for_test, submission_budget_s, time_limit_args
-from grader.execute.supervisor import TestWatch, overrun_grace_s
+from grader.execute.supervisor import overran, overrun_grace_s
 
 LIMITS = RunLimits()  # factor 10, at least 10 s, 300 s unmeasured, 60 s start-up at least, 15 in a row
 
@@ -63,32 +62,22 @@ def _test(nodeid: str, timeout: bool = False) -> list[dict]:
 
 
 def test_the_timeout_streak_counts_tests_in_a_row_and_ignores_canaries():
-    def canary(nodeid: str) -> bool:
-        return "c4n4ry" in nodeid
-
-    events = [*_test("a", True), *_test("c4n4ry[0]"), *_test("b", True)]
-    assert timeout_streak(events, canary) == 2, "a canary between two timeouts does not break the streak"
-    assert timeout_streak([*events, *_test("c")], canary) == 0, "a test that ends in time breaks it"
+    events = [*_test("a", True), *_test(canary_nodeid(1, "a")), *_test("b", True)]
+    assert timeout_streak(events) == 2, "a canary between two timeouts does not break the streak"
+    assert timeout_streak([*events, *_test("c")]) == 0, "a test that ends in time breaks it"
     killed = [*events, {"event": "start", "nodeid": "d"}, {"event": KILLED_EVENT, "nodeid": "d", "limit_s": 3}]
-    assert timeout_streak(killed, canary) == 3, "a test the runner killed counts"
+    assert timeout_streak(killed) == 3, "a test the runner killed counts"
 
 
-def test_the_watch_reports_a_test_past_its_limit_plus_grace(tmp_path, monkeypatch):
-    events = tmp_path / "events.jsonl"
+def test_the_watch_reports_a_test_past_its_limit_plus_grace():
     lab = lab_with(0.1)  # limit 10 s
-    watch = TestWatch(events, lab_budget(lab, LIMITS))
-    clock = [100.0]
-    monkeypatch.setattr("grader.execute.supervisor.time.monotonic", lambda: clock[0])
-    assert watch.overrun() is None, "no log yet"
-    events.write_text(json.dumps({"event": "start", "nodeid": lab.tests[0].nodeid}) + "\n")
-    assert watch.overrun() is None
-    clock[0] += 10 + overrun_grace_s(10) - 0.1
-    assert watch.overrun() is None, "the in-process alarm gets its grace period"
-    clock[0] += 0.2
-    assert watch.overrun() == lab.tests[0].nodeid
-    with open(events, "a") as handle:
-        handle.write(json.dumps({"event": KILLED_EVENT, "nodeid": lab.tests[0].nodeid}) + "\n")
-    assert watch.overrun() is None, "after the kill, the resumed process starts with no test running"
+    budget = lab_budget(lab, LIMITS)
+    nodeid = lab.tests[0].nodeid
+    assert overran(None, budget, 1000.0) is None, "no test running"
+    assert overran((nodeid, 100.0), budget, 100.0 + 10 + overrun_grace_s(10) - 0.1) is None, "the alarm's grace"
+    assert overran((nodeid, 100.0), budget, 100.0 + 10 + overrun_grace_s(10) + 0.1) == nodeid
+    canary = canary_nodeid(5, nodeid)
+    assert overran((canary, 100.0), budget, 100.0 + 10 + overrun_grace_s(10) + 0.1) == canary, "its copy's limit"
 
 
 def test_reference_times_are_the_passed_tests_phases_summed():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import zipfile
 
 import pytest
@@ -42,16 +44,50 @@ def test_the_sandbox_takes_only_editable_files_and_blocks_the_solutions(tmp_path
     (submission / "labA_arith" / "test_lab.py").write_text("# emptied\n")
     (submission / "labA_arith" / "conftest.py").write_text("# a plugin\n")
     (submission / "labA_arith" / "notes.md").write_text("my notes\n")
-    overlay = build_sandbox(course, list(course.labs), submission, tmp_path / "sandbox", canary="test_zz",
-                            canary_counts={"labA": 6})
+    overlay = build_sandbox(course, list(course.labs), submission, tmp_path / "sandbox")
     sandbox = tmp_path / "sandbox"
     assert (sandbox / "labA_arith" / "arith.py").read_text() == "STUDENT = 1\n"
     tests = (sandbox / "labA_arith" / "test_lab.py").read_text()
-    assert tests.startswith((DEMO_COURSE / "labA_arith" / "test_lab.py").read_text()) and "def test_zz(_slot)" in tests
+    assert tests == (DEMO_COURSE / "labA_arith" / "test_lab.py").read_text(), "the pristine tests, unchanged"
     assert not (sandbox / "labA_arith" / "conftest.py").exists()
     assert "raise ImportError" in (sandbox / "solutions" / "__init__.py").read_text()
     assert overlay.taken == ["labA_arith/arith.py", "labB_text/text.py"]
     assert len(overlay.flags) == 2 and all(flag.startswith("tampering:") for flag in overlay.flags)
+
+
+def test_a_lab_folder_linked_to_the_reference_is_not_taken(tmp_path):
+    course = load_course(DEMO_COURSE)
+    submission = starter_copy(tmp_path / "student")
+    shutil.rmtree(submission / "labA_arith")
+    (submission / "labA_arith").symlink_to(DEMO_COURSE / "solutions" / "labA_arith", target_is_directory=True)
+    (submission / "labB_text" / "text.py").unlink()
+    (submission / "labB_text" / "text.py").symlink_to(DEMO_COURSE / "solutions" / "labB_text" / "text.py")
+    overlay = build_sandbox(course, list(course.labs), submission, tmp_path / "sandbox")
+    assert overlay.taken == [], "no file reached through a link is taken"
+    sandbox = tmp_path / "sandbox"
+    for rel in ("labA_arith/arith.py", "labB_text/text.py"):
+        assert (sandbox / rel).read_text() == (DEMO_COURSE / rel).read_text(), f"{rel}: the starter's"
+    assert any("labA_arith is a symbolic link" in flag for flag in overlay.flags)
+    assert any("labB_text/text.py is a symbolic link" in flag for flag in overlay.flags)
+
+
+def test_a_hard_link_to_another_file_is_not_taken(tmp_path):
+    course = load_course(DEMO_COURSE)
+    submission = starter_copy(tmp_path / "student")
+    elsewhere = tmp_path / "reference_copy.py"
+    elsewhere.write_text("def add(a, b):\n    return a + b\n")
+    (submission / "labA_arith" / "arith.py").unlink()
+    os.link(elsewhere, submission / "labA_arith" / "arith.py")
+    overlay = build_sandbox(course, list(course.labs), submission, tmp_path / "sandbox")
+    assert "labA_arith/arith.py" not in overlay.taken and any("hard link" in flag for flag in overlay.flags)
+
+
+def test_a_copy_of_the_grader_in_a_submission_is_flagged(tmp_path):
+    course = load_course(DEMO_COURSE)
+    submission = starter_copy(tmp_path / "student")
+    (submission / "grader").mkdir()
+    (submission / "grader" / "__main__.py").write_text("print('170/170')\n")
+    assert any("grader/__main__.py" in flag for flag in find_tampering(course, submission))
 
 
 def test_an_untouched_starter_has_no_tampering():

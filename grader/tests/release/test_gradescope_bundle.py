@@ -61,7 +61,7 @@ def test_bundle_holds_gradescopes_entry_points_and_the_course_without_solutions(
     assert "course/labA_arith/test_lab.py" in infos and "course/labA_arith/lab.toml" in infos
     assert "course/labA_arith/heldout/test_heldout.py" in infos, "Gradescope grades the held-out tests too"
     assert not [name for name in infos if "solutions" in name.split("/")], "the reference solutions never ship"
-    assert config == {"gpu": "off", "labs": [], "test_timeout": None, "lab_timeout": 60}
+    assert config == {"gpu": "off", "labs": [], "test_timeout": None, "lab_timeout": 60, "unsafe_no_sandbox": False}
     assert "pip install" in setup and "--editable ./course" in setup and "grader.warm" in setup
 
 

@@ -34,7 +34,7 @@ def run_passing(nodeids: list[str]) -> LabRun:
                    {"event": "finish", "nodeid": test.nodeid}]
     events.append({"event": "session_finish", "exitstatus": 1})
     report = {"tests": [{"nodeid": nodeid, "outcome": "passed"} for nodeid in nodeids]}
-    return LabRun("lab01", 1, False, False, 1.0, "test_c4n4ry", tuple(events), report)
+    return LabRun("lab01", 1, False, False, 1.0, tuple(events), report)
 
 
 @pytest.fixture

@@ -7,13 +7,11 @@ import json
 import pytest
 
 from grader.course.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec, describe_rubric
-from grader.evidence.events import read_events
-from grader.evidence.runs import LabRun
-from grader.execute.probe import interleave_canaries
+from grader.evidence.events import canary_nodeid, read_events, run_order
+from grader.evidence.runs import LabRun, LabRuns
 from grader.scoring.results import EVIDENCE_PASSED, EVIDENCE_PENDING, NOT_YET, SubmissionResult
 from grader.scoring.score import describe_exit, score_lab, score_submission
 
-CANARY = "test_c4n4ry"
 RUBRIC = LabRubric(
     lab="labX", package="labX_demo", title="Demo",
     tests=(
@@ -67,7 +65,8 @@ def run_of(*events: list[dict], finished: bool = True, report_passed: list[str] 
     if report_passed is not None:
         report = {"tests": [{"nodeid": n, "outcome": "passed"} for n in report_passed]}
     return LabRun(lab="labX", exit_code=exit_code, timed_out=extra.get("timed_out", False), output_flooded=False,
-                  wall_s=1.0, canary=CANARY, events=tuple(log), report=report, output_tail=extra.get("tail", ""))
+                  wall_s=1.0, events=tuple(log), report=report, output_tail=extra.get("tail", ""),
+                  heldout=extra.get("heldout", False))
 
 
 ALL_CPU = [node("test_a"), node("test_b[1]"), node("test_b[2]")]
@@ -173,7 +172,7 @@ def test_setup_failures_are_errors():
 
 
 def test_a_passing_canary_voids_the_run_even_if_only_the_report_says_so():
-    canary = f"labX_demo/test_lab.py::{CANARY}[0]"
+    canary = canary_nodeid(1, node("test_a"))
     run = run_of(*(passed(n) for n in ALL_CPU), report_passed=[*ALL_CPU, canary])
     lab = score_lab(RUBRIC, run)
     assert (lab.score, lab.status) == (0, "void")
@@ -181,16 +180,28 @@ def test_a_passing_canary_voids_the_run_even_if_only_the_report_says_so():
     assert any("canary" in flag for flag in result.flags)
 
 
+def test_a_passing_canary_in_the_event_log_voids_the_run():
+    run = run_of(*(passed(n) for n in ALL_CPU), passed(canary_nodeid(3, node("test_a"))), report_passed=ALL_CPU)
+    assert score_lab(RUBRIC, run).status == "void"
+
+
+def test_events_the_supervisor_refused_void_the_run():
+    refused = [{"event": "rejected", "reason": "a second call report for labX_demo/test_lab.py::test_a", "kind": "report"}]
+    run = run_of(*(passed(n) for n in ALL_CPU), refused, report_passed=ALL_CPU)
+    lab = score_lab(RUBRIC, run)
+    assert (lab.status, lab.score) == ("void", 0) and "results channel" in lab.reason and "second call" in lab.reason
+
+
 def test_a_collection_error_scores_zero_of_the_full_maximum():
     log = ({"event": "configure"}, {"event": "collect_error", "nodeid": "labX_demo/test_lab.py", "message": "SyntaxError: x"},
            {"event": "collected", "nodeids": []}, {"event": "session_finish", "exitstatus": 2})
-    run = LabRun("labX", 2, False, False, 0.5, CANARY, log, None)
+    run = LabRun("labX", 2, False, False, 0.5, log, None)
     lab = score_lab(RUBRIC, run)
     assert (lab.score, lab.max_score, lab.status) == (0, 7, "collection-error") and "SyntaxError" in lab.reason
 
 
 def test_pytest_dying_before_collection_is_a_collection_error_with_the_output():
-    run = LabRun("labX", 3, False, False, 0.5, CANARY, ({"event": "configure"},), None, output_tail="SystemExit: 3")
+    run = LabRun("labX", 3, False, False, 0.5, ({"event": "configure"},), None, output_tail="SystemExit: 3")
     lab = score_lab(RUBRIC, run)
     assert lab.status == "collection-error" and "SystemExit: 3" in lab.reason
 
@@ -198,7 +209,7 @@ def test_pytest_dying_before_collection_is_a_collection_error_with_the_output():
 def test_pytest_that_never_loaded_the_grader_plugin_is_a_grader_error_not_a_collection_error():
     # e.g. the grading Python lacks pytest-json-report: pytest stops at its command line, before any
     # test module (the student's code) is imported, so the probe never logged "configure".
-    run = LabRun("labX", 4, False, False, 0.5, CANARY, (), None,
+    run = LabRun("labX", 4, False, False, 0.5, (), None,
                  output_tail="ERROR: usage: pytest [options]\npytest: error: unrecognized arguments: --json-report")
     lab = score_lab(RUBRIC, run)
     assert (lab.status, lab.score, lab.max_score) == ("grader-error", 0, 7)
@@ -242,21 +253,23 @@ def test_exits_are_described_in_words(code, words):
     assert words in describe_exit(code)
 
 
-class _Item:
-    def __init__(self, name: str) -> None:
-        self.originalname = self.name = name
-
-
-def test_canaries_are_interleaved_after_every_real_test():
-    items = [_Item("test_a"), _Item("test_b"), _Item("c"), _Item("c"), _Item("c")]
-    assert [item.name for item in interleave_canaries(items, "c")] == ["test_a", "c", "test_b", "c", "c"]
+def test_one_canary_follows_every_real_test_and_copies_a_quick_one():
+    real = ["t::a", "t::b", "t::c", "t::d"]
+    order = run_order(real, seed=7, copyable=["t::b", "t::gone"])
+    assert [nodeid for nodeid, canary in order if not canary] == real
+    assert [canary for _, canary in order] == [False, True] * 4, "a canary after each real test"
+    assert {nodeid for nodeid, canary in order if canary} == {"t::b"}, "only collected, copyable tests are copied"
+    assert run_order(real, 7, real) == run_order(real, 7, real), "the probe and the supervisor agree"
+    orders = {tuple(run_order(real, seed, real)) for seed in range(20)}
+    assert len(orders) > 1, "the seed decides which test each canary copies"
+    assert {nodeid for nodeid, canary in run_order(real, 1, []) if canary} <= set(real), "no quick test: any"
 
 
 def test_heldout_tests_are_scored_alike_and_reported_apart():
     heldout = RubricTest("labX_demo/heldout/test_heldout.py::test_more", "test_a", 4, False, "hidden", "more cases")
     rubric = LabRubric("labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, heldout), talking_points=RUBRIC.talking_points)
-    run = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), failed(heldout.nodeid),
-                 report_passed=ALL_CPU)
+    visible = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), report_passed=ALL_CPU)
+    run = LabRuns(visible, run_of(failed(heldout.nodeid), report_passed=[], heldout=True))
     lab = score_lab(rubric, run)
     assert (lab.score, lab.max_score) == (4, 11)
     assert (lab.visible.score, lab.visible.max_score, lab.visible.pending) == (4, 7, 3)
@@ -268,3 +281,24 @@ def test_heldout_tests_are_scored_alike_and_reported_apart():
     summary = score_submission(Rubric((rubric,)), {"labX": run}, submission="s")
     assert summary.total["heldout"] == {"score": 0, "max_score": 4, "pending": 0}
     assert SubmissionResult.from_dict(json.loads(json.dumps(summary.to_dict()))) == summary
+
+
+def _heldout_rubric() -> LabRubric:
+    heldout = RubricTest("labX_demo/heldout/test_heldout.py::test_secret_case", "test_secret_case", 4, False,
+                         "hidden", "more cases")
+    return LabRubric("labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, heldout))
+
+
+def test_a_heldout_part_that_crashed_is_reported_in_words_that_name_no_heldout_case():
+    rubric = _heldout_rubric()
+    visible = run_of(*(passed(n) for n in ALL_CPU), report_passed=ALL_CPU)
+    crashed = run_of([{"event": "start", "nodeid": rubric.tests[-1].nodeid}], finished=False, exit_code=-11,
+                     tail="Traceback: heldout/test_heldout.py line 12: SECRET_EXPECTED = 42", heldout=True)
+    lab = score_lab(rubric, LabRuns(visible, crashed))
+    assert lab.status == "crashed" and lab.visible.score == 4 and lab.heldout.score == 0
+    assert "held-out" in lab.reason and "SECRET" not in lab.reason and "test_heldout" not in lab.reason
+
+
+def test_heldout_tests_of_a_lab_whose_heldout_part_never_ran_are_not_run():
+    lab = score_lab(_heldout_rubric(), LabRuns(run_of(*(passed(n) for n in ALL_CPU), report_passed=ALL_CPU), None))
+    assert lab.tests[-1].outcome == "not-run" and lab.status == "not-run"

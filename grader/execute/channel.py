@@ -1,0 +1,203 @@
+"""The results channel: what the probe sends down its pipe, checked event by event and recorded.
+
+The graded process can write anything to the pipe (its code shares the probe's process), so nothing
+it sends is taken on trust. :class:`EventRecorder` runs in the supervisor, reads the pipe as the run
+goes, and appends to ``events.jsonl`` (a file outside everything the graded process can see) only the
+events that fit the run:
+
+- before the process's ``configure`` and after its ``session_finish``: nothing is accepted;
+- ``collected`` once; from then on the run order is known (:func:`~grader.evidence.events.run_order`
+  of the collected tests and this process's seed), and each ``start`` must name the test at the next
+  position of that order (canaries included: the recorder renames a canary's events with
+  :func:`~grader.evidence.events.canary_nodeid`);
+- ``report`` and ``finish`` only for the test that is running, each phase at most once: **the first
+  report of a (test, phase) wins**.
+
+Every event refused is recorded as a ``rejected`` event saying what was wrong: the scorer voids a lab
+whose stream was tampered with. The recorder also knows which test is running and since when (the
+supervisor's watch for tests that overrun their limit), and caps the stream's size.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from grader.evidence.events import (
+    COLLECT_ERROR, COLLECTED, CONFIGURE, FINISH, PHASES, PROBE_EVENTS, REJECTED_EVENT, REPORT, SESSION_FINISH,
+    START, STOPPED_EVENT, canary_nodeid, is_canary, run_order,
+)  # fmt: skip
+
+#: Events the probe may send (the streak rule's ``stopped`` included).
+ACCEPTED = PROBE_EVENTS | {STOPPED_EVENT}
+#: Longest line kept; longer ones are refused (the probe's own lines stay far below it).
+MAX_LINE_BYTES = 64 * 1024
+#: Refusals recorded per process (a flood of forged events is summarised, not copied).
+MAX_REJECTIONS = 50
+
+
+class EventRecorder:
+    """Reads one graded process's events and appends the accepted ones to a log (see the module docstring).
+
+    Args:
+        log: the open ``events.jsonl`` (shared by the lab part's processes, appended to).
+        seed: this process's canary seed; ``copyable``: the tests a canary may copy.
+        stream_cap_bytes: the most the process may send; past it the rest is dropped and
+            :attr:`flooded` is set.
+    """
+
+    def __init__(self, log: IO[bytes], *, seed: int, copyable: Iterable[str], stream_cap_bytes: int) -> None:
+        self.log, self.seed, self.copyable, self.cap = log, seed, tuple(copyable), stream_cap_bytes
+        self.order: list[tuple[str, bool]] | None = None
+        self.position = 0  # the next start's index in ``order``
+        self.running: tuple[str, float] | None = None  # recorded node id, monotonic start
+        self.phases: set[str] = set()
+        self.configured = self.finished = self.flooded = False
+        self.rejections = 0
+        self.started: list[str] = []  # real tests started (recorded node ids)
+        self.received = 0
+        self.closed = False
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- reading
+
+    def drain(self, pipe: IO[bytes]) -> None:
+        """Read ``pipe`` to its end (run in a thread while the process lives)."""
+        for line in iter(lambda: pipe.readline(MAX_LINE_BYTES + 1), b""):
+            self.received += len(line)
+            if self.received > self.cap:
+                if not self.flooded:
+                    self.flooded = True
+                    self._reject({}, f"the event stream passed {self.cap // (1024 * 1024)} MiB: the rest was dropped")
+                continue
+            if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
+                self._reject({}, "an event line that is too long or unterminated")
+                continue
+            try:
+                event = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                self._reject({}, "a line that is not JSON")
+                continue
+            if isinstance(event, dict):
+                self.accept(event)
+            else:
+                with self._lock:
+                    self._reject({}, "a JSON value that is not an event")
+
+    def now_running(self) -> tuple[str, float] | None:
+        """The recorded node id of the test running now and when it started (monotonic), or None."""
+        with self._lock:
+            return self.running
+
+    # ---------------------------------------------------------------- checking
+
+    def accept(self, event: dict[str, Any]) -> None:
+        """Check one event against the run and record it, or record why it was refused."""
+        with self._lock:
+            why = self._check(event)
+            if why:
+                self._reject(event, why)
+            else:
+                self._write(event)
+
+    def _check(self, event: dict[str, Any]) -> str:  # noqa: PLR0911 - one rule per line
+        kind = event.get("event")
+        if kind not in ACCEPTED:
+            return f"an unknown event {str(kind)[:40]!r}"
+        if kind == CONFIGURE:
+            if self.configured:
+                return "a second configure"
+            self.configured = True
+            return ""
+        if not self.configured:
+            return f"a {kind} before the process started"
+        if self.finished:
+            return f"a {kind} after the session's end"
+        if kind == SESSION_FINISH:
+            self.finished = True
+            return "" if self.running is None else "the session ended while a test was running"
+        if kind in (COLLECT_ERROR, STOPPED_EVENT):
+            return ""
+        if kind == COLLECTED:
+            if self.order is not None:
+                return "a second collected"
+            nodeids = event.get("nodeids")
+            if not isinstance(nodeids, list) or not all(isinstance(n, str) for n in nodeids):
+                return "a collected event without its node ids"
+            self.order = run_order(nodeids, self.seed, self.copyable)
+            return ""
+        if self.order is None:
+            return f"a {kind} before the tests were collected"
+        return self._check_test_event(kind, event)
+
+    def _check_test_event(self, kind: str, event: dict[str, Any]) -> str:
+        nodeid = event.get("nodeid")
+        if kind == START:
+            if self.running is not None:
+                return f"a start while {self.running[0]} was running"
+            if self.position >= len(self.order):
+                return "a start after every test of the run had started"
+            expected, canary = self.order[self.position]
+            if nodeid != expected:
+                return f"a start of {str(nodeid)[:200]!r} where the run order has {expected!r}"
+            recorded = canary_nodeid(self.position, expected) if canary else expected
+            self.position += 1
+            self.running, self.phases = (recorded, time.monotonic()), set()
+            if not canary:
+                self.started.append(recorded)
+            event["nodeid"] = recorded
+            return ""
+        if self.running is None or nodeid not in (self.running[0], original_nodeid(self.running[0])):
+            return f"a {kind} for {str(nodeid)[:200]!r}, which is not running"
+        event["nodeid"] = self.running[0]
+        if kind == REPORT:
+            when = event.get("when")
+            if when not in PHASES:
+                return f"a report of an unknown phase {str(when)[:40]!r}"
+            if when in self.phases:
+                return f"a second {when} report for {self.running[0]} (the first one stands)"
+            self.phases.add(when)
+            return ""
+        if kind == FINISH:
+            self.running = None
+            return ""
+        return f"an unexpected {kind}"
+
+    def close(self) -> None:
+        """The process is over: whatever still arrives (from a process that escaped it) is ignored."""
+        with self._lock:
+            self.closed = True
+
+    def end_running(self) -> None:
+        """The supervisor killed the running test: no more events are expected for it."""
+        with self._lock:
+            self.running = None
+
+    # ---------------------------------------------------------------- writing
+
+    def _write(self, event: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        self.log.write((json.dumps(event, ensure_ascii=False, default=str) + "\n").encode("utf-8", "replace"))
+        self.log.flush()
+
+    def _reject(self, event: dict[str, Any], why: str) -> None:
+        self.rejections += 1
+        if self.rejections <= MAX_REJECTIONS:
+            self._write({"event": REJECTED_EVENT, "t": round(time.time(), 3), "reason": why,
+                         "kind": str(event.get("event", ""))[:40]})
+
+
+def original_nodeid(recorded: str) -> str:
+    """The node id of the test a recorded one runs (a canary's is the test it copies)."""
+    return recorded.split("::", 1)[1] if is_canary(recorded) else recorded
+
+
+def append_event(log: Path, event: str, **fields: Any) -> None:
+    """Add one of the supervisor's own events to a lab's log (no graded process is writing to it then)."""
+    with open(log, "ab") as handle:
+        handle.write((json.dumps({"event": event, "t": round(time.time(), 3), **fields}) + "\n").encode("utf-8"))

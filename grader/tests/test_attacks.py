@@ -1,0 +1,202 @@
+"""Malicious submissions (``fixtures/submissions/attack_*``): each earns what its honest code earns (0: they
+are the starter plus an attack), nothing of the instructor's reaches what the student reads, and nothing
+persists into later gradings.
+
+Each defence is shown twice where it can be: the attack fails under the grader's isolation, and the same
+attack *works* when the grading is run with ``--unsafe-no-sandbox`` (so the fixture is a real attack and
+the defence is the isolation, not luck).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from grader.course.labs import load_course
+from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
+from grader.execute.collect import build_rubric, cache_problem, rubric_key
+from grader.execute.isolation import Unisolated
+from grader.runners.local import GradingSetup, grade_submission, own_grader_problem
+from grader.scoring.results import SubmissionResult
+from grader.scoring.score import rescore
+from grader.tests.conftest import NO_BUBBLEWRAP, needs_bubblewrap
+from grader.tests.corpus import DEMO_COURSE, corpus_names, expected, materialize, starter_copy
+
+ATTACKS = [name for name in corpus_names() if expected(name).get("attack")]
+#: Text that exists only in what students must never read: held-out tests and reference solutions
+#: (from their sources), and what the attacks print when they got something.
+SECRET_MARKERS = ("recognises the visible cases", "832040", "other texts than the visible tests use",
+                  "reference solution", "LEAKED:", "DAEMON-FORGED", "FAKE GRADER", "GRADER-TEST-SECRET")
+ATTACK_PORT = 47613  # the port attack_reads_env phones
+
+
+def student_facing(folder: Path) -> str:
+    return (folder / FEEDBACK_FILE).read_text() + (folder / GRADESCOPE_FILE).read_text()
+
+
+def summary(folder: Path) -> SubmissionResult:
+    return SubmissionResult.from_dict(json.loads((folder / SUMMARY_FILE).read_text()))
+
+
+def unisolated(setup: GradingSetup) -> GradingSetup:
+    return replace(setup, options=replace(setup.options, isolation=Unisolated()))
+
+
+def test_every_attack_class_of_the_corpus_is_there():
+    assert {"attack_reads_reference", "attack_leaks_heldout", "attack_forges_events", "attack_daemon",
+            "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env"} <= set(ATTACKS)
+
+
+@needs_bubblewrap
+@pytest.mark.parametrize("name", ATTACKS)
+def test_an_attack_earns_nothing_and_leaks_nothing(graded_corpus, name):
+    result = summary(graded_corpus / name)
+    assert result.total["score"] == 0, f"{name}: the honest part of this submission earns 0: {result.total}"
+    text = student_facing(graded_corpus / name)
+    leaked = [marker for marker in SECRET_MARKERS if marker in text]
+    assert not leaked, f"{name}: the student's feedback or results.json shows {leaked}"
+
+
+@needs_bubblewrap
+def test_without_isolation_the_same_attacks_do_get_the_reference_and_the_heldout_tests(demo_setup, tmp_path):
+    setup = unisolated(demo_setup)
+    stolen = grade_submission(materialize("attack_reads_reference", tmp_path / "a"), tmp_path / "ga", setup)
+    assert stolen.lab("labA").score == stolen.lab("labA").max_score, "unisolated, the reference is readable"
+    grade_submission(materialize("attack_leaks_heldout", tmp_path / "b"), tmp_path / "gb", setup)
+    assert "recognises the visible cases" in student_facing(tmp_path / "gb"), "unisolated, held-out tests leak"
+
+
+@needs_bubblewrap
+def test_later_gradings_are_unchanged_by_the_attacks(graded_corpus, demo_setup, rubric_cache, tmp_path):
+    course = load_course(DEMO_COURSE)
+    for spec in course.labs:
+        (entry,) = rubric_cache.glob(f"{spec.package}-{rubric_key(course, spec)}.json")
+        assert cache_problem(json.loads(entry.read_text()), rubric_key(course, spec), spec) is None, entry
+    again = build_rubric(course, list(course.labs), rubric_cache)
+    assert again == demo_setup.rubric, "the rubric cache is as the pristine course collected it"
+    reference = grade_submission(materialize("solution", tmp_path / "solution"), tmp_path / "graded", demo_setup)
+    assert [(lab.score, lab.max_score) for lab in reference.labs] == [(16, 16), (7, 10)], "(labB: 3 GPU points pending)"
+
+
+def test_a_poisoned_cache_entry_is_collected_again(demo_setup, rubric_cache, tmp_path, capsys):
+    course = load_course(DEMO_COURSE)
+    cache = tmp_path / "cache"
+    build_rubric(course, list(course.labs), cache)
+    (entry,) = cache.glob("labA_arith-*.json")
+    data = json.loads(entry.read_text())
+    for test in data["lab"]["tests"]:
+        test["points"] = 1169
+    entry.write_text(json.dumps(data))
+    rubric = build_rubric(course, list(course.labs), cache)
+    assert rubric.labs[0].max_score == 16 and "was not used" in capsys.readouterr().err
+    data["digest"] = __import__("hashlib").sha256(json.dumps(data["lab"], sort_keys=True).encode()).hexdigest()
+    entry.write_text(json.dumps(data))  # a consistent digest: the pristine files' points still disagree
+    assert build_rubric(course, list(course.labs), cache).labs[0].max_score == 16
+    assert "worth 1 points in the pristine files, not 1169" in capsys.readouterr().err
+
+
+def _grade_cli(submission: Path, out: Path, rubric_cache: Path, *extra: str, cwd: Path | None = None):
+    return subprocess.run([sys.executable, "-m", "grader", "run", str(submission), "--out", str(out), "--course",
+                           str(DEMO_COURSE), "--cache-dir", str(rubric_cache), "--labs", "labA",
+                           "--min-test-timeout", "3", "--time-factor", "2", *extra],
+                          cwd=cwd or out.parent, capture_output=True, text=True, timeout=600)
+
+
+def _forged(out: Path) -> bool:
+    return "DAEMON-FORGED" in (out / SUMMARY_FILE).read_text()
+
+
+@needs_bubblewrap
+def test_a_daemon_left_behind_dies_with_the_run(rubric_cache, tmp_path):
+    submission = materialize("attack_daemon", tmp_path / "daemon")
+    isolated, unsafe = tmp_path / "isolated", tmp_path / "unsafe"
+    _grade_cli(submission, isolated, rubric_cache)
+    _grade_cli(submission, unsafe, rubric_cache, "--unsafe-no-sandbox")
+    deadline = time.monotonic() + 25  # the daemon rewrites what it finds for 20 s after it started
+    while not _forged(unsafe) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _forged(unsafe), "unisolated, the daemon outlives pytest and rewrites the results"
+    assert not _forged(isolated), "the isolated run's outputs are as the grader wrote them"
+    assert rescore(isolated).to_dict() == summary(isolated).to_dict()
+
+
+@needs_bubblewrap
+def test_secrets_in_the_graders_environment_and_the_network_are_out_of_reach(demo_setup, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_API_TOKEN", "GRADER-TEST-SECRET")
+    connections = []
+    listener = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", ATTACK_PORT))
+    except OSError:
+        pytest.skip(f"port {ATTACK_PORT} is in use")
+    listener.listen()
+    listener.settimeout(0.5)
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0].recv(4096))
+            except OSError:
+                continue
+
+    stop = threading.Event()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        submission = materialize("attack_reads_env", tmp_path / "env")
+        result = grade_submission(submission, tmp_path / "isolated", demo_setup, only_labs=["labA"])
+        isolated_connections = list(connections)
+        grade_submission(submission, tmp_path / "unsafe", unisolated(demo_setup), only_labs=["labA"])
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert result.lab("labA").score == 0
+    assert "GRADER-TEST-SECRET" not in (tmp_path / "isolated" / SUMMARY_FILE).read_text(), "no secret reaches it"
+    assert "NETWORK-REACHED []" in (tmp_path / "isolated" / SUMMARY_FILE).read_text()
+    assert isolated_connections == [], "the isolated process has no network"
+    assert connections, "unisolated, the same code reaches the listener (the attack is real)"
+    assert "GRADER-TEST-SECRET" not in (tmp_path / "unsafe" / SUMMARY_FILE).read_text(), \
+        "the environment is an allowlist even without isolation"
+
+
+def test_python_m_grader_from_inside_a_submission_runs_the_course_grader(rubric_cache, tmp_path):
+    submission = materialize("attack_ships_grader", tmp_path / "sub")
+    out = tmp_path / "out"
+    done = _grade_cli(Path("."), out, rubric_cache, *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else []), cwd=submission)
+    assert "FAKE GRADER" not in done.stdout + done.stderr, "the submission's own grader never runs"
+    result = summary(out)
+    assert result.total["score"] == 0 and any("grader/__main__.py" in flag for flag in result.flags), done.stderr
+
+
+def test_a_grader_or_harness_imported_from_the_submission_is_refused(tmp_path, monkeypatch):
+    import grader
+    import labkit
+
+    student = starter_copy(tmp_path / "student")
+    assert own_grader_problem(student) is None, "the course's grader grading a student's copy"
+    home = Path(grader.__file__).resolve().parents[1]
+    assert own_grader_problem(home) is None, "a copy grading itself with its own grader and harness (grade-me)"
+    (student / "labkit").mkdir(exist_ok=True)
+    monkeypatch.setattr(labkit, "__file__", str(student / "labkit" / "__init__.py"))
+    assert "`labkit` was imported from inside the submission" in own_grader_problem(student)
+
+
+@needs_bubblewrap
+def test_a_lab_folder_linked_to_the_reference_earns_nothing(demo_setup, tmp_path):
+    submission = starter_copy(tmp_path / "student")
+    for package in ("labA_arith", "labB_text"):
+        (submission / package / ("arith.py" if package == "labA_arith" else "text.py")).unlink()
+    shutil.rmtree(submission / "labA_arith")
+    (submission / "labA_arith").symlink_to(DEMO_COURSE / "solutions" / "labA_arith", target_is_directory=True)
+    result = grade_submission(submission, tmp_path / "graded", demo_setup)
+    assert result.total["score"] == 0 and any("symbolic link" in flag for flag in result.flags)
