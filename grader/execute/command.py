@@ -38,8 +38,11 @@ def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None, *, state:
         raise ValueError(f"gpu={gpu!r}: expected one of {', '.join(GPU_MODES)}")
     env = {key: os.environ[key] for key in PASSED_THROUGH if key in os.environ}
     env.setdefault("PATH", os.defpath)
+    # PYTHONNOUSERSITE: no user site-packages, where a graded process could leave code (a .pth, a
+    # sitecustomize) that the submission's next process would run before the grader's probe.
     env.update(PYTHONPATH=str(pythonpath), LABKIT_IMPL="student", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1", PYTHONHASHSEED="0", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+               PYTHONUNBUFFERED="1", PYTHONHASHSEED="0", PYTHONNOUSERSITE="1", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1")
     if state is not None:
         env.update(HOME=str(state / "home"), XDG_CACHE_HOME=str(state / "cache"),
                    TORCHINDUCTOR_CACHE_DIR=str(state / "cache" / "inductor"),
