@@ -61,10 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 break
             crashed = event_log.unfinished(events)
             how = describe_exit(returncode)
-            if not crashed:
-                print(f"\nlabkit: pytest {how} before any test ran (see its output above); nothing to resume",
-                      flush=True)  # fmt: skip
-                return returncode or 1
+            if not crashed:  # --help and --version end without a session too; a signal means a crash
+                if returncode < 0:
+                    print(f"\nlabkit: pytest {how} before any test ran (see its output above); nothing to resume",
+                          flush=True)  # fmt: skip
+                    return 1
+                return returncode
             writer = event_log.EventLog(log)
             for nodeid in crashed:
                 writer.write(event_log.CRASHED, nodeid=nodeid, how=how,

@@ -315,3 +315,9 @@ def test_a_crash_before_any_test_is_reported_not_resumed(demo_lab):
     result = run_lab(demo_lab)
     assert result.ret != 0
     result.stdout.fnmatch_lines(["labkit: pytest killed by SIGABRT before any test ran*nothing to resume"])
+
+
+def test_a_run_without_a_session_is_not_a_crash(demo_lab):
+    """``nox -s lab01 -- --help`` ends before any session; its exit status is pytest's."""
+    result = run_lab(demo_lab, "--help")
+    assert result.ret == 0 and "labkit:" not in result.stdout.str()
