@@ -225,7 +225,8 @@ class StepSummary:
         number = config.getoption("--step")
         if number is not None:
             keep = self.select_step(number, items)
-            deselected = [item for item in items if item not in keep]
+            kept = {item.nodeid for item in keep}
+            deselected = [item for item in items if item.nodeid not in kept]
             items[:] = keep
             if deselected:
                 config.hook.pytest_deselected(items=deselected)
