@@ -1,6 +1,6 @@
 """Nox sessions for the course.
 
-Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments after -- go to pytest)
+Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments after -- go to pytest, e.g. -- --step 2)
                 nox -s grade-me                   (grade your copy as the grader would: graded/me/feedback.md)
                 nox -s bench-lab01 bench-lab02 bench-lab03  (~2 min, ~1 min, GPU; lab 1's long form: -- --full)
                 nox -s report-lab02               (lab 2's NPU coverage report; -- --model all)
@@ -99,9 +99,12 @@ def require_reference(session: nox.Session) -> None:
 def _lab_session(lab_id: str, package: str) -> None:
     @nox.session(name=lab_id, venv_backend="none")
     def run_lab(session: nox.Session) -> None:
-        run_in_course_env(session, "-m", "pytest", package, *session.posargs)
+        # pytest through labkit.run_lab: a test that crashes the interpreter is named, the rest still
+        # run and the step table is printed (-- --step N runs one handout step's tests).
+        run_in_course_env(session, "-m", "labkit.run_lab", package, *session.posargs)
 
-    run_lab.__doc__ = f"Run {package}'s graded tests on CPU, on your code (anything after -- goes to pytest)."
+    run_lab.__doc__ = (f"Run {package}'s graded tests on CPU, on your code (anything after -- goes to pytest; "
+                       "-- --step N: one handout step's tests).")
 
 
 for _lab_id, _package in LABS.items():

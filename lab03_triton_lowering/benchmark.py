@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,8 @@ from labkit.bench import (
     write_json,
 )
 from labkit.impl import load_lab, selected_impl
+from labkit.labspec import load_lab_spec
+from labkit.step_summary import step_to_finish_first
 
 PACKAGE = "lab03_triton_lowering"
 #: The spec's target shape: (batch, seq, d_model).
@@ -348,6 +351,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     apply_threads(args.threads)
+    try:
+        return measure_all(args)
+    except Exception as error:  # an unfinished step: one line saying which, not a traceback
+        unfinished = step_to_finish_first(error, load_lab_spec(PACKAGE))
+        if unfinished is None:
+            raise
+        print(unfinished, file=sys.stderr)
+        return 1
+
+
+def measure_all(args) -> int:
+    """Measure every candidate (CUDA available) and write the report."""
     lab = load_lab(PACKAGE)
     dtype = getattr(torch, args.dtype)
     rows = SPEC_SHAPE[0] * SPEC_SHAPE[1]

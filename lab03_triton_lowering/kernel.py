@@ -26,6 +26,10 @@ Rules that hold on both machines you target (the tests check both):
   tensors.
 - Loop bounds must be ``tl.constexpr`` (e.g. the number of blocks per row): the interpreter of some
   Triton releases cannot loop to a runtime value (``only 0-dimensional arrays can be converted``).
+- ``eps`` is a scalar argument, and its type depends on who launches: in the interpreter it is a
+  plain Python float (so ``eps.to(tl.float32)`` fails there: ``'float' object has no attribute
+  'to'``), compiled it is fp32 from an eager launch and fp64 from Inductor's generated code.
+  ``tl.cast(eps, tl.float32)`` works in all three (and keeps the row in fp32 under Inductor).
 """
 
 from __future__ import annotations
@@ -69,17 +73,23 @@ def layernorm_gelu_kernel(
       ``rstd = 1 / sqrt(var + eps)``, exactly as ``F.layer_norm``;
     - GELU exact: ``0.5 * y * (1 + erf(y / sqrt(2)))``; tanh form:
       ``0.5 * y * (1 + tanh(sqrt(2 / pi) * (y + 0.044715 * y**3)))``;
-    - store in the output's dtype (``out_ptr.dtype.element_ty``), masked.
+    - store in the output's dtype (``out_ptr.dtype.element_ty``), masked;
+    - rows longer than one block (``NUM_TILES > 1``): every accumulator in fp32 too (sums of
+      thousands of half-precision values in half lose the statistics entirely).
     """
-    # TODO(student): write the kernel. Suggested steps (see the handout):
-    #   1. row = tl.program_id(0), as int64 (row * stride can exceed 2**31); pointers to the row.
+    # TODO(step 1): rows that fit one block (NUM_TILES == 1). TODO(step 2): the loop over blocks.
+    # guidance: begin
+    # Suggested steps (see the handout):
+    #   1. row = tl.program_id(0), as int64 (row * stride can exceed 2**31); pointers to the row;
+    #      eps = tl.cast(eps, tl.float32) (not eps.to(...): a Python float in the interpreter).
     #   2. NUM_TILES == 1 (the row fits one block): cols = tl.arange(0, BLOCK_SIZE), mask = cols < n_cols,
-    #      load once, mean, variance of (x - mean) with masked lanes zeroed, rstd, normalise.
-    #   3. otherwise: loop over blocks accumulating statistics, then loop again to normalise and store.
-    #      Beware E[x^2] - E[x]^2 when the mean is large (subtract a shift first). The number of
+    #      load once, .to(tl.float32), mean, variance of (x - mean) with masked lanes zeroed, rstd, normalise.
+    #   3. otherwise (step 2): loop over blocks accumulating fp32 statistics, then loop again to normalise
+    #      and store. Beware E[x^2] - E[x]^2 when the mean is large (subtract a shift first). The number of
     #      blocks per row must be a constexpr parameter, not range(0, n_cols, BLOCK_SIZE).
     #   4. affine (HAS_WEIGHT / HAS_BIAS are constexpr: the branch not taken is not compiled), GELU, store.
     #   Helper functions decorated with @triton.jit (e.g. a tanh written with tl.exp) may be called here.
+    # guidance: end
     pass
 
 
@@ -102,8 +112,11 @@ def launch_config(n_cols: int) -> LaunchConfig:
     Raises:
         ValueError: if ``n_cols < 1``.
     """
-    # TODO(student): triton.next_power_of_2 helps.
-    raise NotImplementedError("TODO(student): choose block_size, num_warps and single_tile for a row length")
+    # TODO(step 1): the block and warps for a row length.
+    # guidance: begin
+    # triton.next_power_of_2 helps; single_tile is n_cols <= MAX_BLOCK_SIZE.
+    # guidance: end
+    raise NotImplementedError("TODO(step 1): choose block_size, num_warps and single_tile for a row length")
 
 
 def layernorm_gelu_forward(
@@ -121,5 +134,10 @@ def layernorm_gelu_forward(
       Inductor can compile (the lowering relies on it); on CPU it is Triton's interpreter.
       Pass ``num_warps`` as a launch keyword.
     """
-    # TODO(student): allocate with torch.empty (not empty_like: x may be non-contiguous), launch, reshape back.
-    raise NotImplementedError("TODO(student): launch layernorm_gelu_kernel over the rows of x")
+    # TODO(step 1): allocate, launch, reshape back.
+    # guidance: begin
+    # rows = x.reshape(-1, n); copy only if rows.stride(-1) != 1; out = torch.empty (not empty_like: x may
+    # be non-contiguous); grid = (n_rows,); kernel_for(layernorm_gelu_kernel, x.device)[grid](..., num_warps=...);
+    # return out.view(x.shape).
+    # guidance: end
+    raise NotImplementedError("TODO(step 1): launch layernorm_gelu_kernel over the rows of x")

@@ -55,7 +55,7 @@ def search_and_replacement(approximate: str, affine: str) -> tuple[Callable, Cal
     Raises:
         ValueError: for an affine form not in :data:`AFFINE_FORMS`.
     """
-    raise NotImplementedError("TODO(student): write the search and replacement functions")
+    raise NotImplementedError("TODO(step 5): write the search and replacement functions")
 
 
 def kernel_supports(match: Match) -> bool:
@@ -66,19 +66,29 @@ def kernel_supports(match: Match) -> bool:
     ``x`` has a supported dtype on CPU or CUDA and ``weight``/``bias`` (when matched) have the same
     dtype and device; ``match.kwargs`` maps the search function's argument names to graph nodes.
     """
-    raise NotImplementedError("TODO(student): accept only supported dtypes and devices")
+    raise NotImplementedError("TODO(step 5): accept only supported dtypes and devices")
 
 
 def build_patterns() -> PatternMatcherPass:
     """Register every (GELU form, affine form, dtype) pattern into a new ``PatternMatcherPass``.
 
-    Hints: one pattern per dtype in ``SUPPORTED_DTYPES`` (half precision adds convert nodes);
-    example inputs of that dtype, a distinct tensor per argument; ``fwd_only`` as the trace
-    function; ``skip_duplicates=True``. Half precision needs each pattern twice: traced with
-    ``fwd_only`` and with ``fwd_only_folding_round_trips`` (PyTorch releases differ on whether the
-    LayerNorm output is rounded to half before GELU: see ``round_trips.py``).
+    Contract: every site of ``models.FusableSites`` matches, in every dtype of ``SUPPORTED_DTYPES``,
+    whatever its eps; no site of ``models.NonFusableSites`` but the control does. Half precision is
+    matched whether or not the LayerNorm output is rounded to half before GELU (PyTorch releases
+    differ: see ``round_trips.py``).
+
+    Rank: the matcher ignores the integers a pattern was traced with (dims, sizes), so a pattern
+    traced on 2-D example inputs also matches (batch, seq, d) activations, any rank: one pattern per
+    form and dtype is enough, and the replacement gets ``x`` of any rank (the kernel's launcher
+    flattens it to rows).
     """
-    raise NotImplementedError("TODO(student): register_replacement for every form and dtype")
+    # guidance: begin
+    # One pattern per dtype in SUPPORTED_DTYPES (half precision adds convert nodes); example inputs of
+    # that dtype, a distinct tensor per argument; fwd_only as the trace function; skip_duplicates=True;
+    # extra_check=kernel_supports; scalar_workaround={"eps": ...}. Half precision needs each pattern
+    # twice: traced with fwd_only and with fwd_only_folding_round_trips.
+    # guidance: end
+    raise NotImplementedError("TODO(step 5): register_replacement for every form and dtype")
 
 
 class LayerNormGeluPass(CustomGraphPass):
@@ -99,7 +109,7 @@ class LayerNormGeluPass(CustomGraphPass):
         self.previous = previous
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        raise NotImplementedError("TODO(student): run the previous pass, then apply the patterns and count them")
+        raise NotImplementedError("TODO(step 5): run the previous pass, then apply the patterns and count them")
 
     def uuid(self) -> bytes | None:
         """Cache key of the pass: Inductor reuses a cached graph only if this is unchanged.
@@ -109,7 +119,7 @@ class LayerNormGeluPass(CustomGraphPass):
         (the cached code calls your operator by its qualified name: the same files imported under
         another package name must not reuse it), and folds in the previous pass's key.
         """
-        raise NotImplementedError("TODO(student): a stable key for Inductor's FX graph cache")
+        raise NotImplementedError("TODO(step 5): a stable key for Inductor's FX graph cache")
 
 
 @dataclass(frozen=True)
@@ -143,9 +153,9 @@ def install_lowering() -> LoweringHandle:
     Idempotent: while installed, calling it again returns the same handle and installs nothing.
     Trace the patterns once per process, on the first call (it takes about a second).
     """
-    raise NotImplementedError("TODO(student): install the pass and return a handle")
+    raise NotImplementedError("TODO(step 5): install the pass and return a handle")
 
 
 def uninstall_lowering() -> None:
     """Restore ``post_grad_custom_post_pass`` as it was before :func:`install_lowering` (no-op if not installed)."""
-    raise NotImplementedError("TODO(student): restore Inductor's configuration")
+    raise NotImplementedError("TODO(step 5): restore Inductor's configuration")

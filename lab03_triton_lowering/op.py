@@ -28,17 +28,28 @@ OP_NAMESPACE = __name__.rpartition(".")[0].replace(".", "_")
 #: Input dtypes the kernel supports (it computes in fp32; float64 would silently lose precision).
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# TODO(student): register the two operators here, at import time.
+# TODO(step 1): register the CPU operator (layernorm_gelu calls it). TODO(step 4): its fake implementation
+# and the CUDA operator. All at import time. Contract (the tests rely on it):
 #
-#   1. f"{OP_NAMESPACE}::layernorm_gelu" with @torch.library.custom_op(..., mutates_args=(), device_types="cpu"),
-#      on a function  layernorm_gelu_cpu(x: torch.Tensor, weight: torch.Tensor | None,
-#      bias: torch.Tensor | None, eps: float, approximate: str) -> torch.Tensor  that calls
-#      layernorm_gelu_forward. The type hints ARE the schema; keep this argument order (the tests
-#      read eps and approximate from the op calls in Inductor's generated code).
-#   2. its fake implementation with @layernorm_gelu_cpu.register_fake: a new contiguous tensor with
-#      x's shape, dtype and device (torch.empty, never reading data).
-#   3. f"{OP_NAMESPACE}::layernorm_gelu_cuda" with @torch.library.triton_op(..., mutates_args=()),
-#      same signature, body layernorm_gelu_forward (triton_op uses the body as the fake implementation).
+#   - f"{OP_NAMESPACE}::layernorm_gelu": a torch.library.custom_op, mutates_args=(), device_types="cpu", on
+#     layernorm_gelu_cpu(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+#     eps: float, approximate: str) -> torch.Tensor, which runs layernorm_gelu_forward. The type hints ARE
+#     the schema; keep this argument order (the tests read eps and approximate from the op calls in
+#     Inductor's generated code). Step 1 needs it already: every CPU test calls layernorm_gelu, which
+#     dispatches to this operator.
+#   - its fake implementation (step 4): a new contiguous tensor with x's shape, dtype and device.
+#   - f"{OP_NAMESPACE}::layernorm_gelu_cuda" (step 4): a torch.library.triton_op, mutates_args=(), same
+#     signature, body layernorm_gelu_forward.
+#
+# guidance: begin
+#   1. @torch.library.custom_op(f"{OP_NAMESPACE}::layernorm_gelu", mutates_args=(), device_types="cpu")
+#      on  def layernorm_gelu_cpu(x, weight, bias, eps, approximate)  (with the type hints above),
+#      returning layernorm_gelu_forward(x, weight, bias, eps, approximate).
+#   2. @layernorm_gelu_cpu.register_fake on a function of the same arguments returning
+#      torch.empty(x.shape, dtype=x.dtype, device=x.device), never reading data.
+#   3. @torch.library.triton_op(f"{OP_NAMESPACE}::layernorm_gelu_cuda", mutates_args=()) on
+#      layernorm_gelu_cuda, same body (triton_op uses the body as the fake implementation).
+# guidance: end
 
 
 def check_arguments(
@@ -46,14 +57,17 @@ def check_arguments(
 ) -> None:
     """Raise a clear error for anything the kernel does not support.
 
+    Every message names the argument that is wrong (``x``, ``weight``, ``bias``, ``eps``, ``approximate``);
+    the tests check each error below.
+
     Raises:
         TypeError: ``x``, ``weight`` or ``bias`` is not a tensor of a supported dtype (name the
-            dtype, e.g. "float64"), or ``eps`` is not a number.
-        ValueError: ``approximate`` is unknown (name "approximate"), ``eps`` is negative, ``x`` is 0-d
-            or not on CPU/CUDA, or ``weight``/``bias`` (name which) do not have shape
-            ``(x.shape[-1],)`` on ``x``'s device.
+            dtype, e.g. "float64"), or ``eps`` is not a number (a string such as "1e-5" is not).
+        ValueError: ``approximate`` is unknown, ``eps`` is negative, ``x`` is 0-d or not on CPU/CUDA
+            (e.g. on ``meta``), or ``weight``/``bias`` do not have shape ``(x.shape[-1],)`` or are not
+            on ``x``'s device.
     """
-    raise NotImplementedError("TODO(student): validate the arguments of layernorm_gelu")
+    raise NotImplementedError("TODO(step 1): validate the arguments of layernorm_gelu")
 
 
 def layernorm_gelu(
@@ -76,9 +90,10 @@ def layernorm_gelu(
 
     Contract: validate with :func:`check_arguments`, then call the registered operator for x's
     device (``float(eps)``): the CUDA ``triton_op`` on CUDA, the CPU ``custom_op`` otherwise
-    (fake CPU tensors included: that is how tracing reaches your fake implementation).
+    (fake CPU tensors included: that is how tracing reaches your fake implementation). Step 1
+    needs the CPU ``custom_op`` registered (see above); the CUDA one comes in step 4.
     """
-    raise NotImplementedError("TODO(student): validate, then dispatch to the operator registered for x's device")
+    raise NotImplementedError("TODO(step 1): validate, then dispatch to the operator registered for x's device")
 
 
 def layernorm_gelu_replacement(
@@ -96,4 +111,4 @@ def layernorm_gelu_replacement(
       Calling the CUDA operator instead would leave an opaque call: correct, but no kernel for
       Inductor to see.
     """
-    raise NotImplementedError("TODO(student): trace the fused op for x's device")
+    raise NotImplementedError("TODO(step 5): trace the fused op for x's device (the CUDA branch: step 6)")

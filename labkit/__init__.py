@@ -6,6 +6,8 @@
 - :mod:`labkit.numerics`: how far apart two outputs are (max abs / rel error over pytrees).
 - :mod:`labkit.bench`: interleaved timing with its spread, verdicts the noise cannot flip, progress,
   readable tables, JSON and plots for benchmark scripts.
-- :mod:`labkit.pytest_plugin`: the ``points`` and ``gpu`` markers, the ``--impl`` option, the ``lab`` fixture,
-  and the points-per-step summary that ends a lab's run (:mod:`labkit.step_summary`).
+- :mod:`labkit.pytest_plugin`: the ``points`` and ``gpu`` markers, the ``--impl`` and ``--step`` options,
+  the ``lab`` fixture, and the points-per-step summary that ends a lab's run (:mod:`labkit.step_summary`).
+- :mod:`labkit.run_lab`: what ``nox -s labNN`` runs: pytest, resumed after a test that crashes the
+  process, from the run's event log (:mod:`labkit.event_log`).
 """

@@ -15,6 +15,12 @@ It gives every lab the same harness:
 - ``lab``: a fixture returning the lab's public API (the package next to the test file, or its
   reference under ``solutions/``).
 - With pytest-json-report active, each test's ``metadata`` carries ``points`` and ``gpu``.
+- ``--step N``: run exactly the tests ``lab.toml`` lists for step N of the lab (every case of those
+  test functions, nothing else; combines with ``-k``, ``-x`` and ``--impl``). A step the lab does
+  not have is a usage error naming the steps it has.
+- ``--labkit-events FILE`` / ``--labkit-resume`` (used by :mod:`labkit.run_lab`, what ``nox -s labNN``
+  runs): a log of the run that survives a crash of the process (:mod:`labkit.event_log`), and a
+  resumed run that leaves out the tests already started and prints the step table of the whole run.
 - The run ends with each lab's points per handout step and the first step to work on
   (:class:`StepSummary`, text from :mod:`labkit.step_summary`). A test that fails only because a
   starter TODO raises ``NotImplementedError`` is reported as "not implemented", one line in that
@@ -26,13 +32,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
+from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from labkit import event_log
 from labkit import impl as impl_switch
 from labkit import step_summary
+from labkit.event_log import EventLog, GradedTest
 from labkit.labspec import (
     HIDDEN, SPEC_FILE, VISIBILITIES, VISIBLE, LabSpec, LabSpecError, is_graded_test_file, is_heldout_test_file,
     lab_folder_of, lab_package_of, load_lab_spec,
@@ -52,6 +61,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="test the student's package (default) or the reference solution under solutions/",
     )
+    group.addoption(
+        "--step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run only the tests lab.toml lists for step N of the lab (all their cases)",
+    )
+    group.addoption("--labkit-events", default=None, metavar="FILE",
+                    help="(used by python -m labkit.run_lab) append one JSON line per test event to FILE")
+    group.addoption("--labkit-resume", action="store_true",
+                    help="(used by python -m labkit.run_lab) leave out the tests --labkit-events shows as started")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,6 +106,11 @@ def points_of(item: pytest.Item) -> int | None:
 
 def _is_graded(item: pytest.Item) -> bool:
     return is_graded_test_file(item.path)
+
+
+def _function_of(item: pytest.Item) -> str:
+    """The test function's name, without parameters (what ``lab.toml`` steps list)."""
+    return getattr(item, "originalname", None) or item.name.split("[")[0]
 
 
 def _marker_text(item: pytest.Item, name: str) -> str | None:
@@ -164,6 +189,12 @@ class StepSummary:
         self.graded: dict[str, tuple[Path, str, int, bool, bool]] = {}
         self.outcomes: dict[str, TestOutcome] = {}
         self.partial: set[Path] = set()  # labs some of whose tests were deselected
+        events_path = config.getoption("--labkit-events")
+        self.log = EventLog(events_path) if events_path else None
+        # Resumed after a crash: what the earlier processes of this run did (see labkit.event_log).
+        self.earlier = event_log.read_events(events_path) if events_path and config.getoption("--labkit-resume") else []
+        if self.log is not None:
+            self.log.write(event_log.CONFIGURE, pid=os.getpid())
 
     def spec_for(self, folder: Path) -> LabSpec | None:
         """The ``lab.toml`` next to a graded test file (read once; None when it is missing or invalid)."""
@@ -182,11 +213,71 @@ class StepSummary:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.partial.update(lab_folder_of(item.path) for item in items if _is_graded(item))
 
+    def pytest_report_header(self, config: pytest.Config) -> str | None:
+        if not self.earlier:
+            return None
+        crashed = len(event_log.crashes(self.earlier))
+        return (f"resumed after {crashed} test(s) crashed the test process: the {len(event_log.started(self.earlier))} "
+                "tests started before are left out, and their outcomes are in the step table")
+
+    @pytest.hookimpl(trylast=True)  # after the points check and -k: the items the run would take
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        number = config.getoption("--step")
+        if number is not None:
+            keep = self.select_step(number, items)
+            kept = {item.nodeid for item in keep}
+            deselected = [item for item in items if item.nodeid not in kept]
+            items[:] = keep
+            if deselected:
+                config.hook.pytest_deselected(items=deselected)
+        if self.earlier:
+            self.resume(config, items)
+
+    def select_step(self, number: int, items: list[pytest.Item]) -> list[pytest.Item]:
+        """The items that belong to step ``number`` of their lab's ``lab.toml``.
+
+        Raises:
+            pytest.UsageError: no lab's graded tests were collected, or a collected lab has no such step.
+        """
+        labs = {lab_folder_of(item.path) for item in items if _is_graded(item)}
+        specs = {folder: self.spec_for(folder) for folder in labs if (folder / SPEC_FILE).is_file()}
+        if not specs:
+            raise pytest.UsageError(f"--step {number}: no lab's graded tests were collected (run a lab: nox -s lab01 -- --step 1)")
+        steps = {}
+        for folder, spec in sorted(specs.items()):
+            if spec is None:
+                raise pytest.UsageError(f"--step {number}: {self.specs[folder]}")
+            step = next((step for step in spec.steps if step.number == number), None)
+            if step is None:
+                have = ", ".join(str(step.number) for step in spec.steps)
+                raise pytest.UsageError(f"--step {number}: {spec.id} has no step {number}; its steps are {have} (lab.toml)")
+            steps[folder] = step
+        return [
+            item for item in items
+            if _is_graded(item) and lab_folder_of(item.path) in steps
+            and _function_of(item) in steps[lab_folder_of(item.path)].tests
+        ]  # fmt: skip
+
+    def resume(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Leave out the tests an earlier process of this run started; take in their outcomes."""
+        for nodeid, (graded, outcome) in event_log.earlier_outcomes(self.earlier).items():
+            self.graded[nodeid] = (Path(graded.folder), graded.function, graded.points, graded.gpu, graded.heldout)
+            self.outcomes[nodeid] = outcome
+        started = event_log.started(self.earlier)
+        items[:] = [item for item in items if item.nodeid not in started]
+        maxfail = config.getoption("maxfail")
+        if maxfail:  # -x / --maxfail count the earlier processes' failures too
+            failed = sum(outcome.outcome in (FAILED, NOT_IMPLEMENTED) for outcome in self.outcomes.values())
+            if failed >= maxfail:
+                items[:] = []
+            else:
+                config.option.maxfail = maxfail - failed
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
             folder = lab_folder_of(item.path)
             if _is_graded(item) and (folder / SPEC_FILE).is_file():
-                function = getattr(item, "originalname", None) or item.name.split("[")[0]
+                function = _function_of(item)
                 points = points_of(item)
                 gpu = item.get_closest_marker("gpu") is not None
                 self.graded[item.nodeid] = (folder, function, points if isinstance(points, int) else 0, gpu,
@@ -206,6 +297,22 @@ class StepSummary:
         if report.failed and getattr(report, "labkit_not_implemented", None) and self.compact_tracebacks():
             return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
         return None
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if self.log is not None:
+            known = self.graded.get(nodeid)
+            graded = asdict(GradedTest(str(known[0]), *known[1:])) if known else None
+            self.log.write(event_log.START, nodeid=nodeid, graded=graded)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        if self.log is not None:
+            outcome = self.outcomes.get(nodeid)
+            self.log.write(event_log.FINISH, nodeid=nodeid, outcome=asdict(outcome) if outcome else None)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.log is not None:
+            self.log.write(event_log.SESSION_FINISH, exitstatus=int(exitstatus))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self.graded:

@@ -12,6 +12,7 @@ is one line here instead (:func:`starter_todo` recognises it); ``--tb=long`` bri
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -99,6 +100,21 @@ class StepScore:
         return f"{self.step.number}  {', '.join(self.step.files)}"
 
 
+def _todo_error(error: BaseException, spec: LabSpec) -> tuple[BaseException, traceback.FrameSummary] | None:
+    """The ``NotImplementedError`` of a lab's TODO block in ``error``'s chain, and its innermost frame."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, NotImplementedError) and current.__traceback__ is not None:
+            frame = traceback.extract_tb(current.__traceback__)[-1]
+            path = Path(frame.filename)
+            if path.name in spec.editable and path.parent.name == spec.package:
+                return current, frame
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def starter_todo(error: BaseException, spec: LabSpec) -> str | None:
     """If ``error`` comes from a TODO block of the lab, one line saying so; else None.
 
@@ -109,18 +125,38 @@ def starter_todo(error: BaseException, spec: LabSpec) -> str | None:
     whole ``__cause__``/``__context__`` chain is searched. A ``NotImplementedError`` raised by PyTorch
     itself is a real failure, not a TODO, and gets its traceback.
     """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, NotImplementedError) and current.__traceback__ is not None:
-            frame = traceback.extract_tb(current.__traceback__)[-1]
-            path = Path(frame.filename)
-            if path.name in spec.editable and path.parent.name == spec.package:
-                text = str(current).strip().splitlines()[0] if str(current).strip() else "NotImplementedError"
-                return f"{shorten(text)} ({path.name}:{frame.lineno})"
-        current = current.__cause__ or current.__context__
-    return None
+    found = _todo_error(error, spec)
+    if found is None:
+        return None
+    todo, frame = found
+    text = str(todo).strip().splitlines()[0] if str(todo).strip() else "NotImplementedError"
+    return f"{shorten(text)} ({Path(frame.filename).name}:{frame.lineno})"
+
+
+#: ``TODO(step 5)`` in a TODO's message: the handout step that writes it.
+_TODO_STEP = re.compile(r"\bTODO\(step (\d+)\)")
+
+
+def step_to_finish_first(error: BaseException, spec: LabSpec) -> str | None:
+    """If ``error`` is a starter TODO, one line naming the handout step to finish first (else None).
+
+    For a script that runs a lab (a benchmark, a report) on unfinished code: one line instead of a
+    traceback. The step is the one the TODO's message names (``TODO(step 5): ...``), else the first
+    step that edits the TODO's file.
+    """
+    found = _todo_error(error, spec)
+    if found is None:
+        return None
+    todo, frame = found
+    named = _TODO_STEP.search(str(todo))
+    file = Path(frame.filename).name
+    step = (next((s for s in spec.steps if s.number == int(named.group(1))), None) if named
+            else next((s for s in spec.steps if file in s.files), None))  # fmt: skip
+    where = starter_todo(error, spec)
+    if step is None:
+        return f"{spec.id}: not implemented yet: {where}"
+    return (f"{spec.id}: finish step {step.number} first ({step.title}): {where}; "
+            f"its tests: nox -s {spec.id} -- --step {step.number}")
 
 
 def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
@@ -199,7 +235,7 @@ def summary_lines(
     lines.append(f"{'total':<{width}}  {f'{passed}/{len(outcomes)}':>7}  {total:>7}"
                  + (f"  ({pending} pending: GPU tests, graded on a machine with CUDA)" if pending else ""))
     if partial:
-        lines.append("(only the tests that ran: the lab has more; run it without -k for the full score)")
+        lines.append("(only the tests that ran: the lab has more; run it without -k or --step for the full score)")
 
     start = where_to_start(scores)
     if start is None:
@@ -210,7 +246,8 @@ def summary_lines(
         where = "a held-out test" if start.heldout else "listed in no step of lab.toml"
         lines.append(f"Start here: {first.function} ({where})")
     else:
-        lines.append(f"Start here: step {start.step.number}, {start.step.title} ({', '.join(start.step.files)})")
+        lines.append(f"Start here: step {start.step.number}, {start.step.title} ({', '.join(start.step.files)}); "
+                     f"its tests: nox -s {spec.id} -- --step {start.step.number}")
     lines.append(f"  its first failing test alone: nox -s {spec.id} -- -k {first.function}")
     return lines
 

@@ -1,5 +1,6 @@
 """What ``nox -s labNN`` ends with: points per handout step, where to start, one line per TODO."""
 
+import sys
 import textwrap
 
 import pytest
@@ -112,7 +113,7 @@ def test_a_starter_todo_is_one_line_and_the_run_ends_with_points_per_step(demo_l
             "1  demo.py*0/3*0/7*not implemented",
             "2  demo.py*0/2*0/2*2 failing (1 not implemented)",
             "total*1/6*2/11",
-            "Start here: step 1, Scaling (demo.py)",
+            "Start here: step 1, Scaling (demo.py); its tests: nox -s labX -- --step 1",
             "  its first failing test alone: nox -s labX -- -k test_scale",
             "*1 failed, 1 passed, 4 not implemented*",
         ]
@@ -177,7 +178,7 @@ def _outcome(function: str, points: int, outcome: str, message: str = "") -> Tes
 
 def test_pending_gpu_points_are_neither_earned_nor_lost():
     spec = load_lab_spec("lab03_triton_lowering")
-    gpu_test = spec.steps[1].tests[-1]
+    gpu_test = next(test for step in spec.steps for test in step.tests if test.startswith("test_gpu_"))
     lines = summary_lines(spec, [_outcome(spec.steps[0].tests[0], 1, PASSED), _outcome(gpu_test, 10, PENDING)])
     assert any(line.startswith("total") and "1/11" in line and "10 pending" in line for line in lines)
     assert lines[-1] == "Every step that ran passes. The GPU tests are pending."
@@ -224,3 +225,99 @@ def test_lab02s_unfinished_kernel_table_is_a_todo_line_not_a_traceback():
         NpuSimulator()
     spec = load_lab_spec("lab02_npu_backend")
     assert "no kernel for ISA ops" in (starter_todo(caught.value, spec) or "")
+
+
+# -- --step N: exactly one handout step's tests -----------------------------------------------------
+def _ran(result) -> list[str]:
+    """The test ids a ``-v`` run reports, in order."""
+    words = (" PASSED", " FAILED", " NOT IMPLEMENTED")
+    return [line.split()[0].split("::")[-1] for line in result.stdout.lines
+            if "::" in line and any(word in line for word in words)]
+
+
+def test_step_runs_every_case_of_that_steps_tests_and_nothing_else(demo_lab):
+    result = demo_lab.runpytest("-p", "no:randomly", "-v", "--step", "1")
+    assert sorted(_ran(result)) == ["test_scale[2]", "test_scale[3]", "test_scale_twice"]
+    result.stdout.fnmatch_lines(["*labX Demo lab: 0/7 points*", "(only the tests that ran*--step*", "*3 deselected*"])
+
+
+def test_step_combines_with_k_and_x(demo_lab):
+    assert _ran(demo_lab.runpytest("-p", "no:randomly", "-v", "--step", "1", "-k", "twice")) == ["test_scale_twice"]
+    assert len(_ran(demo_lab.runpytest("-p", "no:randomly", "-v", "--step", "2", "-x"))) == 1
+
+
+def test_a_step_the_lab_does_not_have_is_an_error_naming_the_steps_it_has(demo_lab):
+    result = demo_lab.runpytest("--step", "7")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--step 7: labX has no step 7; its steps are 0, 1, 2 (lab.toml)*"])
+
+
+def test_step_outside_a_lab_is_an_error(pytester):
+    pytester.makeconftest('pytest_plugins = ["labkit.pytest_plugin"]')
+    pytester.makepyfile(test_helpers="def test_anything():\n    pass\n")
+    result = pytester.runpytest("--step", "1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--step 1: no lab's graded tests were collected*"])
+
+
+def test_the_start_here_line_gives_the_steps_command(demo_lab):
+    demo_lab.runpytest("-p", "no:randomly").stdout.fnmatch_lines(
+        ["Start here: step 1, Scaling (demo.py); its tests: nox -s labX -- --step 1"]
+    )
+
+
+# -- a test that crashes the interpreter: named, the rest run, the step table printed ---------------
+CRASHING_TEST = '''
+
+@pytest.mark.points(4)
+def test_add_crashes():
+    import os
+    os.abort()  # what an out-of-bounds store in an interpreted Triton kernel does to the process
+'''
+
+
+def run_lab(pytester, *args: str):
+    """``python -m labkit.run_lab`` (what ``nox -s labNN`` runs) in the demo course, in a child process."""
+    return pytester.run(sys.executable, "-m", "labkit.run_lab", "labX_demo", "-p", "no:randomly", *args, timeout=120)
+
+
+def test_a_crashing_test_is_named_the_rest_run_and_the_step_table_is_printed(demo_lab):
+    spec = demo_lab.path / "labX_demo" / "lab.toml"
+    spec.write_text(spec.read_text().replace('tests = ["test_add"]', 'tests = ["test_add", "test_add_crashes"]'))
+    tests = demo_lab.path / "labX_demo" / "test_lab.py"
+    tests.write_text(tests.read_text().replace("\n\n@pytest.mark.points(3)", CRASHING_TEST + "\n\n@pytest.mark.points(3)", 1))
+    result = run_lab(demo_lab)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "labkit: the test process killed by SIGABRT during labX_demo/test_lab.py::test_add_crashes; running the rest*",
+        "*labX Demo lab: 2/15 points*",
+        "0  demo.py*1/2*2/6*1 failing",  # the crash is a failure of its step
+        "1  demo.py*0/3*0/7*not implemented",  # the tests after it ran
+        "2  demo.py*0/2*0/2*2 failing (1 not implemented)",
+        "total*1/7*2/15",
+        "Start here: step 0, Adding (demo.py)*",
+        "labkit: 1 test(s) crashed the test process*",
+        "  labX_demo/test_lab.py::test_add_crashes (killed by SIGABRT)",
+    ])  # fmt: skip
+    result.stderr.fnmatch_lines(["Fatal Python error: Aborted"])
+
+
+def test_after_a_crash_x_still_stops_the_run_and_prints_the_table(demo_lab):
+    tests = demo_lab.path / "labX_demo" / "test_lab.py"
+    tests.write_text(tests.read_text().replace("\n\n@pytest.mark.points(3)", CRASHING_TEST + "\n\n@pytest.mark.points(3)", 1))
+    result = run_lab(demo_lab, "-x")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*labX Demo lab: 2/6 points*", "(tests in no step)*0/1*0/4*1 failing", "total*1/2*2/6"])
+
+
+def test_a_crash_before_any_test_is_reported_not_resumed(demo_lab):
+    demo_lab.makeconftest('pytest_plugins = ["labkit.pytest_plugin"]\nimport os\nos.abort()\n')
+    result = run_lab(demo_lab)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["labkit: pytest killed by SIGABRT before any test ran*nothing to resume"])
+
+
+def test_a_run_without_a_session_is_not_a_crash(demo_lab):
+    """``nox -s lab01 -- --help`` ends before any session; its exit status is pytest's."""
+    result = run_lab(demo_lab, "--help")
+    assert result.ret == 0 and "labkit:" not in result.stdout.str()

@@ -62,8 +62,11 @@ def check_arguments(
 ) -> None:
     """Raise a clear error for anything the kernel does not support.
 
+    Every message names the argument that is wrong (``x``, ``weight``, ``bias``, ``eps``, ``approximate``).
+
     Raises:
-        TypeError: ``x``, ``weight`` or ``bias`` is not a tensor of a supported dtype, or ``eps`` is not a number.
+        TypeError: ``x``, ``weight`` or ``bias`` is not a tensor of a supported dtype (naming the dtype),
+            or ``eps`` is not a number.
         ValueError: ``approximate`` is unknown, ``eps`` is negative, ``x`` is 0-d or not on CPU/CUDA,
             or ``weight``/``bias`` do not have shape ``(x.shape[-1],)`` on ``x``'s device.
     """
@@ -72,7 +75,7 @@ def check_arguments(
     if x.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"x has dtype {x.dtype}; layernorm_gelu supports {', '.join(map(str, SUPPORTED_DTYPES))}")
     if x.dim() == 0:
-        raise ValueError("x must have at least one dimension (the normalised one)")
+        raise ValueError("x is 0-d: it must have at least one dimension (the normalised one)")
     if x.device.type not in ("cpu", "cuda"):
         raise ValueError(f"x is on {x.device}; layernorm_gelu runs on CPU (interpreter) or CUDA")
     if approximate not in GELU_APPROXIMATIONS:
@@ -84,8 +87,10 @@ def check_arguments(
     for name, param in (("weight", weight), ("bias", bias)):
         if param is None:
             continue
-        if not isinstance(param, torch.Tensor) or param.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} must be a floating tensor of a supported dtype or None")
+        if not isinstance(param, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor or None, got {type(param).__name__}")
+        if param.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {param.dtype}; layernorm_gelu supports {', '.join(map(str, SUPPORTED_DTYPES))}")
         if tuple(param.shape) != (x.shape[-1],):
             raise ValueError(f"{name} has shape {tuple(param.shape)}; expected ({x.shape[-1]},) to match x's last dimension")
         if param.device != x.device:

@@ -1,0 +1,67 @@
+"""Lab 3's tests catch the mistakes students make, and say what they are.
+
+Each test plants one mistake in a copy of the reference solution, runs the graded tests meant to
+catch it (Triton's interpreter on CPU, one process per mistake, ~10-20 s each), and checks that
+exactly those tests fail, with a message that names the mistake.
+"""
+
+from __future__ import annotations
+
+import re
+
+from labkit.tests.planting import Mistake, planted_course, run_planted
+
+PACKAGE = "lab03_triton_lowering"
+
+#: The long-row loop accumulating in the storage dtype: every short row still passes.
+HALF_ACCUMULATORS = (
+    Mistake("kernel.py", "acc = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)",
+            "acc = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=x_ptr.dtype.element_ty)"),
+    Mistake("kernel.py", "acc_sq = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)",
+            "acc_sq = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=x_ptr.dtype.element_ty)"),
+    Mistake("kernel.py", "            acc += d\n", "            d = d.to(x_ptr.dtype.element_ty)\n            acc += d\n"),
+)
+#: A row that fits one block, its statistics computed in the storage dtype.
+SINGLE_TILE_IN_STORAGE_DTYPE = (
+    Mistake("kernel.py", "        mean = tl.sum(x, axis=1) / n_cols  # of the shifted values\n",
+            "        x = x.to(x_ptr.dtype.element_ty)\n        mean = tl.sum(x, axis=1) / n_cols\n"),
+)
+#: check_arguments without the three checks its docstring promises and no test used to check.
+UNCHECKED_ARGUMENTS = (
+    Mistake("op.py", '    if x.dim() == 0:\n        raise ValueError("x is 0-d: it must have at least one dimension (the normalised one)")\n', ""),
+    Mistake("op.py", '    if eps < 0:\n        raise ValueError(f"eps must be >= 0, got {eps}")\n', ""),
+    Mistake("op.py", '        if param.device != x.device:\n            raise ValueError(f"{name} is on {param.device} but x is on {x.device}")\n', ""),
+)  # fmt: skip
+
+
+def run_with(tmp_path, mistakes, selection: str):
+    return run_planted(planted_course(PACKAGE, tmp_path / "course", *mistakes), PACKAGE, "-k", selection)
+
+
+def test_half_precision_accumulators_in_the_long_row_loop_fail_the_long_half_rows(tmp_path):
+    run = run_with(tmp_path, HALF_ACCUMULATORS, "test_kernel_half_precision")
+    assert sorted(run.failed) == [
+        "test_kernel_half_precision_long_rows_accumulate_in_fp32[bfloat16]",
+        "test_kernel_half_precision_long_rows_accumulate_in_fp32[float16]",
+    ], run.output[-3000:]
+    assert len(run.passed) == 2, "the rows that fit one block still pass: only the long rows go through the loop"
+    for message in run.failed.values():
+        assert "rows of 12288" in message and "accumulate in fp32" in message, message
+
+
+def test_statistics_in_the_storage_dtype_fail_with_accumulate_in_fp32(tmp_path):
+    run = run_with(tmp_path, SINGLE_TILE_IN_STORAGE_DTYPE, "test_kernel_half_precision_rounds_once")
+    assert sorted(run.failed) == ["test_kernel_half_precision_rounds_once[bfloat16]",
+                                  "test_kernel_half_precision_rounds_once[float16]"], run.output[-3000:]
+    for message in run.failed.values():
+        assert "accumulate in fp32" in message and "round to the output dtype once" in message, message
+
+
+def test_check_arguments_without_the_checks_its_docstring_promises_fails(tmp_path):
+    run = run_with(tmp_path, UNCHECKED_ARGUMENTS, "test_bad_input_gets_a_clear_error")
+    cases = sorted(re.search(r"\[(.*)\]", test)[1] for test in run.failed)
+    assert cases == ["bias_on_another_device", "negative_eps", "weight_on_another_device", "zero_dim_input"], (
+        run.output[-3000:]
+    )
+    assert len(run.passed) == 8, "the other bad inputs still get their errors"
+
