@@ -19,16 +19,18 @@ are the grader's failures, listed at the end with the ``--only`` option that reg
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from grader.course.labs import CourseError, is_noise
 from grader.runners.local import GradingSetup, grade_submission
+from grader.runners.progress import Progress
 from grader.scoring.feedback import write_outputs
 from grader.scoring.results import SubmissionResult
 from grader.scoring.score import grader_error_result
@@ -113,28 +115,44 @@ def share_cores(setup: GradingSetup, jobs: int) -> GradingSetup:
     return replace(setup, options=replace(setup.options, threads=max(1, cores // jobs)))
 
 
+def row_line(row: BatchRow) -> str:
+    """One finished student, as the progress lines and the final listing say it."""
+    statuses = " ".join(f"{lab}={status}" for lab, status in row.statuses.items())
+    flags = f" flags={row.flags}" if row.flags else ""
+    return f"{row.student}: {row.score}/{row.max_score} (+{row.pending} pending) {statuses}{flags} ({row.wall_s:.0f} s)"
+
+
 def grade_all(submissions: list[tuple[str, Path]], out: Path, setup: GradingSetup, *, jobs: int = 1,
               runner: Runner = grade_submission, show_progress: bool = True) -> list[BatchRow]:
     """Grade every submission into ``out/<student>/``, ``jobs`` at a time; write ``out/batch.json``.
 
+    With ``show_progress``, a bar on a terminal, else a line per finished student and a heartbeat
+    every minute (:mod:`grader.runners.progress`).
+
     Returns:
         One row per submission, in the order of ``submissions``.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     out.mkdir(parents=True, exist_ok=True)
     setup = share_cores(setup, jobs)
     rows: dict[str, BatchRow] = {}
-    columns = (TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
-    with Progress(*columns, disable=not show_progress, transient=False) as progress:
-        task = progress.add_task("", total=len(submissions))
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {pool.submit(grade_one, student, path, out, setup, runner): student for student, path in submissions}
-            for future in as_completed(futures):
+    progress = Progress(len(submissions), stream=None if show_progress else io.StringIO(),
+                        interactive=None if show_progress else False)
+
+    def graded(student: str, path: Path) -> tuple[SubmissionResult, float]:
+        progress.started()
+        return grade_one(student, path, out, setup, runner)
+
+    with progress, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(graded, student, path): student for student, path in submissions}
+        waiting = set(futures)
+        while waiting:
+            done, waiting = wait(waiting, timeout=5.0, return_when=FIRST_COMPLETED)
+            for future in done:
                 student = futures[future]
                 result, wall = future.result()
                 rows[student] = batch_row(student, result, wall)
-                progress.update(task, advance=1, description=f"{student}: {rows[student].score}/{rows[student].max_score}")
+                progress.finished(row_line(rows[student]))
+            progress.tick()
     ordered = [rows[student] for student, _ in submissions]
     write_batch_index(out, ordered)
     return ordered

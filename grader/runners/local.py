@@ -26,8 +26,8 @@ from pathlib import Path
 from grader.course.labs import Course
 from grader.course.rubric import Rubric
 from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, write_submission_meta
-from grader.execute.limits import RunLimits
 from grader.execute.isolation import Isolation
+from grader.execute.limits import RunLimits
 from grader.execute.sandbox import SubmissionError, build_sandbox, unpack_submission
 from grader.execute.supervisor import lab_parts, part_raw_dir, run_lab
 from grader.scoring.feedback import write_outputs

@@ -9,6 +9,7 @@ every minute or so (done / running / pending, time elapsed, an estimate of the t
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -52,11 +53,13 @@ class Progress:
         self.done = self.running = 0
         self.start = self.last_beat = clock()
         self._bar = None
+        self._lock = threading.Lock()  # graders in several threads report here
 
     def __enter__(self) -> Progress:
         if self.interactive:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
 
             self._bar = Bar(TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TextColumn("{task.description}"), console=Console(file=self.stream))
@@ -74,13 +77,14 @@ class Progress:
 
     def started(self) -> None:
         """One more submission is being graded."""
-        self.running += 1
-        self.tick()
+        with self._lock:
+            self.running += 1
 
     def finished(self, line: str) -> None:
         """One submission is done; ``line`` says how (``alice: 130/170 graded``)."""
-        self.running = max(0, self.running - 1)
-        self.done += 1
+        with self._lock:
+            self.running = max(0, self.running - 1)
+            self.done += 1
         if self._bar is not None:
             self._bar.update(self._task, advance=1, description=line)
         else:

@@ -44,9 +44,9 @@ from typing import Any
 from grader.course.labs import load_course
 from grader.course.rubric import Rubric
 from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE, read_json, write_submission_meta
+from grader.execute.isolation import choose_isolation
 from grader.execute.limits import GRADING_MARGIN_S, RunLimits, submission_budget_s
 from grader.runners.batch import batch_row, write_batch_index
-from grader.execute.isolation import choose_isolation
 from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from grader.runners.slurm_states import SlurmUnavailable, describe, task_states
 from grader.scoring.feedback import write_outputs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from grader.course.labs import CourseError
 from grader.execute.preflight import GraderEnvironmentError, check_output_folder
-from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all
+from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all, row_line
 from grader.runners.container import ContainerError
 from grader.runners.local import grade_submission
 from grader.scoring.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE, GRADER_FAULTS
@@ -42,11 +42,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"grader batch: no submissions in {args.submissions_dir}", file=sys.stderr)
         return EXIT_USAGE
     start = time.monotonic()
-    rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner, show_progress=sys.stderr.isatty())
+    rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner)
     for row in rows:
-        statuses = " ".join(f"{lab}={status}" for lab, status in row.statuses.items())
-        flags = f" flags={row.flags}" if row.flags else ""
-        print(f"{row.student}: {row.score}/{row.max_score} (+{row.pending} pending) {statuses}{flags}")
+        print(row_line(row))
     print(f"graded {len(rows)} submissions in {time.monotonic() - start:.1f} s with -j {args.jobs}: {args.out}/{BATCH_FILE}")
     failed = [row.student for row in rows if GRADER_FAULTS & set(row.statuses.values())]
     if failed:

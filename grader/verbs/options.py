@@ -11,8 +11,8 @@ from grader.course.labs import CourseError, load_course
 from grader.course.rubric import describe_rubric
 from grader.execute.collect import DEFAULT_CACHE_DIR, build_rubric
 from grader.execute.command import GPU_MODES
-from grader.execute.limits import GRADING_MARGIN_S, RunLimits
 from grader.execute.isolation import choose_isolation
+from grader.execute.limits import GRADING_MARGIN_S, RunLimits
 from grader.execute.preflight import check_grading_environment
 from grader.runners.container import ENGINE_ENV_VAR, ContainerLimits, ContainerRunner, find_engine
 from grader.runners.local import GradeOptions, GradingSetup

@@ -125,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
         reference = make_reference_submission(setup.course, Path(scratch) / REFERENCE)
         submissions = [(REFERENCE, reference), (STARTER, setup.course.root)]
         jobs = 1 if args.record_times else args.jobs
-        grade_all(submissions, out, setup, jobs=jobs, runner=runner, show_progress=sys.stderr.isatty())
+        grade_all(submissions, out, setup, jobs=jobs, runner=runner)
         results = {name: rescore(out / name) for name, _ in submissions}
         if args.record_times:
             print("\nreference times:")
