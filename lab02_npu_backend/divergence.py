@@ -183,3 +183,20 @@ def _first_wrong_lowered_node(lab: Any, gm: fx.GraphModule, args: tuple[Any, ...
         if _differs(value, want.values[node.name]) is not None:
             return f"{node.name} ({target_name(node)})"
     return None
+
+
+def diagnose_model(lab: Any, model: Any, inputs: Sequence[Any], dialect: str) -> str:
+    """For a model whose compiled output differs from eager: capture its graph of ``dialect``, compile it
+    with the lab's ``compile_graph`` and say where it first differs (one line, for a failure message)."""
+    from lab02_npu_backend.graphs import capture_graphs
+
+    torch._dynamo.reset()
+    captured = capture_graphs(model, *inputs)
+    graphs = {"torch": (captured.torch, captured.torch_inputs), "aten": (captured.aten, captured.aten_inputs)}[dialect]
+    lines = []
+    for index, (gm, graph_inputs) in enumerate(zip(*graphs)):
+        compiled = lab.compile_graph(copy.deepcopy(gm), graph_inputs, dialect=dialect)
+        divergence = first_divergence(lab, gm, compiled, graph_inputs)
+        if divergence is not None:
+            lines.append(f"graph {index} ({dialect}): {divergence.describe()}")
+    return "\n".join(lines) or "(no node of the captured graphs differs beyond the tolerance when compiled alone)"

@@ -325,8 +325,8 @@ def _multi_head_attention(b, out, query, key, value, embed_dim_to_check, num_hea
 
 
 # ------------------------------------------------------------------ layout
-@lowers(F.dropout, "contiguous", "clone", torch.clone, aten.clone.default, aten.alias.default,
-        aten.lift_fresh_copy.default, "to", "float", "type", "type_as", aten._to_copy.default)
+@lowers(F.dropout, "contiguous", "clone", torch.clone, aten.clone.default, aten.alias.default, "to", "float", "type",
+        "type_as", aten._to_copy.default)
 def _identity(b, out, input, *_, **__):
     return input  # support.py admits these only when they return their input unchanged
 

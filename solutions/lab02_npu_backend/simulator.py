@@ -137,6 +137,7 @@ class LoadedProgram:
 
     A result's slot is cleared after its last reader (like the ``x = None`` lines in FX's generated
     code), so PyTorch's allocator reuses memory that is still in cache, as eager execution does.
+    The outputs share memory with no input: on hardware they are copied out of NPU memory.
     """
 
     def __init__(self, program: Program, steps: list[_Step], inputs: list[tuple[str, torch.Size, torch.dtype]]) -> None:
@@ -206,7 +207,10 @@ class LoadedProgram:
             slots[output] = result
             for slot in release:
                 slots[slot] = None
-        return [slots[slot] for slot in self._outputs]
+        # The hardware hands results back in fresh host memory: a kernel's view of an input (a reshape,
+        # a slice), or an input returned as it is, would let a later write in place on one change the other.
+        return [out.clone() if out._is_view() or any(out is tensor for tensor in inputs) else out
+                for out in (slots[slot] for slot in self._outputs)]
 
 
 def _operand_reader(positions: list[int | tuple[int, ...]]) -> OperandReader:

@@ -108,7 +108,7 @@ ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: _ATTENTION,
     aten.view.default: ("reshape",), aten._unsafe_view.default: ("reshape",), aten.reshape.default: ("reshape",),
     aten.unsqueeze.default: ("reshape",), aten.squeeze.dim: ("reshape",), aten.squeeze.dims: ("reshape",),
-    aten.clone.default: (), aten.alias.default: (), aten.lift_fresh_copy.default: (), aten._to_copy.default: (),
+    aten.clone.default: (), aten.alias.default: (), aten._to_copy.default: (),
     aten.t.default: ("permute",), aten.transpose.int: ("permute",), aten.permute.default: ("permute",),
     aten.slice.Tensor: ("slice",), aten.select.int: ("slice", "reshape"),
     aten.split.Tensor: ("slice",), aten.split_with_sizes.default: ("slice",),
