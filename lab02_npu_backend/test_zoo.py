@@ -21,7 +21,7 @@ from labkit.numerics import ReferenceOutputs
 from lab02_npu_backend import coverage
 from lab02_npu_backend.coverage import PartitionReport
 from lab02_npu_backend.divergence import diagnose_model
-from lab02_npu_backend.report import zoo_row, ZOO_TABLE_HEADER
+from lab02_npu_backend.report import zoo_row, zoo_table_lines
 from lab02_npu_backend.zoo import BY_NAME, FAMILIES, ZOO_BAR, build_family
 
 pytestmark = pytest.mark.zoo
@@ -37,14 +37,12 @@ def zoo_table(request):
     rows: dict[tuple[str, str], str] = {}
     yield rows
     order = [(family.name, dialect) for family in FAMILIES for dialect in DIALECTS]
-    lines = [*ZOO_TABLE_HEADER, *(rows[key] for key in order if key in rows)]
+    lines = zoo_table_lines([rows[key] for key in order if key in rows])
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    reporter = request.config.pluginmanager.getplugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"\nzoo coverage ({TABLE}):")
-        for line in lines:
-            reporter.write_line(line)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # the table is the run's result: show it, uncaptured
+        print(f"\n\nzoo coverage ({TABLE}):", *lines, sep="\n")
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
