@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch.utils._pytree import tree_flatten
 
 from labkit.numerics import output_error
 from lab02_npu_backend.graphs import target_name
@@ -65,18 +66,11 @@ def _differs(got: Any, want: Any) -> float | None:
         error = output_error(got, want)
     except ValueError:  # a shape, dtype or structure changed
         return float("inf")
-    magnitudes = [t.detach().abs().max().item() for t in _tensors(want) if t.numel() and t.is_floating_point()]
+    tensors = [t for t in tree_flatten(want)[0] if isinstance(t, torch.Tensor)]
+    magnitudes = [t.detach().abs().max().item() for t in tensors if t.numel() and t.is_floating_point()]
     scale = max([ABSOLUTE_FLOOR, *magnitudes])
     exact = not magnitudes
     return error.max_abs if (error.max_abs > 0 if exact else error.max_abs > RELATIVE_TOLERANCE * scale) else None
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 class _Recorder(fx.Interpreter):

@@ -141,7 +141,8 @@ def test_json_carries_the_summary_and_the_samples(tmp_path):
     assert document["ratio"]["q3"] == 1.1 and "threads" in document["machine"]
 
 
-def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
+def _spy_on_charts(monkeypatch) -> dict:
+    """What the next chart saved draws: error bars (low, high), dashed lines, the axis top, texts, markers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -156,9 +157,17 @@ def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
         (errors,) = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
         drawn["error_bars"] = [tuple(segment[:, 1]) for segment in errors.lines[2][0].get_segments()]
         drawn["target_lines"] = [line.get_ydata()[0] for line in axes.get_lines() if line.get_linestyle() == "--"]
+        drawn["top"] = axes.get_ylim()[1]
+        drawn["texts"] = [text.get_text() for text in axes.texts]
+        drawn["markers"] = [line.get_marker() for line in axes.get_lines()]
         return original_savefig(figure, *args, **kwargs)
 
     monkeypatch.setattr(pyplot.Figure, "savefig", spy)
+    return drawn
+
+
+def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
+    drawn = _spy_on_charts(monkeypatch)
     path = bar_chart(tmp_path / "chart.png", ["a", "b"], [1.3, 1.0], ylabel="x", title="t",
                      spread=[(1.2, 1.4), (0.9, 1.1)], target=1.12)  # fmt: skip
     assert path.stat().st_size > 0
@@ -170,25 +179,7 @@ def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
 
 def test_one_wild_whisker_is_clipped_and_marked_not_stretching_the_axis(tmp_path, monkeypatch):
     """Beside a CPU hog one round took 900 ms of a ~2 ms median: the axis stays readable and says so."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-    from matplotlib.container import ErrorbarContainer
-
-    drawn = {}
-    original_savefig = pyplot.Figure.savefig
-
-    def spy(figure, *args, **kwargs):
-        axes = figure.axes[0]
-        (errors,) = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
-        drawn["error_bars"] = [tuple(segment[:, 1]) for segment in errors.lines[2][0].get_segments()]
-        drawn["top"] = axes.get_ylim()[1]
-        drawn["texts"] = [text.get_text() for text in axes.texts]
-        drawn["markers"] = [line.get_marker() for line in axes.get_lines()]
-        return original_savefig(figure, *args, **kwargs)
-
-    monkeypatch.setattr(pyplot.Figure, "savefig", spy)
+    drawn = _spy_on_charts(monkeypatch)
     bar_chart(tmp_path / "chart.png", ["eager", "npu"], [1.9, 2.4], ylabel="ms", title="t",
               spread=[(1.865, 917.5), (2.2, 2.6)], target=1.5)  # fmt: skip
     assert drawn["top"] == pytest.approx(value_axis_limit([1.9, 2.4], [(1.865, 917.5), (2.2, 2.6)], 1.5))

@@ -54,3 +54,30 @@ def test_a_backend_that_puts_nothing_on_the_npu_is_told_to_check_its_dialect(ref
                         lambda dialect, isa=None: reference.NpuOperatorSupport(reference.ATEN_SUPPORT, isa))
     with pytest.warns(UserWarning), pytest.raises(AssertionError, match="check your table's dialect"):
         graded.test_backend_is_registered_and_routes_to_your_backend(reference)
+
+
+def _gelu_as_relu(b, out, input, approximate="none"):
+    return b.emit("activation", [input], function="relu")
+
+
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_a_wrong_lowering_is_named_with_its_partition_and_node(reference, monkeypatch, dialect):
+    from lab02_npu_backend.divergence import diagnose_model
+    from lab02_npu_backend.models import build_model
+
+    case = build_model("mlp")
+    assert "no node" in diagnose_model(reference, case.model, case.example_inputs, dialect)
+    for target in (torch.nn.functional.gelu, torch.ops.aten.gelu.default):
+        monkeypatch.setitem(reference.lowering.LOWERINGS, target, _gelu_as_relu)
+    message = diagnose_model(reference, case.model, case.example_inputs, dialect)
+    assert "NPU partition fused_" in message and "a lowering bug" in message and "gelu" in message.split("lowered value differs")[1]
+
+
+def test_an_ordering_bug_is_named_on_the_cpu_with_every_partition_right(reference, monkeypatch):
+    from lab02_npu_backend.divergence import diagnose_model
+
+    monkeypatch.setattr(reference.partition, "pin_cpu_writes", lambda writes, reasons, order: {})
+    monkeypatch.setattr(reference.partition, "split_at_writes", lambda partitions, cpu_writes, order: list(partitions))
+    make_fn, make_inputs = graded.WRITE_CASES["shift-right"]
+    message = diagnose_model(reference, make_fn(), make_inputs(), "torch")
+    assert "(CPU)" in message and "matches its own CPU subgraph" in message and "another order" in message
