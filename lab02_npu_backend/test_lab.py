@@ -246,13 +246,16 @@ def test_zero_npu_warning_fires_on_a_mismatched_table(lab):
     torch._dynamo.reset()
     captured = capture_graphs(case.model, *case.example_inputs)
     mismatched = [
-        (copy.deepcopy(captured.torch[0]), lab.NpuOperatorSupport(lab.ATEN_SUPPORT)),
-        (copy.deepcopy(captured.aten[0]), lab.NpuOperatorSupport(lab.TORCH_SUPPORT)),
+        (captured.torch[0], captured.torch_inputs[0], lab.NpuOperatorSupport(lab.ATEN_SUPPORT)),
+        (captured.aten[0], captured.aten_inputs[0], lab.NpuOperatorSupport(lab.TORCH_SUPPORT)),
     ]
-    for gm, support in mismatched:
+    for gm, inputs, support in mismatched:
+        with torch.no_grad():
+            expected = gm(*inputs)
         with pytest.warns(NpuCoverageWarning, match="dialect"):
-            result = lab.partition_for_npu(gm, support)
+            result = lab.partition_for_npu(copy.deepcopy(gm), support)
         assert result.coverage.npu_nodes == 0
+        assert_partitioned_graph_computes(result, inputs, expected, "llama-tiny with a table of the other dialect")
     expected = copy.deepcopy(captured.torch[0])(*captured.torch_inputs[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error", NpuCoverageWarning)
