@@ -276,7 +276,8 @@ def assert_partitioned_graph_computes(result, inputs, expected, what):
 #: Ops that move or relabel elements but compute nothing: such a node does no work exactly when its
 #: result is one of its inputs, unchanged. Every other op does work (a multiply by 1 included).
 NO_ARITHMETIC = {
-    "dropout", "Tensor.to", "Tensor.float", "Tensor.type", "Tensor.contiguous", "Tensor.view", "Tensor.reshape",
+    "dropout", "Tensor.to", "Tensor.float", "Tensor.type", "Tensor.type_as", "Tensor.contiguous", "Tensor.clone",
+    "clone", "Tensor.view", "Tensor.reshape",
     "reshape", "Tensor.flatten", "flatten", "Tensor.unsqueeze", "Tensor.squeeze", "Tensor.expand", "getitem",
     "__getitem__", "cat", "Tensor.split", "split", "Tensor.chunk", "chunk",
 }
