@@ -111,11 +111,16 @@ def partition_report(
 ) -> PartitionReport:
     """Compile ``model`` with the backend (inference, under ``no_grad``) and report its NPU coverage.
 
-    Steps: ``torch._dynamo.explain(model)(*example_inputs)`` for graph breaks (``break_reasons``,
-    each with ``.reason``; it also resets Dynamo's caches, so the next compile starts fresh); compile
-    and run ``model`` with :func:`npu_backend` (``dialect="torch"``) or :data:`npu_aot_backend`
-    (``"aten"``) inside ``coverage.collect()``; then ``PartitionReport.from_graphs(graphs,
-    [GraphBreak(...)], model=name or type(model).__name__)``.
+    The report aggregates every graph Dynamo produced (``coverage.collect()``) and lists the graph
+    breaks ``torch._dynamo.explain`` finds; ``dialect`` is ``"torch"`` (:func:`npu_backend`) or
+    ``"aten"`` (:data:`npu_aot_backend`); ``name`` defaults to the model's class name.
     """
+    # guidance: begin
+    # Steps: torch._dynamo.explain(model)(*example_inputs) for graph breaks (break_reasons, each
+    # with .reason; it also resets Dynamo's caches, so the next compile starts fresh); compile and
+    # run model with npu_backend (dialect="torch") or npu_aot_backend ("aten") inside
+    # coverage.collect(); then PartitionReport.from_graphs(graphs, [GraphBreak(...)],
+    # model=name or type(model).__name__).
+    # guidance: end
     # TODO
     raise NotImplementedError("partition_report")

@@ -4,10 +4,11 @@
 - :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value (a FakeTensor, or a tuple of them) Dynamo or AOTAutograd
   recorded for a node, to read shapes and dtypes without running anything.
 - :func:`is_compute_node`: which nodes count in coverage numbers. Placeholders, outputs, and
-  bookkeeping (``getitem`` that unpacks a tuple, size arithmetic on ints) are not compute.
+  bookkeeping (``getitem`` that unpacks a tuple, size arithmetic on ints) are not compute; a write
+  in place is, even when it returns nothing (``x[:, 1:] = y``).
 - :func:`graph_dialect`: is a graph torch-level (Dynamo) or aten (AOTAutograd, ``make_fx``)?
-- :func:`node_flops`: floating-point operations per node, counted by PyTorch's ``FlopCounterMode``
-  while the graph runs on fake tensors (nothing is computed).
+- :func:`node_flops`: floating-point operations per node (:mod:`lab02_npu_backend.flops`: every op
+  that does arithmetic counts), while the graph runs on fake tensors (nothing is computed).
 - :func:`capture_graphs`: the graphs a backend receives for a model, in both dialects, from one trace.
 - :func:`fake_node_values`: every node's output value on fake tensors of given input shapes.
 """
@@ -23,6 +24,8 @@ import torch
 from torch import fx
 
 from labkit.fx_nodes import node_value
+from lab02_npu_backend.flops import FlopCount
+from lab02_npu_backend.mutation import writes_in_place
 
 CALL_OPS = ("call_function", "call_method", "call_module")
 
@@ -61,7 +64,8 @@ def records_values(graph: fx.Graph) -> bool:
 
 
 def is_compute_node(node: fx.Node) -> bool:
-    """Whether ``node`` counts as compute: a call that produces a tensor and is not tuple unpacking.
+    """Whether ``node`` counts as compute: a call that produces a tensor and is not tuple unpacking,
+    or a call that writes a tensor in place (``operator.setitem`` returns None, yet copies elements).
 
     Not compute: size arithmetic on ints, and calls that return nothing. Dynamo records a value for
     every tensor a node produces, so in a graph that records values a call without one returned no
@@ -71,6 +75,8 @@ def is_compute_node(node: fx.Node) -> bool:
     """
     if node.op not in CALL_OPS or is_tuple_unpack(node):
         return False
+    if writes_in_place(node):
+        return True
     value = node_value(node)
     if value is None:
         return not records_values(node.graph)
@@ -98,22 +104,20 @@ class _FlopInterpreter(fx.Interpreter):
         self.flops: dict[str, int] = {}
 
     def run_node(self, n: fx.Node) -> Any:
-        from torch.utils.flop_counter import FlopCounterMode
-
         if n.op not in CALL_OPS:
             return super().run_node(n)
-        with FlopCounterMode(display=False) as counter:
+        with FlopCount() as counter:
             result = super().run_node(n)
-        self.flops[n.name] = int(counter.get_total_flops())
+        self.flops[n.name] = counter.flops
         return result
 
 
 def node_flops(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[str, int]:
     """FLOPs of each call node on ``example_inputs``, counted on fake tensors (no real compute).
 
-    FlopCounterMode counts matrix multiplies, convolutions and attention (the ops that dominate);
-    elementwise ops count 0. Returns an empty dict when the graph cannot run on fake tensors (for
-    example symbolic sizes), so FLOP fractions are then reported as unknown-but-harmless.
+    Every op that does arithmetic counts, attention and elementwise ops included, by the cost model
+    of :mod:`lab02_npu_backend.flops`. Returns an empty dict when the graph cannot run on fake
+    tensors (for example symbolic sizes), so FLOP fractions are then reported as unknown-but-harmless.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -133,13 +137,20 @@ class CapturedGraphs:
     """The graphs a backend would receive for one model call, in both dialects.
 
     ``torch[i]`` is the i-th Dynamo graph; ``aten[i]`` is the forward graph AOTAutograd made of it
-    (its nodes' ``meta['from_node']`` name the ``torch[i]`` node they came from).
+    (its nodes' ``meta['from_node']`` name the ``torch[i]`` node they came from). ``torch_inputs[i]``
+    and ``aten_inputs[i]`` are the real values each graph was called with.
     """
 
     torch: list[fx.GraphModule] = field(default_factory=list)
     torch_inputs: list[list[Any]] = field(default_factory=list)
     aten: list[fx.GraphModule] = field(default_factory=list)
     aten_inputs: list[list[Any]] = field(default_factory=list)
+
+
+def _is_fake(value: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(value, FakeTensor)
 
 
 def capture_graphs(model: Any, *example_inputs: Any, dynamic: bool | None = False) -> CapturedGraphs:
@@ -152,9 +163,17 @@ def capture_graphs(model: Any, *example_inputs: Any, dynamic: bool | None = Fals
     captured = CapturedGraphs()
 
     def keep_aten(gm: fx.GraphModule, inputs: list[Any]) -> Any:
+        # AOTAutograd compiles on fake tensors: keep the real inputs of the first call instead.
         captured.aten.append(gm)
+        index = len(captured.aten_inputs)
         captured.aten_inputs.append(list(inputs))
-        return gm.forward
+
+        def run(*args: Any) -> Any:
+            if captured.aten_inputs[index] is not None and any(_is_fake(x) for x in captured.aten_inputs[index]):
+                captured.aten_inputs[index] = list(args)
+            return gm(*args)
+
+        return run
 
     to_aten = aot_autograd(fw_compiler=keep_aten)
 

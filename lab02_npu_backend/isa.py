@@ -64,11 +64,17 @@ class MissingKernelsError(ValueError, NotImplementedError):
 
 @dataclass(frozen=True)
 class Operand:
-    """One input of an op: ``kind`` is ``tensor``, ``tensor_or_scalar`` or ``tensor_list``."""
+    """One input of an op: ``kind`` is ``tensor``, ``tensor_or_scalar`` or ``tensor_list``.
+
+    ``dtypes``: the dtypes this operand may have when they are its own (softmax's boolean ``mask``);
+    such an operand is outside the rule that an instruction's operands and result share one dtype.
+    ``None``: the op's dtypes, shared with the result.
+    """
 
     name: str
     kind: str
     optional: bool = False
+    dtypes: frozenset[torch.dtype] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +173,11 @@ def _build(document: dict[str, Any], source: Path) -> Isa:
             raise IsaError(f"{source}: op {name!r} has duplicate operand names {operand_names}")
         ops[name] = OpSpec(
             name=name,
-            operands=tuple(Operand(o["name"], o["kind"], o.get("optional", False)) for o in entry["operands"]),
+            operands=tuple(
+                Operand(o["name"], o["kind"], o.get("optional", False),
+                        frozenset(DTYPES[d] for d in o["dtypes"]) if "dtypes" in o else None)
+                for o in entry["operands"]
+            ),
             attributes=attributes,
             dtypes=frozenset(DTYPES[d] for d in entry["dtypes"]),
             semantics=entry["semantics"],

@@ -93,7 +93,9 @@ def _identity(b, out, input, *_, **__):
     return input  # no instruction: the result is the input tensor itself
 
 
-# TODO: rules for every target of your support tables (both dialects), among them:
+# TODO: rules for every target of your support tables (both dialects).
+# guidance: begin
+# Among them:
 #   linear (permute + matmul + add), addmm in both dialects (matmul + add: GPT-2's Conv1D),
 #   conv2d / convolution, add / sub (alpha!) / mul / division by a constant, pow(x, n) for an
 #   integer n (square-and-multiply: x**3 is x * (x * x), as eager computes it), rsqrt / mean /
@@ -101,14 +103,19 @@ def _identity(b, out, input, *_, **__):
 #   tanh, hardtanh / relu6 / clamp / clip (function="clamp" with the constant min and/or max),
 #   softmax, layer_norm / native_layer_norm, rms_norm, batch_norm (eval) /
 #   _native_batch_norm_legit_no_training, scaled_dot_product_attention (+ grouped-query:
-#   broadcast, do not copy) and its aten flash form, multi_head_attention_forward
-#   (sequence-first self-attention), view-like ops (reshape to out.shape; the input itself when
-#   the shape does not change), expand (likewise), transpose / t / permute, getitem and
-#   torch.Tensor.__getitem__ (slices, ints, None, Ellipsis), aten.slice / aten.select,
-#   split / chunk / aten.split / aten.split_with_sizes (a tuple of slices; the pieces' lengths are
-#   in `out`), cat (torch.cat skips 1-D empty tensors, e.g. a KV cache before its first entry:
-#   drop them, and a cat of one tensor is that tensor), and the identities of your tables
-#   (.to / .float / .type / aten._to_copy that keep the dtype: add them to _identity).
+#   broadcast, do not copy) and its aten flash form: a float mask is added to the scores, a
+#   boolean one is the softmax's mask operand; a mask of fewer dimensions broadcasts from the left,
+#   and under grouped-query attention its head dimension splits like the queries' (or stays 1);
+#   multi_head_attention_forward (sequence-first self-attention), view-like ops (reshape to
+#   out.shape; the input itself when the shape does not change), expand (likewise), transpose /
+#   t / permute / aten.numpy_T (x.T: every dimension reversed), getitem and
+#   torch.Tensor.__getitem__ (slices, ints, None, Ellipsis, one constant list of ints: a slice
+#   per index, concatenated), aten.slice / aten.select, split / chunk / aten.split /
+#   aten.split_with_sizes (a tuple of slices; the pieces' lengths are in `out`), cat (torch.cat
+#   skips 1-D empty tensors, e.g. a KV cache before its first entry: drop them, and a cat of one
+#   tensor is that tensor), and the identities of your tables (clone, .to / .float / .type /
+#   .type_as / aten._to_copy that keep the dtype: add them to _identity).
+# guidance: end
 
 
 @dataclass(frozen=True)
@@ -131,13 +138,16 @@ class RmsNormChain:
 
 
 def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
-    """Every RMSNorm chain in ``gm`` whose intermediates are used only by the chain (so fusing is safe).
-
-    Match on targets of both dialects (``"pow"``/``aten.pow.Tensor_Scalar``, ``"mean"``/``aten.mean.dim``,
-    ``operator.add``/``aten.add.Tensor``, ``torch.rsqrt``/``aten.rsqrt.default``, ``operator.mul``/
-    ``aten.mul.Tensor``). Check every intermediate has exactly one user: if another node also reads,
-    say, the rsqrt, fusing would delete a value someone needs.
+    """Every RMSNorm chain in ``gm`` whose intermediates are used only by the chain (so fusing is safe),
+    in both dialects' targets. If another node also reads, say, the rsqrt, fusing would delete a
+    value someone needs.
     """
+    # guidance: begin
+    # Match on targets of both dialects ("pow"/aten.pow.Tensor_Scalar, "mean"/aten.mean.dim,
+    # operator.add/aten.add.Tensor, torch.rsqrt/aten.rsqrt.default, operator.mul/aten.mul.Tensor),
+    # from each rsqrt up to its pow and down to the multiplications; check every intermediate has
+    # exactly one user.
+    # guidance: end
     # TODO
     raise NotImplementedError("find_rmsnorm_chains")
 
@@ -160,11 +170,14 @@ def lower_to_program(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name:
         LoweringError: naming the node that has no rule, or whose lowering's result does not have
             the shape and dtype the fake run recorded (check every node: it catches rule bugs early).
 
-    Steps: ``fake_node_values`` (from :mod:`lab02_npu_backend.graphs`) for every node's output;
-    ``builder = ProgramBuilder(name, KERNELS)`` (from :mod:`lab02_npu_backend.program_builder`);
-    find the RMSNorm chains; walk the nodes in order (``builder.naming(node.name)`` before lowering each, so tensors are named after nodes),
-    mapping each node to its lowered value; emit ``rmsnorm`` at each chain's result and nothing for
-    its inner nodes; the output node's argument (a node or a tuple of nodes) gives the outputs.
     """
+    # guidance: begin
+    # Steps: fake_node_values (from lab02_npu_backend.graphs) for every node's output;
+    # builder = ProgramBuilder(name, KERNELS) (from lab02_npu_backend.program_builder); find the
+    # RMSNorm chains; walk the nodes in order (builder.naming(node.name) before lowering each, so
+    # tensors are named after nodes), mapping each node to its lowered value; emit rmsnorm at each
+    # chain's result and nothing for its inner nodes; the output node's argument (a node or a tuple
+    # of nodes) gives the outputs.
+    # guidance: end
     # TODO
     raise NotImplementedError("lower_to_program")

@@ -7,6 +7,7 @@ elided because they do no work, and the ops that fell back.
 
     python -m lab02_npu_backend.report --model all --dialect both --out results/lab02
     python -m lab02_npu_backend.report --model resnet18 --dialect aten
+    python -m lab02_npu_backend.report --zoo      # every transformers family of the zoo, both dialects
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import torch
+
 from labkit.impl import load_lab, selected_impl
+from labkit.numerics import output_error
+from lab02_npu_backend import coverage
 from lab02_npu_backend.coverage import PartitionReport
 from lab02_npu_backend.models import STANDARD_MODELS, build_model
+from lab02_npu_backend.zoo import FAMILIES, ZOO_BAR, Family, build_family
 
 PACKAGE = "lab02_npu_backend"
 DIALECTS = {"torch": ("torch",), "aten": ("aten",), "both": ("torch", "aten")}
@@ -26,26 +32,87 @@ DIALECTS = {"torch": ("torch",), "aten": ("aten",), "both": ("torch", "aten")}
 
 def summary_row(report: PartitionReport) -> str:
     """One Markdown row: model, dialect, NPU/work nodes, %, FLOPs %, elided, CPU fallback ops with counts."""
-    fallbacks = Counter(decision.op for decision in report.fallbacks)
-    shown = ", ".join(f"`{op}` {count}" for op, count in sorted(fallbacks.items(), key=lambda item: (-item[1], item[0])))
     return (f"| {report.model} | {report.dialect} | {report.npu_nodes}/{report.total_nodes} | "
-            f"{report.npu_fraction:.1%} | {report.npu_flop_fraction:.1%} | {report.elided_nodes} | {shown or '-'} |")
+            f"{report.npu_fraction:.1%} | {report.npu_flop_fraction:.1%} | {report.elided_nodes} | "
+            f"{fallback_summary(report)} |")
+
+
+#: The zoo's coverage table: one row per family and dialect (:func:`zoo_row`).
+ZOO_TABLE_HEADER = (
+    "| family | kind | dialect | NPU nodes | NPU % | NPU % FLOPs | elided | CPU fallback | max abs error |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+)
+
+
+def fallback_summary(report: PartitionReport) -> str:
+    """The ops that fell back, most frequent first: ``embedding`` x2, ``arange``."""
+    fallbacks = Counter(decision.op for decision in report.fallbacks)
+    ordered = sorted(fallbacks.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"`{op}`" + (f" x{count}" if count > 1 else "") for op, count in ordered) or "-"
+
+
+def zoo_row(report: PartitionReport, family: Family, max_abs: float) -> str:
+    """One row of the zoo's table; a family under the bar is marked (its reason is in the zoo's table)."""
+    mark = " (under the bar: see below)" if report.npu_fraction < ZOO_BAR else ""
+    return (f"| {family.name} | {family.kind} | {report.dialect} | {report.npu_nodes}/{report.total_nodes} | "
+            f"{report.npu_fraction:.1%}{mark} | {report.npu_flop_fraction:.1%} | {report.elided_nodes} | "
+            f"{fallback_summary(report)} | {max_abs:.2g} |")
+
+
+def zoo_reasons() -> list[str]:
+    """Why each family under the bar stays there (the zoo's ``below_bar`` entries)."""
+    return [f"- {family.name} ({dialect}): {reason}" for family in FAMILIES
+            for dialect, (_, reason) in family.below_bar.items()]
+
+
+def zoo_report(lab, dialects: tuple[str, ...]) -> list[str]:
+    """Compile every zoo family with the backend; return the table's lines (header, rows, reasons)."""
+    rows = []
+    for family in FAMILIES:
+        case = build_family(family.name)
+        with torch.no_grad():
+            expected = case.model(*case.example_inputs)
+        for dialect in dialects:
+            print(f"compiling {family.name} ({dialect} graphs) ...", flush=True)
+            torch._dynamo.reset()
+            backend = lab.npu_backend if dialect == "torch" else lab.npu_aot_backend
+            with coverage.collect() as graphs, torch.no_grad():
+                actual = torch.compile(case.model, backend=backend)(*case.example_inputs)
+            report = PartitionReport.from_graphs(graphs, model=family.name)
+            rows.append(zoo_row(report, family, output_error(actual, expected).max_abs))
+    return zoo_table_lines(rows)
+
+
+def zoo_table_lines(rows: list[str]) -> list[str]:
+    """The zoo's table: header, rows, then why each family under the bar stays there."""
+    return [*ZOO_TABLE_HEADER, *rows, "", f"Under the bar of {ZOO_BAR:.0%} of the nodes that do work, and why:", "",
+            *zoo_reasons()]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="NPU coverage of standard models under the npu_simulator backend.")
     parser.add_argument("--model", default="llama-tiny", choices=[*STANDARD_MODELS, "all"])
-    parser.add_argument("--dialect", default="torch", choices=list(DIALECTS),
-                        help="torch: Dynamo graphs (plain backend); aten: through AOTAutograd; both")
+    parser.add_argument("--dialect", default=None, choices=list(DIALECTS),
+                        help="torch: Dynamo graphs (plain backend); aten: through AOTAutograd; both "
+                             "(default: torch, both with --zoo)")
     parser.add_argument("--out", type=Path, default=Path("results/lab02"), help="folder for the JSON reports")
+    parser.add_argument("--zoo", action="store_true",
+                        help="instead: every transformers family of the zoo (--dialect both by default)")
     args = parser.parse_args(argv)
 
     lab = load_lab(PACKAGE)
+    if args.zoo:
+        lines = zoo_report(lab, DIALECTS[args.dialect or "both"])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "zoo-coverage.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print("\n".join(lines))
+        print(f"\nwrote {args.out / 'zoo-coverage.md'}")
+        return 0
     names = STANDARD_MODELS if args.model == "all" else (args.model,)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in names:
-        for dialect in DIALECTS[args.dialect]:
+        for dialect in DIALECTS[args.dialect or "torch"]:
             print(f"compiling {name} with npu_simulator ({selected_impl()} implementation, {dialect} graphs) ...",
                   flush=True)
             case = build_model(name)

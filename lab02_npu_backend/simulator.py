@@ -37,14 +37,21 @@ Kernel = Callable[[list[Any], dict[str, Any]], torch.Tensor]
 KERNELS: dict[str, Kernel] = {
     "matmul": lambda ops, a: torch.matmul(ops[0], ops[1]),
     "add": lambda ops, a: torch.add(ops[0], ops[1]),
-    # TODO: the 13 other ops. Hints: F.conv2d, torch.rsqrt, torch.mean, F.layer_norm, F.rms_norm,
-    # torch.ops.aten.slice.Tensor(x, dim, start, end, step), torch.cat, Tensor.expand. Causal
-    # softmax: fill positions j > i of the last two dimensions with -inf
-    # (torch.ones(q, k, dtype=torch.bool).triu(1)), then softmax.
+    # TODO: the 13 other ops.
+    # guidance: begin
+    # Hints: F.conv2d, torch.rsqrt, torch.mean, F.layer_norm, F.rms_norm,
+    # torch.ops.aten.slice.Tensor(x, dim, start, end, step), torch.cat, Tensor.expand.
+    # Softmax: exp of a large score overflows float32 (softmax([100, 0, -5]) must be [1, 0, 0], not
+    # [nan, 0, 0]): subtract each row's maximum first, as torch.softmax does. Causal softmax: fill
+    # positions j > i of the last two dimensions with -inf (torch.ones(q, k, dtype=torch.bool,
+    # device=x.device).triu(1)), then softmax. The optional boolean mask (operand 1, None when
+    # omitted): add 0 where it is true and -inf where it is false before the softmax
+    # (torch.zeros_like(mask, dtype=x.dtype).masked_fill_(mask.logical_not(), float("-inf"))).
     # The activation unit ("activation"): relu, gelu, gelu_tanh (F.gelu(x, approximate="tanh")),
     # silu, sigmoid, tanh, and clamp (torch.clamp(x, min, max): ReLU6 is clamp 0..6). Only clamp
     # reads the min/max attributes, and it needs at least one of them: raise (ValueError) for clamp
     # without bounds, and for bounds given to any other function; never ignore them silently.
+    # guidance: end
 }
 
 
@@ -85,12 +92,18 @@ class NpuSimulator:
           named in the message); attributes are declared, typed (``ATTRIBUTE_TYPES``; ``bool`` is
           not an ``int``), within ``choices``, required ones present (defaults filled in otherwise);
           the output is declared and written once ("already written");
-        - every operand and the result have one dtype, which the op supports (name the dtype);
+        - every operand and the result have one dtype, which the op supports (name the dtype); an
+          operand whose ISA entry lists its own ``dtypes`` (``Operand.dtypes``: softmax's boolean
+          ``mask``) must have one of those instead, and is outside the one-dtype rule (name the
+          operand: "operand 'mask' has dtype float32 ...");
         - every output is written by the end.
 
         Running: check each input's shape and dtype ("input 'x' ..."), run the kernels in order, and
         check each result against its declared shape and dtype (naming the instruction). Wrap a
-        kernel's exception in a ``ProgramError`` naming the instruction.
+        kernel's exception in a ``ProgramError`` naming the instruction. The outputs share memory
+        with no input: results come back from NPU memory as new tensors, so return a copy of an
+        output that is a view (``Tensor._is_view()``: reshape, slice, permute, expand) or an input
+        itself (a later write in place on one would otherwise change the other).
         """
         # TODO: validate once, bind each instruction to its kernel, return a fast runner.
         raise NotImplementedError("NpuSimulator.load")

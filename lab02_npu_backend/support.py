@@ -22,7 +22,7 @@ To see which targets a model produces, print its graphs::
 
     from lab02_npu_backend.graphs import capture_graphs
     captured = capture_graphs(model, *inputs)
-    captured.torch[0].graph.print_tabular(); captured.aten[0].graph.print_tabular()
+    print(captured.torch[0].graph); print(captured.aten[0].graph)
 """
 
 from __future__ import annotations
@@ -55,24 +55,30 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     # One entry as an example: F.linear (Dynamo records it as torch._C._nn.linear) lowers to
     # permute (the weight), matmul, and add (the bias).
     torch._C._nn.linear: ("permute", "matmul", "add"),
-    # TODO: every target the standard models produce that the ISA can express: matrix products
-    # (addmm too: GPT-2's Conv1D), conv2d, elementwise arithmetic (+ sub, neg, pow(x, n) for a small
-    # integer n, division by a constant), rsqrt, mean, activations (relu, gelu, silu, sigmoid,
-    # tanh; hardtanh/relu6/clamp/clip on the activation unit's clamp), softmax, layer/rms/batch
-    # norm, attention (scaled_dot_product_attention and multi_head_attention_forward), and layout
-    # ops: view/reshape/flatten/(un)squeeze, transpose/permute/t, getitem (slicing), split/chunk,
-    # cat, expand. Identities map to () (no instruction): dropout in eval mode, contiguous, and
-    # .to/.float/.type when they keep the dtype and device (a constraint checks that).
+    # TODO: every target the standard models produce that the ISA can express.
+    # guidance: begin
+    # Matrix products (addmm too: GPT-2's Conv1D), conv2d, elementwise arithmetic (+ sub, neg,
+    # pow(x, n) for a small integer n, division by a constant), rsqrt, mean, activations (relu, gelu,
+    # silu, sigmoid, tanh; hardtanh/relu6/clamp/clip on the activation unit's clamp), softmax,
+    # layer/rms/batch norm, attention (scaled_dot_product_attention, with a float or a boolean mask,
+    # and multi_head_attention_forward), and layout ops: view/reshape/flatten/(un)squeeze,
+    # transpose/permute/t (Dynamo records weight.T as aten.numpy_T), getitem (slicing), split/chunk,
+    # cat, expand. Identities map to () (no instruction): dropout in eval mode, contiguous, clone,
+    # and .to/.float/.type/.type_as when they keep the dtype and device (a constraint checks that).
     # Remember call_method nodes: their target is the method name, e.g. "view".
+    # guidance: end
 }
 
 #: AOTAutograd's aten targets.
 ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
     aten.addmm.default: ("matmul", "add"),
-    # TODO: the aten ops of the same models (print the aten graphs), among them split.Tensor /
-    # split_with_sizes, hardtanh / clamp / sigmoid / tanh, and the identities clone / alias /
-    # _to_copy (when it keeps the dtype). Do not list operator.getitem: in aten graphs it only
-    # unpacks tuples, and the partitioner places those by itself.
+    # TODO: the aten ops of the same models (print the aten graphs).
+    # guidance: begin
+    # Among them split.Tensor / split_with_sizes, hardtanh / clamp / sigmoid / tanh, attention
+    # (_scaled_dot_product_flash_attention_for_cpu: AOTAutograd hands a boolean mask over as a float
+    # one), and the identities clone / alias / _to_copy (when it keeps the dtype). Do not list
+    # operator.getitem: in aten graphs it only unpacks tuples, and the partitioner places those by itself.
+    # guidance: end
 }
 
 #: The support table of each dialect.
@@ -113,12 +119,16 @@ def _pow_check(node: fx.Node) -> str | None:
 #: Argument constraints: target -> check(node) returning None (fine) or why the NPU cannot run it.
 CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
     **{t: _pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
-    # TODO: division only by a constant; mean only over explicit dims; batch norm and dropout only
-    # in eval mode; attention without dropout; getitem without tensor indices; multi-output aten
+    # TODO: a check for every target whose arguments decide whether the NPU can run it.
+    # guidance: begin
+    # Division only by a constant; mean only over explicit dims; batch norm and dropout only in eval
+    # mode; attention without dropout (and a mask only as a tensor, never with is_causal); getitem
+    # without tensor indices (a constant list of ints, x[..., [-2], :], is slices); multi-output aten
     # ops only when output 0 alone is used (_only_first_output_used); addmm without beta/alpha;
-    # clamp/hardtanh only to constant bounds; split/chunk only with constant sizes; .to/.float/
-    # .type/_to_copy only when they keep the dtype and the device (say "converts dtype A to B" when
-    # they do not: the ISA has no conversion op); ...
+    # clamp/hardtanh only to constant bounds; split/chunk only with constant sizes; .to/.float/.type/
+    # .type_as/_to_copy only when they keep the dtype and the device (say "converts dtype A to B"
+    # when they do not: the ISA has no conversion op); ...
+    # guidance: end
 }
 
 
@@ -165,8 +175,10 @@ class NpuOperatorSupport(OperatorSupport):
         3. tuple unpacking (:func:`~lab02_npu_backend.graphs.is_tuple_unpack`) is always fine;
            otherwise the node produces at least one tensor (size arithmetic on ints stays on the host);
         4. all tensors it reads and writes (:func:`~lab02_npu_backend.graphs.node_value`) share one
-           dtype: the NPU never converts dtypes implicitly; the NPU can hold that dtype (it is in
-           ``DTYPE_NAMES``), even for an entry ``()`` that emits no instruction;
+           dtype: the NPU never converts dtypes implicitly (one exception: a boolean ``attn_mask`` of
+           ``scaled_dot_product_attention`` is the softmax unit's own boolean ``mask`` operand); the
+           NPU can hold that dtype (it is in ``DTYPE_NAMES``), even for an entry ``()`` that emits
+           no instruction;
         5. every ISA op of its table entry supports that dtype (``self.isa[op].supports_dtype``).
 
         Say what failed: "no NPU lowering for <target_name(node)>", "dtype int64 is not supported by
@@ -189,7 +201,8 @@ class NpuOperatorSupport(OperatorSupport):
         3. its entry names only :data:`SHAPE_ONLY_OPS`, its arguments pass :data:`CONSTRAINTS`, and
            its one result has the shape and dtype of its only non-empty tensor input: a view to the
            same shape, a full slice, a cat with an empty tensor. (Not permute: a transpose of a
-           square matrix keeps the shape but moves elements.)
+           square matrix keeps the shape but moves elements; nor a getitem with a list index, a
+           gather that may reorder elements.)
 
         Elision is about work, not placement: a supported identity may still sit in an NPU partition
         (its lowering emits nothing), and an empty ``torch.tensor([])`` on the host is still elided.

@@ -321,6 +321,23 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
+#: A whisker may stretch the value axis to at most this many times the tallest bar (or the target
+#: line); one that reaches further is clipped at the axis' end and marked with its value, so that a
+#: single disturbed round on a busy machine cannot squash every bar into the bottom of the chart.
+WHISKER_CLIP_FACTOR = 3.0
+
+
+def value_axis_limit(values: Sequence[float], spread: Sequence[tuple[float, float]] | None = None,
+                     target: float | None = None) -> float:
+    """The top of a bar chart's value axis: room for every bar, the target line and every whisker end
+    within :data:`WHISKER_CLIP_FACTOR` times the tallest of those, plus 10%."""
+    base = max([*values, target or 0.0, 0.0])
+    if base <= 0:
+        base = max([high for _, high in spread or []] + [1.0])
+    reach = [high for _, high in spread or [] if high <= WHISKER_CLIP_FACTOR * base]
+    return 1.1 * max([base, *reach])
+
+
 def bar_chart(
     path: Path,
     labels: Sequence[str],
@@ -335,7 +352,9 @@ def bar_chart(
     """Save a labelled bar chart as PNG (matplotlib, no display needed).
 
     Args:
-        spread: per bar, the (low, high) ends of its error bar (e.g. the interquartile range).
+        spread: per bar, the (low, high) ends of its error bar (e.g. the interquartile range). A
+            whisker beyond :func:`value_axis_limit` is clipped at the axis' end, marked with a
+            triangle and its true end written beside it.
         target: draws a dashed horizontal line at this value, labelled ``target_label``.
     """
     import matplotlib
@@ -347,18 +366,27 @@ def bar_chart(
     longest = max((len(line) for label in labels for line in label.splitlines()), default=0)
     figure, axes = plt.subplots(figsize=(max(4.0, len(labels) * max(1.2, 0.1 * longest)), 3.8))
     errors = None
+    top = value_axis_limit(values, spread, target)
+    clipped = []
     if spread is not None:
         if len(spread) != len(values):
             raise ValueError(f"{len(spread)} error bars for {len(values)} bars")
+        clipped = [(index, high) for index, (_, high) in enumerate(spread) if high > top]
         errors = [[max(0.0, v - low) for v, (low, _) in zip(values, spread)],
-                  [max(0.0, high - v) for v, (_, high) in zip(values, spread)]]  # fmt: skip
+                  [max(0.0, min(high, top) - v) for v, (_, high) in zip(values, spread)]]  # fmt: skip
     bars = axes.bar(labels, values, color="#4C72B0", yerr=errors, capsize=4 if errors else 0, ecolor="#222222")
     axes.bar_label(bars, fmt="%.3g", label_type="center", color="white")
+    for index, high in clipped:  # the whisker goes on beyond the axis: say where it ends
+        axes.plot([index], [top], marker="^", color="#C44E52", markersize=8, clip_on=False)
+        axes.annotate(f"to {high:.4g}", (index, top), textcoords="offset points", xytext=(6, -12), fontsize="small",
+                      color="#C44E52")
+    axes.set_ylim(top=top)
     if target is not None:
         axes.axhline(target, color="#C44E52", linestyle="--", linewidth=1.2, label=f"{target_label}: {target:g}")
         axes.legend(loc="best", fontsize="small")
     axes.set_ylabel(ylabel)
-    axes.set_title(title + ("\n(bars: median; whiskers: interquartile range)" if errors else ""), fontsize="medium")
+    note = "\n(bars: median; whiskers: interquartile range" + ("; ▲: clipped, with its end)" if clipped else ")")
+    axes.set_title(title + (note if errors else ""), fontsize="medium")
     axes.tick_params(axis="x", rotation=20)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

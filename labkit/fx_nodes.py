@@ -17,3 +17,13 @@ def node_value(node: Any) -> Any:
     if not isinstance(node, fx.Node):
         return node
     return node.meta.get("val", node.meta.get("example_value"))
+
+
+def run_graph(gm: fx.GraphModule, *args: Any) -> Any:
+    """Run ``gm.graph`` itself on ``args`` through ``fx.Interpreter``, not ``gm.forward``.
+
+    A test that inspects a returned graph (counts its nodes, reads its partitions) runs *that graph*:
+    ``forward`` is code generated from the graph by ``recompile()``, and a module whose graph was
+    rewritten without it would still run the old code.
+    """
+    return fx.Interpreter(gm).run(*args)

@@ -7,6 +7,9 @@ It gives every lab the same harness:
   exactly one; collection fails otherwise, so the rubric can never silently lose a test.
 - ``@pytest.mark.gpu``: the test needs CUDA; without it the test is skipped with a clear reason and the
   grader counts its points as *pending*, not failed.
+- ``@pytest.mark.zoo``: a long test that enumerates an ecosystem's models (never graded). It runs only
+  when asked for, ``-m zoo`` (``nox -s zoo-lab02``); any other run deselects it, so ``nox -s labNN``
+  and the project's suite stay fast.
 - **Held-out tests** (``<lab>/heldout/test_*.py``, instructor-only: never in the student release) are
   graded like ``test_lab.py`` and run after it. Each carries ``@pytest.mark.area("...")``: what it
   covers, in words a student may read (feedback reports held-out results by area, never the cases),
@@ -49,6 +52,8 @@ from labkit.labspec import (
 from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, SKIPPED, TestOutcome
 
 GPU_SKIP_REASON = "needs a CUDA GPU (graded as pending on machines without one)"
+#: The marker of the tests that enumerate a model zoo.
+ZOO_MARKER = "zoo"
 #: LABKIT_IMPL as it was before ``--impl`` set it (None: unset).
 _IMPL_BEFORE = pytest.StashKey[str | None]()
 
@@ -77,6 +82,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points this graded test is worth (positive integer)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped (graded as pending) without one")
+    config.addinivalue_line("markers", f"{ZOO_MARKER}: enumerates a model zoo (long, never graded); runs only with -m {ZOO_MARKER}")
     config.addinivalue_line("markers", "area(text): what a held-out test covers, as its feedback names it")
     config.addinivalue_line("markers", f"visibility(level): one of {', '.join(VISIBILITIES)} (held-out tests only)")
     chosen = config.getoption("--impl")
@@ -137,7 +143,18 @@ def visibility_problem(item: pytest.Item) -> str | None:
     return None
 
 
+def _deselect_zoo_unless_asked(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Zoo tests run only when the ``-m`` expression names them."""
+    if ZOO_MARKER in (config.getoption("markexpr", "") or ""):
+        return
+    zoo = [item for item in items if item.get_closest_marker(ZOO_MARKER) is not None]
+    if zoo:
+        config.hook.pytest_deselected(items=zoo)
+        items[:] = [item for item in items if item.get_closest_marker(ZOO_MARKER) is None]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _deselect_zoo_unless_asked(config, items)
     problems = []
     for item in items:
         if _is_graded(item):

@@ -14,6 +14,7 @@ from labkit.bench import (
     MET,
     MISSED,
     Ratio,
+    WHISKER_CLIP_FACTOR,
     Timing,
     bar_chart,
     do_bench_timing,
@@ -21,6 +22,7 @@ from labkit.bench import (
     progress,
     time_interleaved,
     unpaired_ratio,
+    value_axis_limit,
     verdict,
     write_json,
 )
@@ -139,7 +141,8 @@ def test_json_carries_the_summary_and_the_samples(tmp_path):
     assert document["ratio"]["q3"] == 1.1 and "threads" in document["machine"]
 
 
-def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
+def _spy_on_charts(monkeypatch) -> dict:
+    """What the next chart saved draws: error bars (low, high), dashed lines, the axis top, texts, markers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,9 +157,17 @@ def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
         (errors,) = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
         drawn["error_bars"] = [tuple(segment[:, 1]) for segment in errors.lines[2][0].get_segments()]
         drawn["target_lines"] = [line.get_ydata()[0] for line in axes.get_lines() if line.get_linestyle() == "--"]
+        drawn["top"] = axes.get_ylim()[1]
+        drawn["texts"] = [text.get_text() for text in axes.texts]
+        drawn["markers"] = [line.get_marker() for line in axes.get_lines()]
         return original_savefig(figure, *args, **kwargs)
 
     monkeypatch.setattr(pyplot.Figure, "savefig", spy)
+    return drawn
+
+
+def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
+    drawn = _spy_on_charts(monkeypatch)
     path = bar_chart(tmp_path / "chart.png", ["a", "b"], [1.3, 1.0], ylabel="x", title="t",
                      spread=[(1.2, 1.4), (0.9, 1.1)], target=1.12)  # fmt: skip
     assert path.stat().st_size > 0
@@ -164,6 +175,18 @@ def test_bar_chart_draws_error_bars_and_the_target(tmp_path, monkeypatch):
     assert drawn["target_lines"] == [1.12]
     with pytest.raises(ValueError, match="2 error bars for 1 bars"):
         bar_chart(tmp_path / "bad.png", ["a"], [1.0], ylabel="x", title="t", spread=[(0, 1), (0, 1)])
+
+
+def test_one_wild_whisker_is_clipped_and_marked_not_stretching_the_axis(tmp_path, monkeypatch):
+    """Beside a CPU hog one round took 900 ms of a ~2 ms median: the axis stays readable and says so."""
+    drawn = _spy_on_charts(monkeypatch)
+    bar_chart(tmp_path / "chart.png", ["eager", "npu"], [1.9, 2.4], ylabel="ms", title="t",
+              spread=[(1.865, 917.5), (2.2, 2.6)], target=1.5)  # fmt: skip
+    assert drawn["top"] == pytest.approx(value_axis_limit([1.9, 2.4], [(1.865, 917.5), (2.2, 2.6)], 1.5))
+    assert drawn["top"] < 3 * WHISKER_CLIP_FACTOR, "one whisker stretched the axis"
+    assert drawn["error_bars"][0] == pytest.approx((1.865, drawn["top"])) and drawn["error_bars"][1] == pytest.approx((2.2, 2.6))
+    assert "^" in drawn["markers"] and any("917" in text for text in drawn["texts"]), "the clipped whisker is marked"
+    assert value_axis_limit([1.0, 1.2], [(0.9, 1.1), (1.0, 3.0)]) == pytest.approx(3.3), "a whisker within reach is shown whole"
 
 
 def test_progress_in_a_log_prints_a_line_with_the_count(capsys):

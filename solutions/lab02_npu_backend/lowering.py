@@ -264,9 +264,15 @@ def _aten_batch_norm(b, out, input, weight, bias, running_mean, running_var, mom
 
 # ------------------------------------------------------------------ attention
 def attention(b: ProgramBuilder, q: Ref, k: Ref, v: Ref, *, mask: Ref | None, causal: bool, scale: float | None) -> Ref:
-    """``softmax(q k^T * scale + mask) v``; grouped-query attention when k/v have fewer heads than q."""
+    """``softmax(q k^T * scale + mask) v``; grouped-query attention when k/v have fewer heads than q.
+
+    A float mask is added to the scores; a boolean one is the softmax's ``mask`` operand (zero weight
+    where it is false: the additive -inf mask PyTorch makes of it).
+    """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     out_shape = None
+    if mask is not None and mask.ndim < q.ndim:  # [L, S] or [B, L, S] masks broadcast as [1, 1, L, S]
+        mask = b.emit("reshape", [mask], shape=[1] * (q.ndim - mask.ndim) + list(mask.shape))
     if q.ndim == 4 and k.shape[1] != q.shape[1]:  # GQA: [B, Hkv, G, L, E] @ [B, Hkv, 1, E, S] broadcasts
         batch, heads, length, _ = q.shape
         groups = heads // k.shape[1]
@@ -274,12 +280,16 @@ def attention(b: ProgramBuilder, q: Ref, k: Ref, v: Ref, *, mask: Ref | None, ca
         q = b.emit("reshape", [q], shape=[batch, k.shape[1], groups, length, q.shape[-1]])
         k = b.emit("reshape", [k], shape=[k.shape[0], k.shape[1], 1, *k.shape[2:]])
         v = b.emit("reshape", [v], shape=[v.shape[0], v.shape[1], 1, *v.shape[2:]])
+        if mask is not None:  # a mask's head dimension splits like the queries' (or broadcasts)
+            mask_heads = [k.shape[1], groups] if mask.shape[1] != 1 else [1, 1]
+            mask = b.emit("reshape", [mask], shape=[mask.shape[0], *mask_heads, *mask.shape[2:]])
     dims = list(range(k.ndim))
     dims[-1], dims[-2] = dims[-2], dims[-1]
     scores = b.emit("mul", [b.emit("matmul", [q, b.emit("permute", [k], dims=dims)]), float(scale)])
-    if mask is not None:
+    boolean = mask is not None and mask.dtype == torch.bool
+    if mask is not None and not boolean:
         scores = b.emit("add", [scores, mask])
-    weights = b.emit("softmax", [scores], dim=scores.ndim - 1, causal=bool(causal))
+    weights = b.emit("softmax", [scores, mask] if boolean else [scores], dim=scores.ndim - 1, causal=bool(causal))
     result = b.emit("matmul", [weights, v])
     return b.emit("reshape", [result], shape=out_shape) if out_shape else result
 
@@ -315,7 +325,8 @@ def _multi_head_attention(b, out, query, key, value, embed_dim_to_check, num_hea
 
 
 # ------------------------------------------------------------------ layout
-@lowers(F.dropout, "contiguous", aten.clone.default, aten.alias.default, "to", "float", "type", aten._to_copy.default)
+@lowers(F.dropout, "contiguous", "clone", torch.clone, aten.clone.default, aten.alias.default, "to", "float", "type",
+        "type_as", aten._to_copy.default)
 def _identity(b, out, input, *_, **__):
     return input  # support.py admits these only when they return their input unchanged
 
@@ -348,6 +359,12 @@ def _t(b, out, input):
     return b.emit("permute", [input], dims=[1, 0]) if input.ndim == 2 else input
 
 
+@lowers(aten.numpy_T)
+def _numpy_t(b, out, input):
+    """``x.T``: every dimension reversed."""
+    return b.emit("permute", [input], dims=list(reversed(range(input.ndim)))) if input.ndim >= 2 else input
+
+
 @lowers(torch.permute, "permute", aten.permute.default)
 def _permute(b, out, input, *dims):
     dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
@@ -377,6 +394,9 @@ def _getitem(b, out, input, index):
         if isinstance(item, int):
             position = item % input.shape[dim]
             result = _slice(b, result, dim, position, position + 1, 1)
+        elif isinstance(item, list):  # a gather by constant indices: one slice each, concatenated
+            pieces = [_slice(b, result, dim, i % input.shape[dim], i % input.shape[dim] + 1, 1) for i in item]
+            result = pieces[0] if len(pieces) == 1 else b.emit("concat", [pieces], dim=dim)
         else:
             result = _slice(b, result, dim, item.start, item.stop, item.step)
         dim += 1

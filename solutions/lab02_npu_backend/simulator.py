@@ -59,11 +59,15 @@ def _future_positions(queries: int, keys: int, device: torch.device) -> torch.Te
 
 
 def _softmax(ops: Sequence[Any], attrs: dict[str, Any]) -> torch.Tensor:
-    x, dim = ops[0], attrs["dim"]
+    """Softmax along ``dim`` (PyTorch's kernel subtracts each row's maximum first: ``exp`` of a large
+    score overflows otherwise), after the causal mask and the boolean ``mask``, if any."""
+    x, mask, dim = ops[0], ops[1] if len(ops) > 1 else None, attrs["dim"]
     if attrs["causal"]:
         if dim not in (-1, x.ndim - 1) or x.ndim < 2:
             raise ValueError("causal softmax must run along the last dimension of a >= 2-D tensor")
         x = x.masked_fill(_future_positions(x.shape[-2], x.shape[-1], x.device), float("-inf"))
+    if mask is not None:  # the additive -inf mask scaled_dot_product_attention makes of a boolean one
+        x = x + torch.zeros_like(mask, dtype=x.dtype).masked_fill_(mask.logical_not(), float("-inf"))
     return torch.softmax(x, dim)
 
 
@@ -133,6 +137,7 @@ class LoadedProgram:
 
     A result's slot is cleared after its last reader (like the ``x = None`` lines in FX's generated
     code), so PyTorch's allocator reuses memory that is still in cache, as eager execution does.
+    The outputs share memory with no input: on hardware they are copied out of NPU memory.
     """
 
     def __init__(self, program: Program, steps: list[_Step], inputs: list[tuple[str, torch.Size, torch.dtype]]) -> None:
@@ -202,7 +207,10 @@ class LoadedProgram:
             slots[output] = result
             for slot in release:
                 slots[slot] = None
-        return [slots[slot] for slot in self._outputs]
+        # The hardware hands results back in fresh host memory: a kernel's view of an input (a reshape,
+        # a slice), or an input returned as it is, would let a later write in place on one change the other.
+        return [out.clone() if out._is_view() or any(out is tensor for tensor in inputs) else out
+                for out in (slots[slot] for slot in self._outputs)]
 
 
 def _operand_reader(positions: list[int | tuple[int, ...]]) -> OperandReader:
@@ -295,8 +303,15 @@ class NpuSimulator:
         if output in defined:
             raise fail(f"output {output!r} is already written (each tensor is written once)")
         shape, dtype = tensors[output]
-        used = {tensors[v][1] for kind, value in operands if kind == "t" for v in [value]}
-        used |= {tensors[n][1] for kind, value in operands if kind == "l" for n in value}
+        used = set()  # the dtypes of the operands that share the result's dtype
+        for operand, (kind, value) in zip(spec.operands, operands):
+            names = [value] if kind == "t" else list(value) if kind == "l" else []
+            for each in (tensors[n][1] for n in names):
+                if operand.dtypes is None:
+                    used.add(each)
+                elif each not in operand.dtypes:
+                    allowed = ", ".join(sorted(str(d).removeprefix("torch.") for d in operand.dtypes))
+                    raise fail(f"operand {operand.name!r} has dtype {str(each).removeprefix('torch.')}; {op} takes {allowed} there")
         for each in used | {dtype}:
             if not spec.supports_dtype(each):
                 raise fail(f"dtype {str(each).removeprefix('torch.')} is not supported by {op}")

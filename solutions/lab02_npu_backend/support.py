@@ -81,11 +81,11 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     "view": ("reshape",), "reshape": ("reshape",), torch.reshape: ("reshape",),
     torch.flatten: ("reshape",), "flatten": ("reshape",),
     torch.unsqueeze: ("reshape",), "unsqueeze": ("reshape",), torch.squeeze: ("reshape",), "squeeze": ("reshape",),
-    "contiguous": (),
+    "contiguous": (), "clone": (), torch.clone: (),  # a functional program never needs a copy
     # conversions that keep the dtype and device are the identity; a real conversion falls back
-    "to": (), "float": (), "type": (),
+    "to": (), "float": (), "type": (), "type_as": (),
     torch.transpose: ("permute",), "transpose": ("permute",), torch.permute: ("permute",), "permute": ("permute",),
-    "t": ("permute",),
+    "t": ("permute",), aten.numpy_T: ("permute",),  # Dynamo records weight.T as aten.numpy_T
     operator.getitem: ("slice", "reshape"),
     "split": ("slice",), torch.split: ("slice",), "chunk": ("slice",), torch.chunk: ("slice",),
     torch.cat: ("concat",),
@@ -233,20 +233,35 @@ def _gelu_check(node: fx.Node) -> str | None:
 
 
 def _sdpa_check(node: fx.Node) -> str | None:
+    """Float masks are added to the scores; a boolean mask is the softmax unit's ``mask`` operand."""
     mask = _arg(node, 3, "attn_mask")
     if _arg(node, 4, "dropout_p", 0.0) != 0.0:
         return "attention dropout needs a random number generator"
-    if isinstance(mask, fx.Node) and getattr(node_value(mask), "dtype", None) == torch.bool:
-        return "boolean attention masks are not supported (float masks are)"
+    if mask is not None and not isinstance(mask, fx.Node):
+        return "attn_mask must be a tensor"
     if mask is not None and _arg(node, 5, "is_causal", False):
         return "attn_mask together with is_causal"
     return None
 
 
 def _aten_sdpa_check(node: fx.Node) -> str | None:
-    if _arg(node, 3, "dropout_p", 0.0) != 0.0 or node.kwargs.get("attn_mask") is not None:
-        return "attention with dropout or a mask"
+    # AOTAutograd hands a boolean mask over as a float one (where(mask, 0, -inf)): the same additive mask.
+    if _arg(node, 3, "dropout_p", 0.0) != 0.0:
+        return "attention dropout needs a random number generator"
+    mask = node.kwargs.get("attn_mask")
+    if mask is not None and (not isinstance(mask, fx.Node) or _arg(node, 4, "is_causal", False)):
+        return "attn_mask must be a tensor, without is_causal"
     return _only_first_output_used(node)
+
+
+def boolean_mask_inputs(node: fx.Node) -> set[fx.Node]:
+    """The inputs of ``node`` that are boolean attention masks: the softmax unit reads them as its
+    ``mask`` operand, so they are outside the rule that a node's tensors share one dtype."""
+    if node.target is not F.scaled_dot_product_attention:
+        return set()
+    mask = _arg(node, 3, "attn_mask")
+    is_bool = isinstance(mask, fx.Node) and getattr(node_value(mask), "dtype", None) == torch.bool
+    return {mask} if is_bool else set()
 
 
 def _mha_check(node: fx.Node) -> str | None:
@@ -286,9 +301,19 @@ def _getitem_check(node: fx.Node) -> str | None:
             parts = (item.start, item.stop, item.step)
             if not all(p is None or isinstance(p, int) for p in parts) or (item.step or 1) < 1:
                 return "slices need constant bounds and a positive step"
+        elif isinstance(item, list):  # x[..., [-2], :]: a gather by constant indices is slices (and a concat)
+            if not item or not all(isinstance(i, int) and not isinstance(i, bool) for i in item):
+                return "only a list of constant integers indexes like slices"
         elif not (item is None or item is Ellipsis or isinstance(item, int)):
             return "indexing with tensors (gather) is not in the ISA"
+    if sum(isinstance(item, list) for item in items) > 1:
+        return "more than one list index (advanced indexing moves dimensions)"
     return None
+
+
+def _has_list_index(node: fx.Node) -> bool:
+    index = node.args[1] if node.target is operator.getitem and len(node.args) > 1 else None
+    return any(isinstance(item, list) for item in (index if isinstance(index, tuple) else (index,)))
 
 
 def _alpha_check(node: fx.Node) -> str | None:
@@ -331,7 +356,7 @@ CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
     **{t: _addmm_check for t in (aten.addmm.default, torch.addmm, "addmm")},
     **{t: _clamp_check for t in (F.hardtanh, F.relu6, torch.clamp, "clamp", torch.clip, "clip",
                                  aten.hardtanh.default, aten.clamp.default)},
-    **{t: _keeps_dtype_and_device for t in ("to", "float", "type", aten._to_copy.default)},
+    **{t: _keeps_dtype_and_device for t in ("to", "float", "type", "type_as", aten._to_copy.default)},
     **{t: _split_check for t in ("split", torch.split, "chunk", torch.chunk, aten.split.Tensor,
                                  aten.split_with_sizes.default)},
     aten.convolution.default: _convolution_check,
@@ -366,7 +391,8 @@ class NpuOperatorSupport(OperatorSupport):
        partitioner would pull graph inputs into a partition;
     2. its target is in the dialect's table and its arguments pass :data:`CONSTRAINTS`;
     3. it produces tensors, all of one dtype shared with its tensor inputs (the NPU converts no
-       dtype implicitly), the NPU can hold that dtype, and every ISA op its lowering emits supports it.
+       dtype implicitly; a boolean attention mask is the softmax unit's own ``mask`` operand), the
+       NPU can hold that dtype, and every ISA op its lowering emits supports it.
 
     :meth:`fallback_reason` says *why* a node is not supported; the partition report shows it.
     :meth:`elision_reason` says why a node does no work at all (supported or not).
@@ -406,7 +432,8 @@ class NpuOperatorSupport(OperatorSupport):
         outputs = _tensors(node_value(node))
         if not outputs:
             return "produces no tensor (size arithmetic stays on the host)"
-        inputs = [t for arg in node.all_input_nodes for t in _tensors(node_value(arg))]
+        masks = boolean_mask_inputs(node)
+        inputs = [t for arg in node.all_input_nodes if arg not in masks for t in _tensors(node_value(arg))]
         dtypes = {t.dtype for t in outputs + inputs}
         if len(dtypes) > 1:
             names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
@@ -447,6 +474,8 @@ class NpuOperatorSupport(OperatorSupport):
         if not isa_ops:
             return "returns its input unchanged: no instruction"
         inputs = [t for arg in node.all_input_nodes for t in _tensors(node_value(arg)) if not _is_empty(t)]
+        if _has_list_index(node):  # a gather can reorder elements without changing the shape
+            return None
         if set(isa_ops) <= SHAPE_ONLY_OPS and len(outputs) == 1 and len(inputs) == 1:
             (result,), (source,) = outputs, inputs
             if result.dtype == source.dtype and _same_shape(result, source):

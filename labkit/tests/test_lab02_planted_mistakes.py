@@ -1,0 +1,83 @@
+"""Lab 2's graded tests catch the mistakes students make: each mistake is planted in the reference
+solution, and the graded test that must catch it fails, with a message that names it.
+
+Each test first runs the graded test on the untouched reference (it passes), then plants the mistake.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lab02_npu_backend.test_lab as graded
+from labkit.impl import load_lab
+
+
+@pytest.fixture
+def reference(monkeypatch):
+    monkeypatch.setenv("LABKIT_IMPL", "solution")  # backend="npu_simulator" dispatches through it
+    return load_lab("lab02_npu_backend")
+
+
+def _softmax_without_max_subtraction(ops, attrs):
+    """exp(x) / sum(exp(x)): right on small scores, NaN once exp overflows (softmax([100, 0, -5]))."""
+    x, dim = ops[0], attrs["dim"]
+    if attrs["causal"]:
+        x = x.masked_fill(torch.ones(x.shape[-2], x.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+    exp = x.exp()
+    return exp / exp.sum(dim, keepdim=True)
+
+
+def test_a_softmax_without_max_subtraction_fails_the_isa_tests(reference, monkeypatch):
+    graded.test_softmax_handles_large_scores_and_boolean_masks(reference)
+    graded.test_simulator_runs_every_isa_op_like_pytorch(lab=reference)
+    monkeypatch.setitem(reference.simulator.KERNELS, "softmax", _softmax_without_max_subtraction)
+    with pytest.raises(AssertionError, match=r"softmax of \[\[100.0, 0.0, -5.0\].*nan.*subtracted"):
+        graded.test_softmax_handles_large_scores_and_boolean_masks(reference)
+    with pytest.raises(AssertionError, match="softmax"):
+        graded.test_simulator_runs_every_isa_op_like_pytorch(lab=reference)
+
+
+@pytest.mark.parametrize("case", sorted(graded.WRITE_CASES))
+def test_a_partitioner_that_ignores_writes_in_place_fails(reference, monkeypatch, case):
+    graded.test_partitions_keep_writes_in_place_in_order(reference, case)
+    monkeypatch.setattr(reference.partition, "pin_cpu_writes", lambda writes, reasons, order: {})
+    monkeypatch.setattr(reference.partition, "split_at_writes", lambda partitions, cpu_writes, order: list(partitions))
+    with pytest.raises(AssertionError, match="moved a read of a tensor across a write in place"):
+        graded.test_partitions_keep_writes_in_place_in_order(reference, case)
+
+
+def test_a_backend_that_puts_nothing_on_the_npu_is_told_to_check_its_dialect(reference, monkeypatch):
+    """The backend ran (coverage recorded) but its table matches nothing: not "did not reach your backend"."""
+    graded.test_backend_is_registered_and_routes_to_your_backend(reference)
+    monkeypatch.setattr(reference.backend, "support_for_dialect",
+                        lambda dialect, isa=None: reference.NpuOperatorSupport(reference.ATEN_SUPPORT, isa))
+    with pytest.warns(UserWarning), pytest.raises(AssertionError, match="check your table's dialect"):
+        graded.test_backend_is_registered_and_routes_to_your_backend(reference)
+
+
+def _gelu_as_relu(b, out, input, approximate="none"):
+    return b.emit("activation", [input], function="relu")
+
+
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_a_wrong_lowering_is_named_with_its_partition_and_node(reference, monkeypatch, dialect):
+    from lab02_npu_backend.divergence import diagnose_model
+    from lab02_npu_backend.models import build_model
+
+    case = build_model("mlp")
+    assert "no node" in diagnose_model(reference, case.model, case.example_inputs, dialect)
+    for target in (torch.nn.functional.gelu, torch.ops.aten.gelu.default):
+        monkeypatch.setitem(reference.lowering.LOWERINGS, target, _gelu_as_relu)
+    message = diagnose_model(reference, case.model, case.example_inputs, dialect)
+    assert "NPU partition fused_" in message and "a lowering bug" in message and "gelu" in message.split("lowered value differs")[1]
+
+
+def test_an_ordering_bug_is_named_on_the_cpu_with_every_partition_right(reference, monkeypatch):
+    from lab02_npu_backend.divergence import diagnose_model
+
+    monkeypatch.setattr(reference.partition, "pin_cpu_writes", lambda writes, reasons, order: {})
+    monkeypatch.setattr(reference.partition, "split_at_writes", lambda partitions, cpu_writes, order: list(partitions))
+    make_fn, make_inputs = graded.WRITE_CASES["shift-right"]
+    message = diagnose_model(reference, make_fn(), make_inputs(), "torch")
+    assert "(CPU)" in message and "matches its own CPU subgraph" in message and "another order" in message
