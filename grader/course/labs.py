@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from labkit.labspec import (
-    COURSE_ROOT, HELDOUT_DIR, LAB_PACKAGES, SPEC_FILE, TEST_FILE, LabSpec, LabSpecError, load_lab_spec,
+    COURSE_ROOT,
+    HELDOUT_DIR,
+    LAB_PACKAGES,
+    SPEC_FILE,
+    TEST_FILE,
+    LabSpec,
+    LabSpecError,
+    load_lab_spec,
 )  # fmt: skip
 
 #: Files and folders at the course root that every graded run needs (copied pristine into each sandbox).

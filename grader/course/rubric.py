@@ -26,20 +26,21 @@ from pathlib import Path
 from typing import Any
 
 from grader.course.reference_times import ReferenceTimes
+from grader.evidence.text import key_lines
 from labkit.labspec import VISIBILITIES, VISIBLE, LabSpec
 
 RUBRIC_FILE = "rubric.json"
 #: Bumped when the rubric's shape changes, so stale caches are never read.
-RUBRIC_VERSION = 2
+RUBRIC_VERSION = 3
 
 
 @dataclass(frozen=True)
 class RubricTest:
     """One graded test case (a parametrized case is its own entry, with its own points).
 
-    ``reference_s`` is how long the reference solution takes on it (setup, call and teardown), from
-    the lab's ``reference_times.json``; None when it was never timed. Time limits derive from it
-    (:mod:`grader.execute.limits`).
+    ``reference_s`` and ``reference_cpu_s`` are how long the reference solution takes on it (setup,
+    call and teardown), in seconds of the wall clock and of CPU, from the lab's ``reference_times.json``;
+    None when it was never timed. Time limits derive from them (:mod:`grader.execute.limits`).
     """
 
     nodeid: str
@@ -49,6 +50,7 @@ class RubricTest:
     visibility: str = VISIBLE
     area: str = ""
     reference_s: float | None = None
+    reference_cpu_s: float | None = None
 
     @property
     def heldout(self) -> bool:
@@ -130,7 +132,8 @@ def describe_rubric(lab: LabRubric) -> str:
     """One line saying what a lab is worth, counting tests and points apart (``lab03: 71 tests worth
     121 points, of which 15 GPU tests worth 32 points (pending without CUDA)``)."""
     if lab.error is not None:
-        return f"{lab.lab}: UNAVAILABLE: {lab.error.splitlines()[0]}"
+        first, *rest = key_lines(lab.error) or [""]
+        return f"{lab.lab}: UNAVAILABLE: {first}" + "".join(f"\n      {line}" for line in rest)
     gpu = "no GPU tests" if not lab.gpu_tests else (
         f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} (pending without CUDA)")
     heldout = (f"; {_count(lab.heldout_tests, 'held-out test')} worth {_count(lab.heldout_points, 'point')}"
@@ -185,7 +188,8 @@ def with_reference_times(lab: LabRubric, times: ReferenceTimes | None) -> LabRub
     """``lab`` with each test's recorded reference time (unchanged without a record)."""
     if times is None:
         return lab
-    tests = tuple(replace(test, reference_s=times.tests.get(test.nodeid)) for test in lab.tests)
+    tests = tuple(replace(test, reference_s=times.tests.get(test.nodeid), reference_cpu_s=times.cpu.get(test.nodeid))
+                  for test in lab.tests)
     return replace(lab, tests=tests, reference_wall_s=times.lab_wall_s)
 
 

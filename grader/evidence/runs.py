@@ -13,7 +13,14 @@ from typing import Any
 
 from grader.evidence.events import read_events
 from grader.evidence.layout import (
-    EVENTS_FILE, HELDOUT_RUN_DIR, OUTPUT_FILE, RAW_DIR, REPORT_FILE, RUN_FILE, read_json, report_file,
+    EVENTS_FILE,
+    HELDOUT_RUN_DIR,
+    OUTPUT_FILE,
+    RAW_DIR,
+    REPORT_FILE,
+    RUN_FILE,
+    read_json,
+    report_file,
 )  # fmt: skip
 
 #: How much of a run's console output the scorer quotes in a reason.
@@ -101,8 +108,11 @@ def load_lab_runs(out: Path, lab_ids: list[str]) -> dict[str, LabRuns | None]:
     return runs
 
 
-def passed_test_times(events: tuple[dict[str, Any], ...], nodeids: set[str]) -> dict[str, float]:
-    """Seconds of every test of ``nodeids`` whose phases all passed, from a recorded event log (pure)."""
+def passed_test_times(events: tuple[dict[str, Any], ...], nodeids: set[str], field: str = "duration") -> dict[str, float]:
+    """Seconds of every test of ``nodeids`` whose phases all passed, from a recorded event log (pure).
+
+    ``field``: ``duration`` (the wall clock) or ``cpu`` (CPU time, as the probe measures it).
+    """
     durations: dict[str, float] = {}
     failed: set[str] = set()
     for event in events:
@@ -111,5 +121,5 @@ def passed_test_times(events: tuple[dict[str, Any], ...], nodeids: set[str]) -> 
             continue
         if event.get("outcome") != "passed":
             failed.add(nodeid)
-        durations[nodeid] = durations.get(nodeid, 0.0) + float(event.get("duration") or 0.0)
+        durations[nodeid] = durations.get(nodeid, 0.0) + float(event.get(field) or 0.0)
     return {nodeid: round(seconds, 3) for nodeid, seconds in durations.items() if nodeid not in failed}

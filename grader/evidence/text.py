@@ -44,3 +44,17 @@ def shorten_strings(value: Any, limit: int) -> Any:
     if isinstance(value, dict):
         return {key: shorten_strings(item, limit) for key, item in value.items()}
     return value
+
+
+_ERROR_LINE = ("Error", "error:", "E   ", "Exception", "FAILED", "ERROR")
+
+
+def key_lines(text: str, limit: int = 8) -> list[str]:
+    """The lines of a long reason worth printing on a console: its first line, then the ones that name an
+    error (``SyntaxError: ...``, pytest's ``E   ...``), else its last lines; at most ``limit`` (pure)."""
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) <= limit:
+        return lines
+    errors = [line for line in lines[1:] if any(mark in line for mark in _ERROR_LINE)]
+    rest = (errors or lines[1:])[-(limit - 1):]
+    return [lines[0], *rest]

@@ -28,8 +28,20 @@ from pathlib import Path
 from typing import IO, Any
 
 from grader.evidence.events import (
-    COLLECT_ERROR, COLLECTED, CONFIGURE, FINISH, PHASES, PROBE_EVENTS, REJECTED_EVENT, REPORT, SESSION_FINISH,
-    START, STOPPED_EVENT, canary_nodeid, is_canary, run_order,
+    COLLECT_ERROR,
+    COLLECTED,
+    CONFIGURE,
+    FINISH,
+    PHASES,
+    PROBE_EVENTS,
+    REJECTED_EVENT,
+    REPORT,
+    SESSION_FINISH,
+    START,
+    STOPPED_EVENT,
+    canary_nodeid,
+    is_canary,
+    run_order,
 )  # fmt: skip
 
 #: Events the probe may send (the streak rule's ``stopped`` included).

@@ -23,7 +23,8 @@ REPORT_OMIT = ("collectors", "log", "streams", "traceback", "keywords", "warning
 PROBE_PLUGIN = "grader.execute.probe"
 
 
-def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None, *, state: Path | None = None) -> dict[str, str]:
+def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None, *, state: Path | None = None,
+               cold_caches: bool = False) -> dict[str, str]:
     """The environment of a graded pytest process.
 
     Args:
@@ -33,6 +34,7 @@ def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None, *, state:
             None keeps the caller's.
         state: a folder the process may write, kept for the submission's later processes (home,
             compiler caches); None keeps the caller's ``HOME`` (the pristine course's collection).
+        cold_caches: turn TorchInductor's caches off (every compile from scratch).
     """
     if gpu not in GPU_MODES:
         raise ValueError(f"gpu={gpu!r}: expected one of {', '.join(GPU_MODES)}")
@@ -50,6 +52,8 @@ def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None, *, state:
                    HYPOTHESIS_STORAGE_DIRECTORY=str(state / "hypothesis"))
     elif "HOME" in os.environ:
         env["HOME"] = os.environ["HOME"]
+    if cold_caches:
+        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     if threads is not None:
         env["OMP_NUM_THREADS"] = env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
     if gpu == "off":

@@ -1,28 +1,38 @@
-"""Time budgets: how long each test and each lab may run, derived from the reference solution's own times.
+"""Time limits: how long each test and each lab part may run, derived from the reference solution's times.
 
 A fixed limit for every test (say 300 s) is either far too long for a test the reference finishes in
 0.2 s, so a hanging submission costs the instructor hours, or too short for a test that compiles a
 model. So each test gets a limit from what the **reference** needs on it (recorded in each lab's
-``reference_times.json``, see :mod:`grader.course.reference_times`, and carried by the rubric)::
+``reference_times.json``, see :mod:`grader.course.reference_times`, and carried by the rubric).
 
-    test limit = max(min_test_timeout_s, time_factor x the reference's time on that test)
-    lab budget = sum of the lab's test limits + start-up allowance
+The limit is counted in **CPU seconds** of the test's process, not in seconds of the wall clock: a
+busy machine (a class graded beside a test run, a node shared with other jobs) slows a test's wall
+clock several times over, but not the CPU time it needs, so a correct submission never loses a point
+because the node was busy. A test that spins (the usual hang) burns CPU and is stopped at its CPU
+limit; one that sleeps or deadlocks burns none, and is stopped by a generous wall-clock backstop::
 
-The start-up allowance covers what happens outside any test (starting Python, importing torch,
-collecting): ``time_factor`` x the reference's own start-up, at least ``min_startup_s``. A test the
-reference was never timed on (a new test, or a GPU test timed on a machine without one) gets
-``unmeasured_test_timeout_s``. ``--test-timeout`` / ``--lab-timeout`` replace the derived values.
+    test CPU limit   = max(min_test_timeout_s, time_factor x the reference's CPU time on that test)
+    test wall limit  = wall_factor x its CPU limit                       (the backstop)
+    part budget      = sum of the part's wall limits + start-up allowance
 
-Because the lab budget is the sum of its tests' limits, a submission whose every test stays within its
-own limit is never stopped by the lab budget, however slow: a correct but slow submission is not
+The reference is timed with the compilers' caches off (every ``torch.compile`` of a test compiles from
+scratch), so a limit holds however warm a submission's caches are: a test that runs cold because an
+earlier test failed before compiling the same model is not cut short. The start-up allowance covers
+what happens outside any test (starting Python, importing torch, collecting): ``time_factor`` x the
+reference's own start-up, at least ``min_startup_s``. A test the reference was never timed on (a new
+test, or a GPU test timed on a machine without one) gets ``unmeasured_test_timeout_s`` of CPU.
+``--test-timeout`` (CPU seconds for every test) and ``--lab-timeout`` replace the derived values.
+
+Because a part's budget is the sum of its tests' wall limits, a submission whose every test stays within
+its own limits is never stopped by the budget, however slow: a correct but slow submission is not
 punished. What bounds a submission where *everything* hangs is the streak rule: after
-``max_consecutive_timeouts`` tests in a row ran out of time, the rest of the lab is not run and the lab's
+``max_consecutive_timeouts`` tests in a row ran out of time, the rest of the part is not run and the lab's
 status says so (``stopped``). Its default is generous on purpose: lab 1 runs 13 tests in a row that all
 call ``fuse_conv_bn``, and one hanging function must cost only its own tests, not the whole lab.
 
 Everything here is a pure function of the rubric and the limits: the supervisor
-(:mod:`grader.execute.supervisor`), the in-process timer (:mod:`grader.execute.probe`) and the scorer all read the
-same numbers, and ``raw/<lab>/limits.json`` records them for every graded run.
+(:mod:`grader.execute.supervisor`), the in-process timers (:mod:`grader.execute.probe`) and the scorer all
+read the same numbers, and ``raw/<lab>/limits.json`` records them for every graded run.
 """
 
 from __future__ import annotations
@@ -31,9 +41,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the rubric imports the runner, which imports this module
-    from grader.course.rubric import LabRubric, Rubric
-    from grader.execute.limits import RunLimits
+if TYPE_CHECKING:
+    from grader.course.rubric import LabRubric, Rubric, RubricTest
 
 
 @dataclass(frozen=True)
@@ -41,12 +50,13 @@ class RunLimits:
     """Time and size limits of one lab's run (the time limits per test and per lab: :mod:`grader.execute.limits`).
 
     Attributes:
-        test_timeout_s: one limit for every test (``--test-timeout``); None: from the reference's times.
-        lab_timeout_s: the lab's wall-clock budget (``--lab-timeout``); None: the sum of its test limits
-            plus a start-up allowance.
-        time_factor: a test's limit is this many times the reference solution's time on it...
-        min_test_timeout_s: ...but never less than this.
-        unmeasured_test_timeout_s: the limit of a test the reference was never timed on.
+        test_timeout_s: one CPU limit for every test (``--test-timeout``); None: from the reference's times.
+        lab_timeout_s: each lab part's wall-clock budget (``--lab-timeout``); None: the sum of its test
+            limits plus a start-up allowance.
+        time_factor: a test's CPU limit is this many times the reference solution's CPU time on it...
+        min_test_timeout_s: ...but never less than this many CPU seconds.
+        wall_factor: a test's wall-clock backstop is this many times its CPU limit.
+        unmeasured_test_timeout_s: the CPU limit of a test the reference was never timed on.
         min_startup_s: the least start-up allowance (Python, imports, collection) in a lab budget.
         max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped.
         output_cap_bytes: console output beyond this kills the run (a flood, not a test).
@@ -58,6 +68,7 @@ class RunLimits:
     lab_timeout_s: float | None = None
     time_factor: float = 10.0
     min_test_timeout_s: float = 10.0
+    wall_factor: float = 5.0
     unmeasured_test_timeout_s: float = 300.0
     min_startup_s: float = 60.0
     max_consecutive_timeouts: int = 15
@@ -67,34 +78,52 @@ class RunLimits:
 
 
 @dataclass(frozen=True)
+class TestLimit:
+    """One test's limits: CPU seconds (the limit), wall-clock seconds (the backstop), and why, in words."""
+
+    cpu_s: float
+    wall_s: float
+    basis: str
+
+    __test__ = False  # not a pytest test class
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "basis": self.basis}
+
+
+@dataclass(frozen=True)
 class LabBudget:
-    """The time limits of one lab's run.
+    """The time limits of one lab part's run.
 
     Attributes:
-        tests: node id -> (limit in seconds, how it was derived, in words).
-        default_test_s: the limit of a test missing from ``tests`` (the grader's canaries).
-        lab_s: the whole lab's wall-clock budget (all its pytest processes together).
-        max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped
+        tests: node id -> its :class:`TestLimit`.
+        default: the limits of a test missing from ``tests``.
+        lab_s: the part's wall-clock budget (all its pytest processes together).
+        max_consecutive_timeouts: tests in a row that may run out of time before the part is stopped
             (0: never stopped).
     """
 
-    tests: dict[str, tuple[float, str]]
-    default_test_s: float
+    tests: dict[str, TestLimit]
+    default: TestLimit
     lab_s: float
     max_consecutive_timeouts: int
 
+    def test(self, nodeid: str) -> TestLimit:
+        return self.tests.get(nodeid, self.default)
+
     def limit(self, nodeid: str) -> float:
-        return self.tests.get(nodeid, (self.default_test_s, ""))[0]
+        """The test's wall-clock backstop (what the supervisor watches from outside)."""
+        return self.test(nodeid).wall_s
 
     def stops_at(self, streak: int) -> bool:
         """Whether ``streak`` tests in a row out of time stop the lab (never when the limit is 0)."""
         return 0 < self.max_consecutive_timeouts <= streak
 
     def to_dict(self) -> dict[str, Any]:
-        """The form written to ``raw/<lab>/limits.json`` and read by the probe plugin."""
-        return {"lab_s": self.lab_s, "default_test_s": self.default_test_s,
+        """The form written to ``raw/<lab>/limits.json`` and sent to the probe plugin."""
+        return {"lab_s": self.lab_s, "default": self.default.to_dict(),
                 "max_consecutive_timeouts": self.max_consecutive_timeouts,
-                "tests": {nodeid: {"limit_s": limit, "basis": basis} for nodeid, (limit, basis) in self.tests.items()}}
+                "tests": {nodeid: limit.to_dict() for nodeid, limit in self.tests.items()}}
 
 
 def _seconds(value: float) -> str:
@@ -103,17 +132,25 @@ def _seconds(value: float) -> str:
     return f"{value:.2g} s" if value < 10 else f"{value:.0f} s"
 
 
-def limit_for_test(reference_s: float | None, limits: RunLimits) -> tuple[float, str]:
-    """One test's limit and its derivation in words."""
+def limit_for_test(test: RubricTest | None, limits: RunLimits) -> TestLimit:
+    """One test's limits and their derivation in words (``test`` None: a test missing from the rubric)."""
+    def limit(cpu: float, basis: str) -> TestLimit:
+        cpu = round(cpu, 1)
+        wall = round(limits.wall_factor * cpu, 1)
+        return TestLimit(cpu, wall, f"{basis}; a wall-clock backstop of {wall:g} s")
+
     if limits.test_timeout_s is not None:
-        return float(limits.test_timeout_s), "set with --test-timeout"
-    if reference_s is None:
-        return float(limits.unmeasured_test_timeout_s), "the reference solution was never timed on this test"
-    scaled = limits.time_factor * reference_s
+        return limit(float(limits.test_timeout_s), "set with --test-timeout")
+    reference = None if test is None else test.reference_cpu_s if test.reference_cpu_s is not None else test.reference_s
+    if test is None:
+        return limit(limits.min_test_timeout_s, "the minimum per-test limit")
+    if reference is None:
+        return limit(limits.unmeasured_test_timeout_s, "the reference solution was never timed on this test")
+    scaled = limits.time_factor * reference
     if scaled <= limits.min_test_timeout_s:
-        return float(limits.min_test_timeout_s), (f"the minimum per-test limit; the reference solution takes "
-                                                  f"{_seconds(reference_s)}")
-    return round(scaled, 1), f"{limits.time_factor:g} x the reference solution's {_seconds(reference_s)}"
+        return limit(limits.min_test_timeout_s, f"the minimum per-test limit of CPU time; the reference solution "
+                                                f"takes {_seconds(reference)}")
+    return limit(scaled, f"{limits.time_factor:g} x the reference solution's {_seconds(reference)} of CPU time")
 
 
 def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> LabBudget:
@@ -122,7 +159,7 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
     Each part is its own pytest process (or a few, after a killed test) with its own start-up
     allowance; the reference's recorded start-up (its whole run minus its tests) is counted once per part.
     """
-    tests = {test.nodeid: limit_for_test(test.reference_s, limits) for test in lab.tests if test.heldout == heldout}
+    tests = {test.nodeid: limit_for_test(test, limits) for test in lab.tests if test.heldout == heldout}
     if limits.lab_timeout_s is not None:
         lab_s = float(limits.lab_timeout_s)
     else:
@@ -130,9 +167,8 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
         startup = 0.0
         if lab.reference_wall_s is not None:
             startup = limits.time_factor * max(0.0, lab.reference_wall_s - sum(measured))
-        lab_s = round(sum(limit for limit, _ in tests.values()) + max(limits.min_startup_s, startup), 1)
-    default = float(limits.test_timeout_s if limits.test_timeout_s is not None else limits.min_test_timeout_s)
-    return LabBudget(tests, default, lab_s, limits.max_consecutive_timeouts)
+        lab_s = round(sum(limit.wall_s for limit in tests.values()) + max(limits.min_startup_s, startup), 1)
+    return LabBudget(tests, limit_for_test(None, limits), lab_s, limits.max_consecutive_timeouts)
 
 
 def whole_lab_s(lab: LabRubric, limits: RunLimits) -> float:
@@ -155,7 +191,7 @@ def submission_budget_s(rubric: Rubric, limits: RunLimits, labs: Collection[str]
 def time_limit_args(limits: RunLimits) -> list[str]:
     """The ``grader run`` options that give another process (a container, a Slurm task) these limits."""
     args = ["--time-factor", f"{limits.time_factor:g}", "--min-test-timeout", f"{limits.min_test_timeout_s:g}",
-            "--max-consecutive-timeouts", str(limits.max_consecutive_timeouts)]
+            "--wall-factor", f"{limits.wall_factor:g}", "--max-consecutive-timeouts", str(limits.max_consecutive_timeouts)]
     if limits.test_timeout_s is not None:
         args += ["--test-timeout", f"{limits.test_timeout_s:g}"]
     if limits.lab_timeout_s is not None:

@@ -19,8 +19,10 @@ library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. It
    Real tests' functions are wrapped the same way, so neither kind is the module's own function object.
 4. **The rubric** (``--grader-rubric FILE``, with ``--collect-only`` on the pristine course): every
    collected test's node id, function name, points, GPU need, visibility and area, written as JSON.
-5. **Per-test time limits.** An alarm (``SIGALRM``) armed while the test's setup, call and teardown run
-   (not while pytest reports them) raises :class:`TestTimeLimit` in the test's code when its limit passes.
+5. **Per-test time limits** (:mod:`grader.execute.limits`): two alarms armed while the test's setup,
+   call and teardown run (not while pytest reports them), one on the process's CPU time (``SIGPROF``),
+   one on the wall clock (``SIGALRM``, the backstop), raise :class:`TestTimeLimit` in the test's code
+   when its limit passes; each phase's CPU time is reported.
    ``TestTimeLimit`` derives from ``BaseException`` (like ``KeyboardInterrupt``), which Hypothesis,
    ``except Exception`` and ``pytest.raises(Exception)`` all let through, so the test fails at once
    and alone (pytest-timeout's ``Failed`` is caught by Hypothesis, which re-runs the hanging example
@@ -45,9 +47,23 @@ from typing import Any
 
 import pytest
 
+try:
+    import resource
+except ImportError:  # Windows: no children's CPU time
+    resource = None
+
 from grader.evidence.events import (
-    COLLECT_ERROR, COLLECTED, CONFIGURE, FINISH, REPORT, SESSION_FINISH, START, STOPPED_EVENT, canary_nodeid,
-    run_order, stop_reason,
+    COLLECT_ERROR,
+    COLLECTED,
+    CONFIGURE,
+    FINISH,
+    REPORT,
+    SESSION_FINISH,
+    START,
+    STOPPED_EVENT,
+    canary_nodeid,
+    run_order,
+    stop_reason,
 )  # fmt: skip
 
 #: Longest failure message kept per event (the full text stays in pytest-json-report's report).
@@ -113,42 +129,64 @@ def short_message(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 class TimeKeeper:
-    """The per-test alarm and the streak rule (see the module docstring)."""
+    """The per-test limits and the streak rule (see the module docstring).
+
+    Each test has a CPU limit, counted by ``ITIMER_PROF`` (the CPU time of every thread of this
+    process), and a wall-clock backstop, counted by ``ITIMER_REAL``; both are shared by its setup, call
+    and teardown. Either raises :class:`TestTimeLimit` in the test's code. Each phase's CPU time (this
+    process's and that of its children that ended) goes into its report event as ``cpu``.
+    """
 
     def __init__(self, limits: dict[str, Any], streak: int, is_canary: Callable[[pytest.Item], bool]) -> None:
-        self.tests = {nodeid: float(entry["limit_s"]) for nodeid, entry in limits.get("tests", {}).items()}
-        self.basis = {nodeid: str(entry.get("basis", "")) for nodeid, entry in limits.get("tests", {}).items()}
-        self.default = float(limits.get("default_test_s", 60.0))
+        self.tests: dict[str, dict[str, Any]] = limits.get("tests", {})
+        self.default: dict[str, Any] = limits.get("default", {"cpu_s": 60.0, "wall_s": 300.0, "basis": ""})
         self.max_streak = int(limits.get("max_consecutive_timeouts", 0)) or None
         self.streak, self.is_canary = streak, is_canary
         self.timed_out: set[int] = set()
         self.has_alarm = hasattr(signal, "setitimer")  # not on Windows: the supervisor's kill still applies
+        self.phase_cpu = 0.0
 
     def begin(self, nodeid: str) -> None:
-        """A new test: its whole limit is left, shared by its setup, call and teardown."""
+        """A new test: its whole limits are left, shared by its setup, call and teardown."""
         limit = self.tests.get(nodeid, self.default)
-        basis = f" ({self.basis[nodeid]})" if self.basis.get(nodeid) else ""
-        self.left = limit
-        self.message = f"this test ran over its time limit of {limit:g} s{basis}"
+        self.cpu_left, self.wall_left = float(limit["cpu_s"]), float(limit["wall_s"])
+        basis = f" ({limit['basis']})" if limit.get("basis") else ""
+        self.messages = {
+            getattr(signal, "SIGPROF", -1): f"this test ran over its time limit of {self.cpu_left:g} s of CPU time{basis}",
+            getattr(signal, "SIGALRM", -2): f"this test ran over its wall-clock limit of {self.wall_left:g} s without "
+                                            f"using up its CPU time (sleeping, waiting or deadlocked?){basis}",
+        }
+
+    @staticmethod
+    def _cpu_now() -> float:
+        if resource is None:  # Windows
+            return time.process_time()
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
 
     def arm(self) -> None:
-        """Start the alarm for one phase with what is left of the test's limit (at least a second, so that
-        a teardown after a timed-out call still runs)."""
+        """Start both alarms for one phase with what is left of the test's limits (at least a second each,
+        so that a teardown after a timed-out call still runs)."""
+        self.phase_start, self.phase_cpu_start, self.own_cpu_start = time.monotonic(), self._cpu_now(), time.process_time()
         if not self.has_alarm:
             return
-        message = self.message
+        messages = self.messages
 
         def on_alarm(signum: int, frame: Any) -> None:
-            raise TestTimeLimit(message)
+            raise TestTimeLimit(messages[signum])
 
-        signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(self.left, MIN_PHASE_S))
-        self.phase_start = time.monotonic()
+        for signum, timer, left in ((signal.SIGPROF, signal.ITIMER_PROF, self.cpu_left),
+                                    (signal.SIGALRM, signal.ITIMER_REAL, self.wall_left)):
+            signal.signal(signum, on_alarm)
+            signal.setitimer(timer, max(left, MIN_PHASE_S))
 
     def disarm(self) -> None:
         if self.has_alarm:
+            signal.setitimer(signal.ITIMER_PROF, 0)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            self.left -= time.monotonic() - self.phase_start
+        self.cpu_left -= time.process_time() - self.own_cpu_start
+        self.wall_left -= time.monotonic() - self.phase_start
+        self.phase_cpu = self._cpu_now() - self.phase_cpu_start
 
     def finished(self, item: pytest.Item) -> str | None:
         """Count ``item``'s outcome in the streak; return the stop reason when the streak is complete."""
@@ -330,6 +368,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     canary = _canary_of(item)
     if canary is not None:
         report.nodeid = canary
+    if _clock is not None:
+        report.grader_cpu = _clock.phase_cpu
     if call.excinfo is not None and call.excinfo.errisinstance(TestTimeLimit):
         report.grader_timeout = True
         if _clock is not None:
@@ -343,7 +383,8 @@ def pytest_runtest_logstart(nodeid: str) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     timeout = {"timeout": True} if getattr(report, "grader_timeout", False) else {}
     _emit(REPORT, nodeid=report.nodeid, when=report.when, outcome=report.outcome,
-          message=short_message(report) if not report.passed else "", duration=round(report.duration, 4), **timeout)
+          message=short_message(report) if not report.passed else "", duration=round(report.duration, 4),
+          cpu=round(getattr(report, "grader_cpu", 0.0), 4), **timeout)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -43,7 +43,13 @@ from typing import IO
 
 from grader.course.rubric import LabRubric
 from grader.evidence.events import (
-    KILLED_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, read_events, stop_reason, timeout_streak,
+    KILLED_EVENT,
+    REJECTED_EVENT,
+    STOPPED_EVENT,
+    is_canary,
+    read_events,
+    stop_reason,
+    timeout_streak,
 )  # fmt: skip
 from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, LIMITS_FILE, OUTPUT_FILE, RUN_FILE, report_file
 from grader.evidence.text import shorten_strings, trim_file
@@ -223,8 +229,8 @@ def copyable_tests(part: LabPart) -> list[str]:
 
 
 def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: RunLimits, state: Path,
-            isolation: Isolation | None = None, python: str = sys.executable,
-            threads: int | None = None) -> RunRecord:
+            isolation: Isolation | None = None, python: str = sys.executable, threads: int | None = None,
+            cold_caches: bool = False) -> RunRecord:
     """Run one part of a lab in ``sandbox`` and store its artifacts in ``raw_dir``.
 
     pytest starts again after every test killed for overrunning its limit (see the module docstring),
@@ -246,7 +252,7 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
         folder.mkdir(parents=True, exist_ok=True)
     drops = Path(tempfile.mkdtemp(prefix="reports-", dir=state.parent))  # each process's own report folder
     events = raw_dir / EVENTS_FILE
-    env = pytest_env(sandbox, gpu, threads, state=state)
+    env = pytest_env(sandbox, gpu, threads, state=state, cold_caches=cold_caches)
     copyable = copyable_tests(part)
     start = time.monotonic()
     killed: list[str] = []

@@ -17,8 +17,11 @@ Verification (skipped with ``--no-verify``), each step failing loudly:
 4. it installs: ``pip install --no-deps --target`` builds it as a package (``lab.toml`` and data
    files must be declared as package data);
 5. every lab's tests collect from the *installed* copy, as many as the release's rubric lists;
-6. every command the student documents show runs in the release (in a cheap form: collect only, or
-   ``--help``), with the course environment's interpreter.
+6. every command the student documents show works in the release, with the course environment's
+   interpreter: lab, benchmark and report commands run for real on the starter (each must pass, or stop
+   at an unfinished step saying which, without a traceback); slower ones (grading the whole course, the
+   GPU check) are only parsed (``--help``); the two kinds are counted apart
+   (:func:`grader.release.student_docs.cheap_form`).
 
 The Gradescope bundle is built from the same function with ``include_heldout=True``: it is uploaded by
 the instructor, and its grader must find the held-out tests in the course it grades against.
@@ -226,9 +229,12 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
         if collected != expected:
             raise ReleaseError(f"the installed copy collects {collected} tests, the course has {expected}")
         log(f"  ok: the installed copy collects all {collected} graded tests")
-    failures = run_documented_commands(release, commands, options.python, log=log)
+    failures, counts = run_documented_commands(release, commands, options.python, log=log)
     if failures:
         raise ReleaseError("commands the student documents show fail in the release:\n  " + "\n  ".join(failures))
-    log(f"  ok: every command the student documents show runs in the release ({len(commands)})")
+    log(f"  ok: of the {len(commands)} commands the student documents show, {counts['runs']} ran for real on the "
+        f"starter (each passed, or stopped at an unfinished step saying which), {counts['parses']} were only "
+        f"parsed (--help: they take minutes or need finished labs), {counts['not run']} were not run "
+        "(templates, installs, nox's default sessions)")
 
 

@@ -127,22 +127,37 @@ def documented_commands(text: str) -> list[str]:
     return list(dict.fromkeys(commands))
 
 
+#: nox sessions the release check runs for real on the starter: they are quick there (a lab's tests fail
+#: fast, a benchmark or report stops at the first unfinished step with one line saying which).
+RUN_SESSIONS = re.compile(r"lab\d\d|bench-lab\d\d|report-lab\d\d|course-env")
+#: A run for real passed when it exited 0, or stopped where an unfinished starter must stop: with the
+#: step table's "Start here" or a script's one-line "finish step N first", and no traceback.
+STOPPED_AT_A_STEP = re.compile(r"Start here:|finish step \d+ first")
+RUNS, PARSES = "runs", "parses"
+
+
 @dataclass(frozen=True)
 class CheapRun:
-    """How the release check runs one documented command: ``argv`` with ``env`` added, or why not."""
+    """How the release check runs one documented command: ``argv`` with ``env`` added, or why not.
+
+    ``kind``: ``runs`` (the command itself, on the starter) or ``parses`` (only ``--help``: it would take
+    minutes or needs what a starter lacks); ``skipped`` says why it is not run at all.
+    """
 
     command: str
     argv: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     skipped: str = ""
+    kind: str = PARSES
 
 
 def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
-    """The cheap, side-effect-free form of a documented command (pure).
+    """How the release check runs a documented command (pure; see :class:`CheapRun`).
 
-    ``nox -s SESSION... [-- ARGS]``: pytest sessions (``labNN``, ``gpu``) get ``--co -q`` (collect
-    only), the others ``--help``; ``python -m MODULE ARGS``: ``ARGS --help``. ``pip install`` is not
-    run (it installs), nor a template (``nox -s labNN``: a word with capitals stands for a value).
+    Run for real: ``nox -s`` with lab, benchmark, report or environment sessions (:data:`RUN_SESSIONS`)
+    and ``python -m labNN_...`` modules. Parsed only (``--help``): every other nox session and module
+    (grading the whole course, the GPU check). Not run: ``pip install`` (it installs), a template
+    (``nox -s labNN``: a word with capitals stands for a value), nox's default sessions.
     ``python``/``nox`` are the course environment's (``python``).
     """
     words = shlex.split(command)
@@ -163,38 +178,49 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
         sessions = options[options.index("-s") + 1:] if "-s" in options else []
         if not sessions:
             return CheapRun(command, skipped="runs nox's default sessions (the labs' tests, checked one by one)")
-        extra = ["--co", "-q"] if all(PYTEST_SESSION.fullmatch(s) for s in sessions) else ["--help"]
-        return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after, *extra), tuple(env))
+        if all(RUN_SESSIONS.fullmatch(session) for session in sessions):
+            return CheapRun(command, (python, "-m", "nox", "-s", *sessions, *(["--", *after] if after else [])),
+                            tuple(env), kind=RUNS)
+        return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after, "--help"), tuple(env))
     if words[1:2] == ["-m"] and len(words) > 2:
+        if re.match(r"lab\d\d_", words[2]):
+            return CheapRun(command, (python, *words[1:]), tuple(env), kind=RUNS)
         return CheapRun(command, (python, *words[1:], "--help"), tuple(env))
     return CheapRun(command, skipped="not a module or nox command")
 
 
 def _run_one(run: CheapRun, cwd: Path, env: dict[str, str]) -> str | None:
-    """Run one cheap form; return why it failed, or None."""
+    """Run one command; return why it failed, or None (see :data:`STOPPED_AT_A_STEP` for runs)."""
     try:
         done = subprocess.run(run.argv, cwd=cwd, env={**env, **dict(run.env)}, capture_output=True, text=True,
                               timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return f"took over {COMMAND_TIMEOUT_S:g} s"
     output = done.stdout + done.stderr
-    if done.returncode != 0 or "instructor session" in output:
-        return f"`{shlex.join(run.argv[1:])}` exited {done.returncode}: {output.strip()[-800:]}"
-    return None
+    if "instructor session" in output:
+        return f"`{shlex.join(run.argv[1:])}` is an instructor session: {output.strip()[-300:]}"
+    if done.returncode == 0:
+        return None
+    tail = "\n".join(output.strip().splitlines()[-40:])
+    if run.kind == RUNS and STOPPED_AT_A_STEP.search(tail) and "Traceback (most recent call last)" not in tail:
+        return None
+    return f"`{shlex.join(run.argv[1:])}` exited {done.returncode}: {output.strip()[-800:]}"
 
 
 def run_documented_commands(release: Path, commands: list[str], python: str = sys.executable, *,
-                            jobs: int | None = None, log=print) -> list[str]:
+                            jobs: int | None = None, log=print) -> tuple[list[str], dict[str, int]]:
     """Run each command's :func:`cheap_form` in a scratch copy of ``release``, ``jobs`` at a time;
-    return the failures (``command: why``).
+    return the failures (``command: why``) and how many commands were run, parsed and not run.
 
     nox uses ``python``'s environment as it is (``COURSE_PYTHON``, as in the course image), so the
     check installs nothing; the copy keeps caches and output out of the release itself. Commands
     with the same cheap form (``python3 -m nox -s lab01`` and ``nox -s lab01``) run once.
     """
     runs: dict[tuple, CheapRun] = {}
+    counts = {RUNS: 0, PARSES: 0, "not run": 0}
     for command in commands:
         run = cheap_form(command, python)
+        counts["not run" if run.skipped else run.kind] += 1
         if run.skipped:
             log(f"    - {command}  (not run: {run.skipped})")
         else:
@@ -209,7 +235,8 @@ def run_documented_commands(release: Path, commands: list[str], python: str = sy
         with ThreadPoolExecutor(max_workers=jobs or min(4, os.cpu_count() or 1)) as pool:
             outcomes = pool.map(lambda run: (run, _run_one(run, copy, env)), runs.values())
             for run, failure in outcomes:
-                log(f"    {'FAILED' if failure else 'ok'} {run.command}  ({shlex.join(run.argv[1:])[-60:]})")
+                verdict = "FAILED" if failure else "ran" if run.kind == RUNS else "parses"
+                log(f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]})")
                 if failure:
                     failures.append(f"{run.command}: {failure}")
-    return failures
+    return failures, counts

@@ -13,8 +13,6 @@ from grader.course.rubric import LabRubric, Rubric, RubricTest, TalkingPointSpec
 from grader.evidence.layout import EVENTS_FILE, RAW_DIR, REPORT_FILE, RUBRIC_FILE, RUN_FILE, SUBMISSION_FILE
 
 
-
-
 def synthetic_rubric(labs: int = 3, tests: int = 20) -> Rubric:
     """``labs`` labs of ``tests`` tests (the last two of each need a GPU), with three talking points each."""
     rubrics = []

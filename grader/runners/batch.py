@@ -111,8 +111,21 @@ def share_cores(setup: GradingSetup, jobs: int) -> GradingSetup:
     """
     if jobs <= 1 or setup.options.threads is not None or "OMP_NUM_THREADS" in os.environ:
         return setup
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return replace(setup, options=replace(setup.options, threads=max(1, cores // jobs)))
+    return replace(setup, options=replace(setup.options, threads=max(1, usable_cores() // jobs)))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, e.g. a Slurm allocation or a container's CPUs)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def jobs_note(jobs: int) -> str | None:
+    """What to tell the user when ``-j`` puts more graded processes on the machine than it has cores."""
+    cores = usable_cores()
+    if jobs <= cores:
+        return None
+    return (f"note: -j {jobs} on {cores} cores: graded processes will share cores. Scores do not change (time "
+            f"limits count CPU time, not the wall clock), but grading is no faster than with -j {cores}")
 
 
 def row_line(row: BatchRow) -> str:

@@ -52,6 +52,8 @@ class GradeOptions:
             every core, and two such pools on one machine's cores make a test up to 200x slower.
         isolation: how graded processes are isolated (:func:`grader.execute.isolation.choose_isolation`);
             None: chosen for the course when a submission is graded.
+        cold_caches: turn the compilers' caches off (``selfcheck --record-times``: the reference's times
+            are every compile's from scratch, so limits hold however warm a graded run's caches are).
     """
 
     gpu: str = "auto"
@@ -60,6 +62,7 @@ class GradeOptions:
     keep_sandbox: bool = False
     threads: int | None = None
     isolation: Isolation | None = None
+    cold_caches: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name:
             for part in lab_parts(lab, sandbox, heldout_dirs):
                 run_lab(sandbox, part, part_raw_dir(out / RAW_DIR / lab.lab, part), gpu=options.gpu,
                         limits=options.limits, state=scratch / "state", isolation=isolation, python=options.python,
-                        threads=options.threads)
+                        threads=options.threads, cold_caches=options.cold_caches)
     if options.keep_sandbox:
         shutil.copytree(sandbox, out / "sandbox", dirs_exist_ok=True)
 

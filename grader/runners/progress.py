@@ -80,6 +80,11 @@ class Progress:
         with self._lock:
             self.running += 1
 
+    def set_running(self, running: int) -> None:
+        """How many are being graded now (when the work is elsewhere, as on a cluster)."""
+        with self._lock:
+            self.running = running
+
     def finished(self, line: str) -> None:
         """One submission is done; ``line`` says how (``alice: 130/170 graded``)."""
         with self._lock:

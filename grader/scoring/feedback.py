@@ -23,6 +23,7 @@ from typing import Any
 from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
 from grader.scoring.results import EVIDENCE_PASSED, PASSED, PENDING, LabResult, Points, SubmissionResult, TestResult
 
+FENCE = "`" * 3  # a Markdown code fence
 OUTCOME_ICONS = {PASSED: "✅", PENDING: "⏳", "failed": "❌", "error": "❌", "timeout": "⏱", "crashed": "💥",
                  "not-run": "·", "skipped": "·", "void": "⛔"}
 
@@ -81,7 +82,11 @@ def lab_markdown(lab: LabResult) -> list[str]:
              f"**{_points(lab.score, lab.max_score, lab.pending)}**" + (f" ({split})" if split else "")
              + f" · status: `{lab.status}`", ""]
     if lab.reason:
-        lines += [f"> {_md_cell(lab.reason)}", ""]
+        first, _, rest = lab.reason.strip().partition("\n")
+        lines += [f"> {_md_cell(first)}", ""]
+        if rest.strip():  # a traceback or pytest's output: kept readable, as it was printed
+            kept = "\n".join(rest.strip().splitlines()[-60:]).replace(FENCE, "'" * 3)
+            lines += [FENCE, kept, FENCE, ""]
     visible = [test for test in lab.tests if not test.heldout]
     if visible:
         lines += ["| | test | points | outcome | why |", "|---|---|---|---|---|"]

@@ -7,11 +7,10 @@ once per session (``batch -j 2``) and every corpus test reads that one graded fo
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-
-import sys
 
 from grader.course.labs import load_course
 from grader.execute.collect import build_rubric

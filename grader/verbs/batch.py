@@ -9,7 +9,7 @@ from pathlib import Path
 
 from grader.course.labs import CourseError
 from grader.execute.preflight import GraderEnvironmentError, check_output_folder
-from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all, row_line
+from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all, jobs_note, row_line
 from grader.runners.container import ContainerError
 from grader.runners.local import grade_submission
 from grader.scoring.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE, GRADER_FAULTS
@@ -19,7 +19,8 @@ from grader.verbs.options import add_container_options, add_course_options, prep
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("submissions_dir", type=Path, help="one folder or .zip per student")
     parser.add_argument("--out", type=Path, required=True, help="graded folder (one sub-folder per student)")
-    parser.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    parser.add_argument("-j", "--jobs", type=int, default=1,
+                        help="submissions graded at once (default 1; more than the machine's cores only share them)")
     parser.add_argument("--only", default=None, help="comma-separated student ids to grade")
     add_course_options(parser)
     add_container_options(parser)
@@ -41,6 +42,8 @@ def main(args: argparse.Namespace) -> int:
     if not submissions:
         print(f"grader batch: no submissions in {args.submissions_dir}", file=sys.stderr)
         return EXIT_USAGE
+    if note := jobs_note(args.jobs):
+        print(note, file=sys.stderr)
     start = time.monotonic()
     rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner)
     for row in rows:

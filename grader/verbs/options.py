@@ -9,6 +9,7 @@ from pathlib import Path
 
 from grader.course.labs import CourseError, load_course
 from grader.course.rubric import describe_rubric
+from grader.evidence.text import key_lines
 from grader.execute.collect import DEFAULT_CACHE_DIR, build_rubric
 from grader.execute.command import GPU_MODES
 from grader.execute.isolation import choose_isolation
@@ -27,17 +28,22 @@ def add_course_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labs", default=None, help="comma-separated lab ids or packages (default: every ready lab)")
     parser.add_argument("--gpu", choices=GPU_MODES, default="auto", help="GPU tests: auto (pending without CUDA), on, off")
     defaults = RunLimits()
-    times = parser.add_argument_group("time limits", "derived from the reference solution's recorded times "
-                                      "(each lab's reference_times.json); each option overrides one part")
+    times = parser.add_argument_group("time limits", "in CPU seconds, derived from the reference solution's "
+                                      "recorded times (each lab's reference_times.json), with a wall-clock "
+                                      "backstop; each option overrides one part")
     times.add_argument("--test-timeout", type=float, default=None,
-                       help="one limit in seconds for every test (default: --time-factor x the reference's time "
-                            "on that test, at least --min-test-timeout)")
+                       help="one limit in CPU seconds for every test (default: --time-factor x the reference's "
+                            "CPU time on that test, at least --min-test-timeout)")
     times.add_argument("--lab-timeout", type=float, default=None,
-                       help="seconds per lab (default: the sum of its tests' limits plus a start-up allowance)")
+                       help="wall-clock seconds per lab part (default: the sum of its tests' backstops plus a "
+                            "start-up allowance)")
     times.add_argument("--time-factor", type=float, default=defaults.time_factor,
-                       help=f"a test may take this many times the reference's time (default {defaults.time_factor:g})")
+                       help=f"a test may take this many times the reference's CPU time (default {defaults.time_factor:g})")
     times.add_argument("--min-test-timeout", type=float, default=defaults.min_test_timeout_s,
-                       help=f"the least limit of any test, in seconds (default {defaults.min_test_timeout_s:g})")
+                       help=f"the least CPU limit of any test, in seconds (default {defaults.min_test_timeout_s:g})")
+    times.add_argument("--wall-factor", type=float, default=defaults.wall_factor,
+                       help="a test's wall-clock backstop is this many times its CPU limit (it stops a test that "
+                            f"sleeps or deadlocks; default {defaults.wall_factor:g})")
     times.add_argument("--max-consecutive-timeouts", type=int, default=defaults.max_consecutive_timeouts,
                        help="after this many tests in a row ran out of time, the rest of the lab is not run "
                             f"(default {defaults.max_consecutive_timeouts}; 0: never)")
@@ -96,7 +102,8 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True, isolate
 def limits_from_args(args: argparse.Namespace) -> RunLimits:
     """The :class:`RunLimits` the time-limit options of :func:`add_course_options` ask for."""
     return RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout, time_factor=args.time_factor,
-                     min_test_timeout_s=args.min_test_timeout, max_consecutive_timeouts=args.max_consecutive_timeouts)
+                     min_test_timeout_s=args.min_test_timeout, wall_factor=args.wall_factor,
+                     max_consecutive_timeouts=args.max_consecutive_timeouts)
 
 
 
@@ -108,8 +115,10 @@ def report_grader_faults(results: list[SubmissionResult], command: str) -> int:
     print(f"\nGRADER ERROR on {len(faults)} lab(s): these were not graded, and are not the students' fault:",
           file=sys.stderr)
     for student, lab in faults:
-        print(f"  {student} {lab.lab} [{lab.status}]: {lab.reason.splitlines()[0][:400] if lab.reason else ''}",
-              file=sys.stderr)
+        first, *rest = key_lines(lab.reason) or [""]
+        print(f"  {student} {lab.lab} [{lab.status}]: {first[:400]}", file=sys.stderr)
+        for line in rest:
+            print(f"      {line[:400]}", file=sys.stderr)
     print(f"Fix the cause, then run `{command}` again.", file=sys.stderr)
     return EXIT_GRADER_FAULT
 

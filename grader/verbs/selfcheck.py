@@ -9,8 +9,10 @@ subprocess per lab, scoring), that each lab is gradable:
 
 Both summaries are printed. With ``--record-times`` the reference's time on every test it passed is
 written to each lab's ``reference_times.json`` (:mod:`grader.course.reference_times`), where the grader's
-time limits come from; the reference is then graded alone, so that the starter does not share its
-CPUs. With ``--container IMAGE`` each is graded in its own container of the course
+time limits come from: its CPU time and wall time, with the compilers' caches off (every compile from
+scratch, so a limit holds however warm a graded run's caches are) and a limit of
+``unmeasured_test_timeout_s`` CPU seconds on every test (the old limits must not cut a recording short);
+the reference is then graded alone, so that the starter does not share its CPUs. With ``--container IMAGE`` each is graded in its own container of the course
 image (network off), which checks the image too. Labs that are not written yet (no ``lab.toml`` or ``test_lab.py``) are
 listed and skipped; the exit status is 1 only when a ready lab breaks one of the two rules.
 """
@@ -23,15 +25,16 @@ import os
 import platform
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from grader.course.labs import CourseError, make_reference_submission
 from grader.course.reference_times import ReferenceTimes, merged, read_reference_times, write_reference_times
 from grader.evidence.events import read_events
-from grader.evidence.layout import EVENTS_FILE, RAW_DIR, RUN_FILE, read_json
+from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, RAW_DIR, RUN_FILE, read_json
 from grader.evidence.runs import passed_test_times
 from grader.execute.preflight import GraderEnvironmentError
-from grader.runners.batch import grade_all
+from grader.runners.batch import grade_all, usable_cores
 from grader.runners.container import ContainerError
 from grader.runners.local import GradingSetup, grade_submission
 from grader.scoring.feedback import summary_line
@@ -86,20 +89,21 @@ def record_times(setup: GradingSetup, graded: Path, log=print) -> None:
         scored = result.lab(lab.lab)
         if lab.error is not None or scored.status != "graded" or scored.score + scored.pending != scored.max_score:
             log(f"  {lab.lab}: times NOT recorded: the reference scores {scored.score}/{scored.max_score} "
-                f"({scored.status}); fix that first (or grade with a larger --time-factor)")
+                f"({scored.status}); fix that first")
             continue
         nodeids = {test.nodeid for test in lab.tests}
         lab_dir = setup.course.root / lab.package
         times = merged(measure(graded, lab.lab, nodeids, setup.options.gpu), read_reference_times(lab_dir), nodeids)
         path = write_reference_times(lab_dir, times)
         log(f"  {lab.lab}: recorded {len(times.tests)} of {len(nodeids)} tests' times "
-            f"(sum {sum(times.tests.values()):.1f} s, whole run {times.lab_wall_s:.1f} s) in "
-            f"{lab.package}/{path.name}")
+            f"(sum {sum(times.tests.values()):.1f} s of wall clock, {sum(times.cpu.values()):.1f} s of CPU; whole "
+            f"run {times.lab_wall_s:.1f} s) in {lab.package}/{path.name}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep both graded folders here (default: a temp folder)")
-    parser.add_argument("-j", "--jobs", type=int, default=2, help="grade the two submissions at once (default 2)")
+    parser.add_argument("-j", "--jobs", type=int, default=min(2, usable_cores()),
+                        help="grade the two submissions at once (default: 2, or 1 on a machine with one core)")
     parser.add_argument("--record-times", action="store_true",
                         help="write each lab's reference_times.json from the reference's run (time limits derive from it)")
     add_course_options(parser)
@@ -120,6 +124,9 @@ def main(args: argparse.Namespace) -> int:
     except ContainerError as error:
         print(f"grader selfcheck: {error}", file=sys.stderr)
         return 2
+    if args.record_times:  # every compile from scratch, and limits that time nothing out (see record_times)
+        limits = replace(setup.options.limits, test_timeout_s=setup.options.limits.unmeasured_test_timeout_s)
+        setup = replace(setup, options=replace(setup.options, cold_caches=True, limits=limits))
     with tempfile.TemporaryDirectory(prefix="grader-selfcheck-") as scratch:
         out = args.out or Path(scratch) / "graded"
         reference = make_reference_submission(setup.course, Path(scratch) / REFERENCE)
@@ -143,11 +150,13 @@ def main(args: argparse.Namespace) -> int:
 
 
 def measure(graded: Path, lab_id: str, nodeids: set[str], gpu: str) -> ReferenceTimes:
-    """The times of one lab from the reference's graded folder (``graded/raw/<lab>/``)."""
+    """The times of one lab from the reference's graded folder (``graded/raw/<lab>/`` and its ``heldout/``)."""
     raw = graded / RAW_DIR / lab_id
     record = read_json(raw / RUN_FILE) or {}
     recorded = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
-                "platform": platform.platform(terse=True), "python": platform.python_version(), "gpu": gpu}
+                "platform": platform.platform(terse=True), "python": platform.python_version(), "gpu": gpu,
+                "caches": "off (every compile from scratch)"}
+    events = read_events(raw / EVENTS_FILE) + read_events(raw / HELDOUT_RUN_DIR / EVENTS_FILE)
     wall = record.get("wall_s")
-    return ReferenceTimes(passed_test_times(read_events(raw / EVENTS_FILE), nodeids),
-                          float(wall) if isinstance(wall, (int, float)) else None, recorded)
+    return ReferenceTimes(passed_test_times(events, nodeids), float(wall) if isinstance(wall, (int, float)) else None,
+                          recorded, passed_test_times(events, nodeids, field="cpu"))

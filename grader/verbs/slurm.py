@@ -16,6 +16,7 @@ kills leaves behind: :mod:`grader.runners.slurm`.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from collections import Counter
@@ -25,6 +26,7 @@ from pathlib import Path
 from grader.course.labs import CourseError
 from grader.execute.preflight import GraderEnvironmentError, check_output_folder
 from grader.runners.batch import discover_submissions
+from grader.runners.progress import Progress
 from grader.runners.slurm import (
     PLAN_DIR,
     Plan,
@@ -109,19 +111,23 @@ def describe_statuses(graded: Path, plan: Plan, statuses: list[TaskStatus]) -> s
 
 
 def follow(graded: Path, plan: Plan, *, wait: bool, show_progress: bool) -> list[TaskStatus]:
-    """Look at the tasks (until none is pending or running with ``wait``), with a progress bar of done tasks;
-    write the rows of failed tasks and ``batch.json``."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("tasks done"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.description}"))
-    with Progress(*columns, disable=not show_progress, transient=False) as progress:
-        bar = progress.add_task("", total=len(plan.tasks))
+    """Look at the tasks (until none is pending or running with ``wait``), showing progress (a bar on a
+    terminal, else a line per finished task and a heartbeat: :mod:`grader.runners.progress`); write the
+    rows of failed tasks and ``batch.json``."""
+    progress = Progress(len(plan.tasks), stream=None if show_progress else io.StringIO(),
+                        interactive=None if show_progress else False)
+    reported: set[str] = set()
+    with progress:
         while True:
             statuses = task_statuses(graded, plan)
             counts = _counts(statuses)
-            progress.update(bar, completed=counts["done"],
-                            description=" · ".join(f"{counts[state]} {state}" for state in STATES[1:]))
+            progress.set_running(counts["running"])
+            for status in statuses:
+                if status.state in ("done", "failed") and status.key not in reported:
+                    reported.add(status.key)
+                    progress.finished(f"{status.student} ({status.group} labs): {status.state}"
+                                      + (f" ({status.slurm})" if status.state == "failed" else ""))
+            progress.tick()
             if not wait or not (counts["pending"] or counts["running"]):
                 break
             time.sleep(POLL_S)
@@ -175,14 +181,14 @@ def submit(args: argparse.Namespace) -> int:
         print(f"{group} array: {len(submissions)} tasks grading {', '.join(labs)} "
               f"(--time {task_minutes(plan, rubric, group)} min, --mem {resources.mem}{gpus})")
     print(f"submitted job arrays {', '.join(arrays)} for {len(submissions)} students into {graded}")
-    statuses = follow(graded, plan, wait=args.wait, show_progress=args.wait and sys.stderr.isatty())
+    statuses = follow(graded, plan, wait=args.wait, show_progress=args.wait)
     return _finish(graded, plan, statuses)
 
 
 def status(args: argparse.Namespace) -> int:
     graded = args.graded.absolute()
     plan = Plan.load(graded)
-    return _finish(graded, plan, follow(graded, plan, wait=args.wait, show_progress=sys.stderr.isatty()))
+    return _finish(graded, plan, follow(graded, plan, wait=args.wait, show_progress=args.wait))
 
 
 def resubmit(args: argparse.Namespace) -> int:
@@ -200,7 +206,7 @@ def resubmit(args: argparse.Namespace) -> int:
     arrays = submit_tasks(graded, plan, failed)
     print(f"resubmitted {len(failed)} failed tasks as job arrays {', '.join(arrays)}: "
           + ", ".join(sorted(failed)))
-    return _finish(graded, plan, follow(graded, plan, wait=args.wait, show_progress=args.wait and sys.stderr.isatty()))
+    return _finish(graded, plan, follow(graded, plan, wait=args.wait, show_progress=args.wait))
 
 
 ACTIONS = {"submit": submit, "status": status, "resubmit": resubmit}

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from grader.course.reference_times import (
@@ -19,39 +18,49 @@ from grader.evidence.runs import passed_test_times
 from grader.execute.limits import RunLimits, lab_budget, limit_for_test, submission_budget_s, time_limit_args
 from grader.execute.supervisor import overran, overrun_grace_s
 
-LIMITS = RunLimits()  # factor 10, at least 10 s, 300 s unmeasured, 60 s start-up at least, 15 in a row
+LIMITS = RunLimits()  # 10 x the reference's CPU time, at least 10 s; backstop 5 x that; 300 s unmeasured
 
 
-def lab_with(*reference_s: float | None, wall: float | None = None) -> LabRubric:
-    tests = tuple(RubricTest(f"labX/test_lab.py::test_{i}", f"test_{i}", 1, False, reference_s=ref)
-                  for i, ref in enumerate(reference_s))
+def lab_with(*reference_s: float | None, wall: float | None = None, cpu: tuple | None = None) -> LabRubric:
+    cpus = cpu or (None,) * len(reference_s)
+    tests = tuple(RubricTest(f"labX/test_lab.py::test_{i}", f"test_{i}", 1, False, reference_s=ref, reference_cpu_s=c)
+                  for i, (ref, c) in enumerate(zip(reference_s, cpus)))
     return LabRubric("labX", "labX", "Demo", tests, reference_wall_s=wall)
 
 
-def test_a_test_gets_a_multiple_of_the_reference_time_with_a_floor():
-    assert limit_for_test(0.05, LIMITS)[0] == 10.0, "fast tests get the floor"
-    limit, basis = limit_for_test(3.7, LIMITS)
-    assert limit == 37.0 and basis == "10 x the reference solution's 3.7 s"
-    assert limit_for_test(None, LIMITS) == (300.0, "the reference solution was never timed on this test")
-    assert limit_for_test(3.7, RunLimits(test_timeout_s=30)) == (30.0, "set with --test-timeout")
-    assert limit_for_test(0.0001, LIMITS)[1] == "the minimum per-test limit; the reference solution takes under 1 ms"
+def _limit(wall: float | None, cpu: float | None = None, limits: RunLimits = LIMITS):
+    return limit_for_test(RubricTest("t::x", "x", 1, False, reference_s=wall, reference_cpu_s=cpu), limits)
 
 
-def test_the_lab_budget_is_the_sum_of_its_test_limits_plus_start_up():
+def test_a_test_gets_a_multiple_of_the_references_cpu_time_with_a_floor_and_a_wall_clock_backstop():
+    assert (_limit(0.05).cpu_s, _limit(0.05).wall_s) == (10.0, 50.0), "fast tests get the floor"
+    limit = _limit(9.0, cpu=3.7)
+    assert (limit.cpu_s, limit.wall_s) == (37.0, 185.0), "the CPU time is what counts, not the wall clock"
+    assert limit.basis == "10 x the reference solution's 3.7 s of CPU time; a wall-clock backstop of 185 s"
+    assert _limit(3.7).cpu_s == 37.0, "an older recording's wall time stands in for the CPU time"
+    assert _limit(None).cpu_s == 300.0 and "never timed" in _limit(None).basis
+    assert _limit(3.7, limits=RunLimits(test_timeout_s=30)).cpu_s == 30.0
+    assert "under 1 ms" in _limit(0.0001).basis
+    assert _limit(1.0, limits=RunLimits(wall_factor=2)).wall_s == 20.0
+
+
+def test_the_lab_budget_is_the_sum_of_its_tests_backstops_plus_start_up():
     lab = lab_with(0.1, 2.0, None, wall=12.1)  # start-up = 12.1 - 2.1 = 10 s, x 10 = 100 s
     budget = lab_budget(lab, LIMITS)
-    assert [budget.limit(test.nodeid) for test in lab.tests] == [10.0, 20.0, 300.0]
-    assert budget.lab_s == 10 + 20 + 300 + 100
-    assert lab_budget(lab_with(0.1, wall=0.5), LIMITS).lab_s == 10 + 60, "start-up allowance is at least 60 s"
+    assert [budget.limit(test.nodeid) for test in lab.tests] == [50.0, 100.0, 1500.0]
+    assert [budget.test(test.nodeid).cpu_s for test in lab.tests] == [10.0, 20.0, 300.0]
+    assert budget.lab_s == 50 + 100 + 1500 + 100
+    assert lab_budget(lab_with(0.1, wall=0.5), LIMITS).lab_s == 50 + 60, "start-up allowance is at least 60 s"
     assert lab_budget(lab, RunLimits(lab_timeout_s=99)).lab_s == 99
-    assert budget.limit("labX/test_lab.py::test_c4n4ry[0]") == LIMITS.min_test_timeout_s, "canaries: the floor"
+    assert budget.test("not/in/the/rubric::test_x").cpu_s == LIMITS.min_test_timeout_s, "the floor"
 
 
 def test_submission_budget_and_options_for_another_process():
     rubric = Rubric((lab_with(1.0, wall=2.0), LabRubric("labY", "labY", "Y", error="broken")))
-    assert submission_budget_s(rubric, LIMITS) == 10 + 60
+    assert submission_budget_s(rubric, LIMITS) == 50 + 60
     assert time_limit_args(RunLimits(test_timeout_s=5)) == [
-        "--time-factor", "10", "--min-test-timeout", "10", "--max-consecutive-timeouts", "15", "--test-timeout", "5"]
+        "--time-factor", "10", "--min-test-timeout", "10", "--wall-factor", "5", "--max-consecutive-timeouts", "15",
+        "--test-timeout", "5"]
 
 
 def _test(nodeid: str, timeout: bool = False) -> list[dict]:
@@ -69,32 +78,33 @@ def test_the_timeout_streak_counts_tests_in_a_row_and_ignores_canaries():
     assert timeout_streak(killed) == 3, "a test the runner killed counts"
 
 
-def test_the_watch_reports_a_test_past_its_limit_plus_grace():
-    lab = lab_with(0.1)  # limit 10 s
+def test_the_watch_reports_a_test_past_its_wall_clock_backstop_plus_grace():
+    lab = lab_with(0.1)  # CPU limit 10 s, backstop 50 s
     budget = lab_budget(lab, LIMITS)
     nodeid = lab.tests[0].nodeid
     assert overran(None, budget, 1000.0) is None, "no test running"
-    assert overran((nodeid, 100.0), budget, 100.0 + 10 + overrun_grace_s(10) - 0.1) is None, "the alarm's grace"
-    assert overran((nodeid, 100.0), budget, 100.0 + 10 + overrun_grace_s(10) + 0.1) == nodeid
+    assert overran((nodeid, 100.0), budget, 100.0 + 50 + overrun_grace_s(50) - 0.1) is None, "the alarm's grace"
+    assert overran((nodeid, 100.0), budget, 100.0 + 50 + overrun_grace_s(50) + 0.1) == nodeid
     canary = canary_nodeid(5, nodeid)
-    assert overran((canary, 100.0), budget, 100.0 + 10 + overrun_grace_s(10) + 0.1) == canary, "its copy's limit"
+    assert overran((canary, 100.0), budget, 100.0 + 50 + overrun_grace_s(50) + 0.1) == canary, "its copy's limit"
 
 
 def test_reference_times_are_the_passed_tests_phases_summed():
     events = (
-        {"event": "report", "nodeid": "a", "when": "setup", "outcome": "passed", "duration": 0.1},
-        {"event": "report", "nodeid": "a", "when": "call", "outcome": "passed", "duration": 1.2},
+        {"event": "report", "nodeid": "a", "when": "setup", "outcome": "passed", "duration": 0.1, "cpu": 0.05},
+        {"event": "report", "nodeid": "a", "when": "call", "outcome": "passed", "duration": 1.2, "cpu": 2.2},
         {"event": "report", "nodeid": "b", "when": "setup", "outcome": "skipped", "duration": 0.0},
         {"event": "report", "nodeid": "canary", "when": "call", "outcome": "failed", "duration": 0.0},
     )
     assert passed_test_times(events, {"a", "b"}) == {"a": 1.3}, "skipped (GPU) tests and canaries have no time"
+    assert passed_test_times(events, {"a", "b"}, field="cpu") == {"a": 2.25}, "two threads: more CPU than wall"
 
 
 def test_a_new_recording_keeps_old_times_of_tests_it_could_not_time(tmp_path):
-    old = ReferenceTimes({"a": 1.0, "gpu": 5.0, "gone": 2.0}, 9.0)
-    new = ReferenceTimes({"a": 1.5}, 10.0, {"cpus": 2})
+    old = ReferenceTimes({"a": 1.0, "gpu": 5.0, "gone": 2.0}, 9.0, cpu={"a": 0.9, "gpu": 1.0})
+    new = ReferenceTimes({"a": 1.5}, 10.0, {"cpus": 2}, cpu={"a": 1.4})
     both = merged(new, old, {"a", "gpu"})
-    assert both.tests == {"a": 1.5, "gpu": 5.0} and both.lab_wall_s == 10.0
+    assert both.tests == {"a": 1.5, "gpu": 5.0} and both.lab_wall_s == 10.0 and both.cpu == {"a": 1.4, "gpu": 1.0}
     write_reference_times(tmp_path, both)
     assert read_reference_times(tmp_path) == both
     (tmp_path / TIMES_FILE).write_text("{not json")
@@ -110,8 +120,10 @@ def test_held_out_tests_times_stay_in_the_heldout_folder_which_never_ships(tmp_p
 
 
 def test_the_rubric_carries_the_recorded_times():
-    lab = with_reference_times(lab_with(None, None), ReferenceTimes({"labX/test_lab.py::test_1": 0.5}, 3.0))
+    times = ReferenceTimes({"labX/test_lab.py::test_1": 0.5}, 3.0, cpu={"labX/test_lab.py::test_1": 0.4})
+    lab = with_reference_times(lab_with(None, None), times)
     assert [test.reference_s for test in lab.tests] == [None, 0.5] and lab.reference_wall_s == 3.0
+    assert [test.reference_cpu_s for test in lab.tests] == [None, 0.4]
     assert Rubric.from_dict(Rubric((lab,)).to_dict()) == Rubric((lab,))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -68,17 +69,33 @@ nox -s not-a-command-either
     ]
 
 
-@pytest.mark.parametrize("command, argv, skipped", [
-    ("nox -s lab01 -- -k conv_bn", (PY, "-m", "nox", "-s", "lab01", "--", "-k", "conv_bn", "--co", "-q"), ""),
-    ("python3 -m nox -s lab01 lab02", (PY, "-m", "nox", "-s", "lab01", "lab02", "--", "--co", "-q"), ""),
-    ("nox -s bench-lab01", (PY, "-m", "nox", "-s", "bench-lab01", "--", "--help"), ""),
-    ("python -m grader run . --out graded/me", (PY, "-m", "grader", "run", ".", "--out", "graded/me", "--help"), ""),
-    ("python3 -m pip install nox", (), "installs packages"),
-    ("nox -s labNN", (), "a template (labNN stands for a value)"),
+@pytest.mark.parametrize("command, argv, kind, skipped", [
+    ("nox -s lab01 -- -k conv_bn", (PY, "-m", "nox", "-s", "lab01", "--", "-k", "conv_bn"), "runs", ""),
+    ("python3 -m nox -s lab01 lab02", (PY, "-m", "nox", "-s", "lab01", "lab02"), "runs", ""),
+    ("nox -s bench-lab01 -- --quick", (PY, "-m", "nox", "-s", "bench-lab01", "--", "--quick"), "runs", ""),
+    ("python -m lab02_npu_backend.report --model all", (PY, "-m", "lab02_npu_backend.report", "--model", "all"),
+     "runs", ""),
+    ("nox -s grade-me", (PY, "-m", "nox", "-s", "grade-me", "--", "--help"), "parses", ""),
+    ("python -m grader run . --out graded/me", (PY, "-m", "grader", "run", ".", "--out", "graded/me", "--help"),
+     "parses", ""),
+    ("python3 -m pip install nox", (), "parses", "installs packages"),
+    ("nox -s labNN", (), "parses", "a template (labNN stands for a value)"),
 ])
-def test_each_command_has_a_cheap_form(command, argv, skipped):
+def test_each_command_runs_for_real_or_only_parses(command, argv, kind, skipped):
     run = cheap_form(command, PY)
-    assert (run.argv, run.skipped) == (argv, skipped)
+    assert (run.argv, run.kind, run.skipped) == (argv, kind, skipped)
+
+
+def test_a_run_on_the_starter_passes_when_it_stops_at_an_unfinished_step(tmp_path):
+    from grader.release.student_docs import CheapRun, _run_one
+
+    def run(script: str):
+        return _run_one(CheapRun("x", (sys.executable, "-c", script), kind="runs"), tmp_path, dict(os.environ))
+
+    assert run("print('lab01: finish step 2 first (Constant folding)'); raise SystemExit(1)") is None
+    assert run("print('Start here: step 0, op_name'); raise SystemExit(1)") is None
+    assert "exited 1" in run("raise NotImplementedError('TODO')"), "a traceback is a failure"
+    assert "exited 1" in run("print('finish step 2 first'); raise ValueError('and then a crash')")
 
 
 def test_the_env_assignment_of_a_command_is_kept():
@@ -136,5 +153,5 @@ def test_the_real_student_docs_show_no_instructor_command_and_only_existing_sess
                             check=True).stdout
     sessions = {line[2:].split(" -> ")[0] for line in listed.splitlines() if line[:2] in ("* ", "- ")}
     shown = {name for command in commands for run in [cheap_form(command)] if run.argv[1:3] == ("-m", "nox")
-             for name in run.argv[run.argv.index("-s") + 1:run.argv.index("--")]}
+             for name in run.argv[run.argv.index("-s") + 1:run.argv.index("--") if "--" in run.argv else None]}
     assert shown and shown <= sessions, shown - sessions

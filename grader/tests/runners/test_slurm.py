@@ -103,10 +103,10 @@ def test_a_task_sizes_pytorchs_threads_by_its_cpus_not_the_nodes(demo_setup, tmp
 
 
 def test_a_tasks_default_time_is_its_labs_budgets_plus_a_margin(demo_setup):
-    from grader.execute.limits import lab_budget
+    from grader.execute.limits import whole_lab_s
 
     plan = _plan(demo_setup)
-    budget = lab_budget(demo_setup.rubric.labs[0], DEMO_LIMITS).lab_s
+    budget = whole_lab_s(demo_setup.rubric.labs[0], DEMO_LIMITS)  # its visible and its held-out part
     assert task_minutes(plan, demo_setup.rubric, CPU) == -(-int(budget + 600) // 60)
     assert task_minutes(_plan(demo_setup, time="00:01:00"), demo_setup.rubric, CPU) == 1
 
