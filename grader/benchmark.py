@@ -14,9 +14,12 @@ Three measurements, printed as a table and written as JSON (:mod:`labkit.bench`)
    pytest, and graded by :func:`grader.runners.local.grade_submission` (sandbox copy, canary, probe, JSON report,
    scoring, outputs), interleaved; the difference of the medians is the overhead.
 3. **Batch scaling**: the same N submissions graded with ``-j 1`` and ``-j <cores>``.
+4. **Isolation** (target: at most 10% of a lab's grading time). The reference solution of one lab graded
+   with every process under bubblewrap and graded unisolated, interleaved round by round; the ratio of
+   the two, paired by round, with its interquartile range and a verdict the noise cannot flip.
 
-Measurements 2 and 3 use the demo course of the grader's tests (fast, torch-free) unless ``--course``
-names another course root.
+Measurements 2 to 4 use the demo course of the grader's tests (fast, torch-free) unless ``--course``
+names another course root (``--course . --lab lab01 --only isolation`` measures a real lab).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from grader.course.labs import load_course
+from grader.course.labs import load_course, make_reference_submission
 from grader.execute.collect import build_rubric
 from grader.execute.command import config_args, pytest_env
+from grader.execute.isolation import Bubblewrap, Isolation, Unisolated
 from grader.execute.limits import RunLimits
 from grader.report.demo_class import synthetic_rubric, write_synthetic_student
 from grader.report.summary import write_report
@@ -40,7 +45,7 @@ from grader.runners.batch import grade_all
 from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from grader.scoring.feedback import write_outputs
 from grader.scoring.score import rescore
-from labkit.bench import benchmark_parser, print_table, time_interleaved, write_json
+from labkit.bench import benchmark_parser, paired_ratio, print_table, time_interleaved, verdict, write_json
 
 DEMO_COURSE = Path(__file__).resolve().parent / "tests" / "fixtures" / "course"
 
@@ -107,13 +112,40 @@ def bench_batch(course_root: Path, submissions: int, scratch: Path, jobs: list[i
     return rows
 
 
+def bench_isolation(course_root: Path, lab_id: str, scratch: Path, repeats: int) -> dict[str, Any]:
+    """Measurement 4: the reference of one lab graded under bubblewrap and unisolated (see the docstring)."""
+    course = load_course(course_root)
+    labs = course.select([lab_id])
+    rubric = build_rubric(course, labs, scratch / "cache")
+    reference = make_reference_submission(course, scratch / "reference")
+    counter = iter(range(10_000))
+    scores: dict[str, list[int]] = {"bubblewrap": [], "none": []}
+
+    def graded(isolation: Isolation):
+        setup = GradingSetup(course, labs, rubric, GradeOptions(gpu="auto", isolation=isolation))
+
+        def run() -> None:
+            result = grade_submission(reference, scratch / f"graded-{next(counter)}", setup, name="reference")
+            scores[isolation.name].append(result.total["score"])
+
+        return run
+
+    timings = time_interleaved({"bubblewrap": graded(Bubblewrap(sys.executable, course.root)),
+                                "none": graded(Unisolated())}, warmup=0, repeats=repeats)
+    ratio = paired_ratio(timings["bubblewrap"], timings["none"])
+    return {"lab": lab_id, "isolated": timings["bubblewrap"].to_dict(), "unisolated": timings["none"].to_dict(),
+            "isolated_text": timings["bubblewrap"].describe("s"), "unisolated_text": timings["none"].describe("s"),
+            "ratio": ratio.to_dict(), "ratio_text": ratio.describe(), "verdict": verdict(ratio, 1.10, at_least=False),
+            "scores": scores}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = benchmark_parser(__doc__.splitlines()[0], "results/grader")
     parser.add_argument("--students", type=int, default=1000, help="synthetic class size for scoring and reporting")
     parser.add_argument("--course", type=Path, default=DEMO_COURSE, help="course root for overhead and batch runs")
     parser.add_argument("--lab", default=None, help="lab id for the overhead run (default: the course's first lab)")
     parser.add_argument("--batch", type=int, default=8, help="submissions in the batch-scaling run")
-    parser.add_argument("--only", default="class,overhead,batch", help="comma-separated measurements to run")
+    parser.add_argument("--only", default="class,overhead,batch,isolation", help="comma-separated measurements to run")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
     repeats = max(1, min(args.repeats, 5))  # each round grades a whole lab: a few are enough
@@ -124,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         klass = bench_class(args.students, scratch / "class") if "class" in only else None
         overhead = bench_overhead(args.course, lab_id, scratch / "overhead", repeats) if "overhead" in only else None
         batch = bench_batch(args.course, args.batch, scratch / "batch", sorted({1, cores})) if "batch" in only else None
+        isolation = bench_isolation(args.course, lab_id, scratch / "isolation", repeats) if "isolation" in only else None
     if klass:
         print_class(klass)
     if overhead:
@@ -133,8 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     if batch:
         print_table(f"Batch of {args.batch} submissions", ["-j", "wall s", "speedup"],
                     [[row["jobs"], row["wall_s"], row["speedup"]] for row in batch])
+    if isolation:
+        print_table(f"Isolation on {isolation['lab']}'s reference (target <= 1.10x)", ["grading", "median s [IQR]"],
+                    [["every process under bubblewrap", isolation["isolated_text"]],
+                     ["unisolated", isolation["unisolated_text"]],
+                     ["bubblewrap / unisolated, paired by round", f"{isolation['ratio_text']}: {isolation['verdict']}"]])
     path = write_json(args.out / "grader_benchmark.json", {"class": klass, "overhead": overhead, "batch": batch,
-                                                           "course": str(args.course), "cores": cores})
+                                                           "isolation": isolation, "course": str(args.course),
+                                                           "cores": cores})
     print(f"wrote {path}")
     return 0
 
