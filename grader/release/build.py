@@ -50,6 +50,7 @@ from grader.release.student_docs import (
 )
 from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from labkit.labspec import HELDOUT_DIR
+from labkit.scaffold import SCAFFOLDS, guidance_blocks, without_guidance
 
 #: Root files shipped to students when the course has them.
 STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE")
@@ -78,12 +79,18 @@ def _ignore_for(course_root: Path, include_heldout: bool = False):
     return ignore
 
 
-def build_release(course: Course, out: Path, *, include_heldout: bool = False) -> list[str]:
+def build_release(course: Course, out: Path, *, include_heldout: bool = False, scaffold: str = "full") -> list[str]:
     """Copy the student distribution of ``course`` into ``out`` (emptied first); return its top-level entries.
 
     ``include_heldout`` keeps the labs' held-out tests: only for a grading copy the instructor uploads
-    (the Gradescope bundle), never for students.
+    (the Gradescope bundle), never for students. ``scaffold="minimal"`` leaves the starters' guidance
+    blocks out (contracts only, :mod:`labkit.scaffold`).
+
+    Raises:
+        CourseError: ``out`` inside the course, an unknown scaffold, a starter whose guidance blocks do not pair up.
     """
+    if scaffold not in SCAFFOLDS:
+        raise CourseError(f"--scaffold {scaffold!r}: expected one of {', '.join(SCAFFOLDS)}")
     if out.resolve() == course.root or course.root in out.resolve().parents:
         raise CourseError(f"--out {out} must be outside the course root {course.root}")
     shutil.rmtree(out, ignore_errors=True)
@@ -105,7 +112,29 @@ def build_release(course: Course, out: Path, *, include_heldout: bool = False) -
         except DocsError as error:
             raise CourseError(str(error)) from error
         document.write_text(stripped, encoding="utf-8")
+    if scaffold == "minimal":
+        strip_guidance(course, out)
     return sorted(path.name for path in out.iterdir())
+
+
+def strip_guidance(course: Course, release: Path) -> int:
+    """Remove the guidance blocks from every starter file of ``release``; return how many were removed.
+
+    Raises:
+        CourseError: naming the file and line of a block that does not pair up.
+    """
+    removed = 0
+    for path in course.editable_paths():
+        starter = release / path
+        if not starter.is_file():
+            continue
+        text = starter.read_text(encoding="utf-8")
+        try:
+            removed += len(guidance_blocks(text))
+            starter.write_text(without_guidance(text), encoding="utf-8")
+        except ValueError as error:
+            raise CourseError(f"{path}: {error}") from error
+    return removed
 
 
 def student_documents(release: Path) -> list[Path]:

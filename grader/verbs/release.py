@@ -10,23 +10,26 @@ from grader.course.labs import CourseError, load_course
 from grader.release.build import ReleaseError, build_release, verify_release
 from grader.runners.local import GradeOptions
 from grader.verbs.options import add_course_options, limits_from_args
+from labkit.scaffold import SCAFFOLDS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the student distribution (replaced)")
     parser.add_argument("--no-verify", action="store_true", help="only build, skip the install/collect/score checks")
+    parser.add_argument("--scaffold", choices=SCAFFOLDS, default="full",
+                        help="full: the starters as they are; minimal: without their step-by-step guidance "
+                             "blocks (contracts only)")
     add_course_options(parser)
-
 
 
 def main(args: argparse.Namespace) -> int:
     try:
         course = load_course(args.course)
-        entries = build_release(course, args.out)
+        entries = build_release(course, args.out, scaffold=args.scaffold)
     except CourseError as error:
         print(f"grader release: {error}", file=sys.stderr)
         return 2
-    print(f"built the student distribution in {args.out}: {', '.join(entries)}")
+    print(f"built the student distribution in {args.out} ({args.scaffold} scaffolding): {', '.join(entries)}")
     for package, why in course.not_ready.items():
         print(f"  note: {package} ships as it is but is not ready to grade ({why})")
     if args.no_verify:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -155,3 +156,15 @@ def test_the_real_student_docs_show_no_instructor_command_and_only_existing_sess
     shown = {name for command in commands for run in [cheap_form(command)] if run.argv[1:3] == ("-m", "nox")
              for name in run.argv[run.argv.index("-s") + 1:run.argv.index("--") if "--" in run.argv else None]}
     assert shown and shown <= sessions, shown - sessions
+
+
+def test_the_real_courses_minimal_release_has_contracts_without_step_by_step_guidance(tmp_path):
+    course = load_course()
+    release = tmp_path / "minimal"
+    build_release(course, release, scaffold="minimal")
+    for path in course.editable_paths():
+        text = (release / path).read_text()
+        assert "# guidance:" not in text, f"{path}: a guidance block shipped in the minimal release"
+        ast.parse(text, filename=str(path))
+        assert text.count("raise NotImplementedError") == (course.root / path).read_text().count(
+            "raise NotImplementedError"), f"{path}: every TODO a student replaces is still there"

@@ -194,9 +194,12 @@ def test_batch_command_line_runs_containers(tmp_path, engine, capsys):
     assert f"solution: {DEMO_CPU_MAX}/" in printed
     (run,) = [call for call in engine_calls(tmp_path) if call[0] == "run"]
     assert values(run, "--memory") == ["1g"]
-    assert run[run.index("course:test") + 1:][-10:] == ["--labs", "labA,labB", "--gpu", "auto",
+    assert run[run.index("course:test") + 1:][-12:] == ["--labs", "labA,labB", "--gpu", "auto",
                                                         "--time-factor", "10", "--min-test-timeout", "10",
-                                                        "--max-consecutive-timeouts", "15"]
+                                                        "--wall-factor", "5", "--max-consecutive-timeouts", "15"]
+    assert "--read-only" in run and values(run, "--tmpfs")[0].startswith("/tmp:"), "a read-only root, a private /tmp"
+    assert values(run, "--security-opt")[-1] in ("unmask=ALL", "systempaths=unconfined"), \
+        "the grader inside may isolate each graded process with bubblewrap"
 
 
 def test_batch_without_an_engine_says_so(tmp_path, monkeypatch, capsys):

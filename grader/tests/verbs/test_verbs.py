@@ -109,6 +109,17 @@ def test_release_ships_no_solutions_and_verifies(tmp_path, capsys, demo_args):
     assert "none of the course's 7 held-out tests (9 points) is in the release" in printed
 
 
+def test_a_minimal_release_drops_the_guidance_blocks_and_verifies(tmp_path, capsys, demo_args):
+    full, minimal = tmp_path / "full", tmp_path / "minimal"
+    assert main(["release", "--out", str(minimal), "--scaffold", "minimal", *demo_args]) == 0
+    assert main(["release", "--out", str(full), "--no-verify", *demo_args]) == 0
+    assert "(a, b) becomes (b, a + b)" in (full / "labA_arith" / "arith.py").read_text(), "full: as written"
+    starter = (minimal / "labA_arith" / "arith.py").read_text()
+    assert "guidance" not in starter and "(a, b) becomes" not in starter, "minimal: the steps are gone"
+    assert '"""Return the n-th Fibonacci number' in starter and 'raise NotImplementedError("TODO: fib")' in starter
+    assert "the release is verified" in capsys.readouterr().out
+
+
 def test_release_refuses_a_starter_that_already_passes(tmp_path, capsys):
     course = tmp_path / "course"
     shutil.copytree(DEMO_COURSE, course)
