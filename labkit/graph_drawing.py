@@ -130,6 +130,8 @@ def _legend(entries: Sequence[tuple[str, NodeStyle]]) -> pydot.Cluster:
     for index, (text, style) in enumerate(entries):
         legend.add_node(pydot.Node(f"{_LEGEND_PREFIX}{index}", label=f'"{record_text(text)}"', shape="box",
                                    fontsize="11", **_style_attributes(style)))
+        if index:  # invisible edges stack the entries in a column instead of one wide row
+            legend.add_edge(pydot.Edge(f"{_LEGEND_PREFIX}{index - 1}", f"{_LEGEND_PREFIX}{index}", style="invis"))
     return legend
 
 
