@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from labkit.graph_drawing import GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, draw_graph, graphviz_available, write_drawing
 from labkit.impl import load_lab, selected_impl
@@ -77,6 +77,9 @@ class DialectDrawing:
     drawings: list[Drawing] = field(default_factory=list)
     #: why the pipeline did not finish (a pass diverged, a TODO), or None.
     problem: str | None = None
+    #: the captured graph, and the graph the last pass that ran returned (None: no pass ran).
+    captured: fx.GraphModule | None = None
+    final: fx.GraphModule | None = None
 
 
 def pass_colors(names: Sequence[str]) -> dict[str, str]:
@@ -128,7 +131,7 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
     """Capture ``model`` in ``dialect``, run the lab's pipeline recorded, draw before and after into ``out``."""
     captured = capture(model, inputs, dialect)
     original = captured.graph_module
-    result = DialectDrawing(dialect, len(original.graph.nodes))
+    result = DialectDrawing(dialect, len(original.graph.nodes), captured=original)
     names = [node.name for node in original.graph.nodes]
     record, error, manager = None, None, None
     try:
@@ -150,7 +153,7 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
         draw_graph(original, title, styles=before_styles(histories, colors), legend=key, compact=compact),
         out / f"{dialect}-before"))
     if record and record.graphs:
-        final = record.graphs[-1]
+        final = result.final = record.graphs[-1]
         stopped = f" (stopped: {changes[-1].name} failed)" if error is not None else ""
         title = f"{label}, {dialect}: after {', '.join(c.name for c in changes)}{stopped} ({len(final.graph.nodes)} nodes)"
         result.drawings.append(write_drawing(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import shutil
 import textwrap
+import warnings
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -225,11 +226,17 @@ def _unquote(name: str) -> str:
     return name[1:-1] if len(name) >= 2 and name[0] == name[-1] == '"' else name
 
 
+def parse_dot(dot_source: str) -> list[pydot.Dot]:
+    """The graphs of a DOT text, read by pydot's parser (quietly: it uses pyparsing's deprecated names)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return list(pydot.graph_from_dot_data(dot_source) or [])
+
+
 def drawn_node_names(dot_source: str) -> set[str]:
     """The names of the nodes a DOT text draws, its clusters included (legend entries left out)."""
-    graphs = pydot.graph_from_dot_data(dot_source) or []
     names: set[str] = set()
-    stack = list(graphs)
+    stack = parse_dot(dot_source)
     while stack:
         graph = stack.pop()
         names.update(_unquote(node.get_name()) for node in graph.get_nodes())
