@@ -35,7 +35,8 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from labkit.graph_drawing import GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, draw_graph, graphviz_available, write_drawing
+from labkit.graph_drawing import (GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, draw_graph, graphviz_available,
+                                  write_drawing)
 from labkit.impl import load_lab, selected_impl
 from labkit.labspec import load_lab_spec
 from labkit.step_summary import shorten, step_to_finish_first
@@ -155,7 +156,8 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
     if record and record.graphs:
         final = result.final = record.graphs[-1]
         stopped = f" (stopped: {changes[-1].name} failed)" if error is not None else ""
-        title = f"{label}, {dialect}: after {', '.join(c.name for c in changes)}{stopped} ({len(final.graph.nodes)} nodes)"
+        passes = ", ".join(c.name for c in changes)
+        title = f"{label}, {dialect}: after {passes}{stopped} ({len(final.graph.nodes)} nodes)"
         result.drawings.append(write_drawing(
             draw_graph(final, title, styles=after_styles(histories, colors), legend=key, compact=compact),
             out / f"{dialect}-after"))
@@ -185,7 +187,8 @@ def changes_table(drawing: DialectDrawing) -> list[str]:
         idle = [c.name for c in drawing.changes if not c.touched]
         if idle:
             lines += ["", f"Found nothing to do here: {', '.join(idle)}."]
-    lines += ["", "Pictures: " + ", ".join(f"`{path.name}`" for d in drawing.drawings for path in (d.source, *d.images)), ""]
+    files = [path.name for d in drawing.drawings for path in (d.source, *d.images)]
+    lines += ["", "Pictures: " + ", ".join(f"`{name}`" for name in files), ""]
     return lines
 
 
@@ -196,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/lab01/graphs"),
                         help="folder for the pictures (a subfolder per model)")
     parser.add_argument("--full-labels", action="store_true",
-                        help="every field FxGraphDrawer writes (module constants, strides, users), not the compact labels")
+                        help="every field FxGraphDrawer writes (module constants, strides, users), "
+                             "not the compact labels")
     args = parser.parse_args(argv)
 
     lab = load_lab(PACKAGE)

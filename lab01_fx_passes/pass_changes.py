@@ -29,6 +29,7 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
+from lab01_fx_passes.graph_tools import fetch_attr
 from lab01_fx_passes.pass_report import Pass, pass_name
 
 
@@ -81,20 +82,16 @@ def _tensor_state(tensor: torch.Tensor) -> tuple:
     return id(tensor), pointer, tensor._version, tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype)
 
 
-def _attribute(gm: fx.GraphModule, target: str) -> Any:
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part, None)
-    return value
-
-
 def _record(gm: fx.GraphModule, node: fx.Node) -> NodeRecord:
     inputs = tuple(n.name for n in node.all_input_nodes)
     constants = repr(fx.node.map_arg((node.args, node.kwargs), lambda _: "%"))
     state: tuple = ()
     keep: tuple = ()
     if node.op in ("call_module", "get_attr"):
-        value = _attribute(gm, node.target)
+        try:
+            value = fetch_attr(gm, node.target)
+        except AttributeError:  # a dangling target: compared by its name alone
+            value = None
         if isinstance(value, nn.Module):
             tensors = [*value.named_parameters(), *value.named_buffers()]
             kind = (node.op, type(value).__qualname__, constants)

@@ -72,7 +72,8 @@ def partition_graphs(lab: Any, model: Any, example_inputs: tuple[Any, ...], dial
         partitions = {}
         for submodule in partitioning.npu_submodules:
             inner = getattr(partitioning.graph_module, submodule).graph.nodes
-            partitions[submodule] = tuple(n.name for n in inner if n.op not in ("placeholder", "output") and n.name in names)
+            partitions[submodule] = tuple(n.name for n in inner
+                                          if n.op not in ("placeholder", "output") and n.name in names)
         results.append(PartitionedGraph(dialect, gm, partitions, partitioning.coverage))
     return results
 
@@ -111,7 +112,8 @@ def draw_partitioned(graph: PartitionedGraph, title: str, stem: Path) -> Drawing
     return write_drawing(dot, stem)
 
 
-def draw_model(lab: Any, name: str, model: Any, example_inputs: tuple[Any, ...], dialect: str, out: Path) -> list[Drawing]:
+def draw_model(lab: Any, name: str, model: Any, example_inputs: tuple[Any, ...], dialect: str,
+               out: Path) -> list[Drawing]:
     """Draw every graph of ``model`` in ``dialect``: ``out/partitions-<name>-<dialect>[-graph<i>].*``."""
     graphs = partition_graphs(lab, model, example_inputs, dialect)
     drawings = []

@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zoo", action="store_true",
                         help="instead: every transformers family of the zoo (--dialect both by default)")
     parser.add_argument("--draw", action="store_true",
-                        help="also draw each graph's partitions: NPU partitions boxed, CPU fallbacks with their reasons "
-                             "(DOT; SVG and PNG with Graphviz)")
+                        help="also draw each graph's partitions: NPU partitions boxed, CPU fallbacks with "
+                             "their reasons (DOT; SVG and PNG with Graphviz)")
     args = parser.parse_args(argv)
     if args.draw and args.zoo:
         parser.error("--draw draws the standard models (--model); the zoo's report has no pictures")
