@@ -142,6 +142,9 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
         error = failure
     if error is not None:
         result.problem = _problem(error)
+    elif record is not None and manager.passes and not record.changes:
+        result.problem = ("the pass manager ran none of the passes in its `passes` list (step 7's contract: "
+                          "keep them in self.passes and run them from there)")
     changes = record.changes if record else []
     result.changes = changes
     reports = list(getattr(manager, "report", None) or [])

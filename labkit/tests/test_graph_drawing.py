@@ -225,3 +225,26 @@ def test_lab02_report_draws_with_draw(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "partitions-mlp-torch.dot").exists() and (tmp_path / "coverage-mlp-torch.json").exists()
     with pytest.raises(SystemExit):
         lab02_report.main(["--zoo", "--draw"])
+
+
+def test_lab01_says_so_when_the_manager_runs_passes_from_elsewhere(tmp_path, monkeypatch):
+    """A manager that ignores its ``passes`` list would give pictures with nothing marked: the command says why."""
+    lab = load_lab("lab01_fx_passes", "solution")
+
+    class PrivateListManager(lab.PassManager):
+        def __init__(self, passes, **options):
+            super().__init__(passes, **options)
+            self.hidden = list(self.passes)
+
+        def __call__(self, graph_module):
+            self.passes, shown = self.hidden, self.passes
+            try:
+                return super().__call__(graph_module)
+            finally:
+                self.passes = shown
+
+    monkeypatch.setattr(lab, "default_pipeline", lambda inputs: PrivateListManager(
+        [lab.fuse_conv_bn], example_inputs=inputs))
+    model, inputs = draw_graphs.MODELS["conv_bn_stack"]()
+    result = draw_graphs.draw_dialect(lab, "conv_bn_stack", model, inputs, "symbolic_trace", tmp_path)
+    assert "ran none of the passes" in result.problem
