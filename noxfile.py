@@ -3,7 +3,8 @@
 Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments after -- go to pytest, e.g. -- --step 2)
                 nox -s grade-me                   (grade your copy as the grader would: graded/me/feedback.md)
                 nox -s bench-lab01 bench-lab02 bench-lab03  (~2 min, ~1 min, GPU; lab 1's long form: -- --full)
-                nox -s report-lab02               (lab 2's NPU coverage report; -- --model all, -- --zoo)
+                nox -s report-lab02               (lab 2's NPU coverage report; -- --model all, -- --zoo, -- --draw)
+                nox -s draw-lab01                 (lab 1's graphs before and after the pipeline, as pictures)
                 nox -s zoo-lab02                  (lab 2's backend on the transformers zoo, both dialects)
                 nox -s gpu                        (on a CUDA machine: the GPU tests + lab 3's benchmark)
 Environment:    nox -s course-env                 (create the shared environment; print its python)
@@ -129,6 +130,13 @@ def grade_me(session: nox.Session) -> None:
 def report_lab02(session: nox.Session) -> None:
     """Lab 2's NPU coverage report (your code; the reference where present): -- --model all, --dialect aten."""
     run_in_course_env(session, "-m", "lab02_npu_backend.report", *session.posargs, env={"LABKIT_IMPL": default_impl()})
+
+
+@nox.session(name="draw-lab01", venv_backend="none")
+def draw_lab01(session: nox.Session) -> None:
+    """Lab 1's graphs before and after the pipeline as pictures (the reference where present): -- --model resnet50."""
+    run_in_course_env(session, "-m", "lab01_fx_passes.draw_graphs", *session.posargs,
+                      env={"LABKIT_IMPL": default_impl()})
 
 
 @nox.session(name="zoo-lab02", venv_backend="none")

@@ -7,23 +7,31 @@ elided because they do no work, and the ops that fell back.
 
     python -m lab02_npu_backend.report --model all --dialect both --out results/lab02
     python -m lab02_npu_backend.report --model resnet18 --dialect aten
+    python -m lab02_npu_backend.report --model mlp --dialect both --draw   # + pictures of the partitions
     python -m lab02_npu_backend.report --zoo      # every transformers family of the zoo, both dialects
+
+``--draw`` also draws every graph the backend received, its NPU partitions boxed and coloured, its
+CPU fallbacks labelled with their reasons (:mod:`lab02_npu_backend.partition_drawing`): DOT text,
+and SVG and PNG when Graphviz is installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
 
+from labkit.graph_drawing import GRAPHVIZ_MISSING, graphviz_available
 from labkit.impl import load_lab, selected_impl
 from labkit.numerics import output_error
 from lab02_npu_backend import coverage
 from lab02_npu_backend.coverage import PartitionReport
 from lab02_npu_backend.models import STANDARD_MODELS, build_model
+from lab02_npu_backend.partition_drawing import draw_model
 from lab02_npu_backend.zoo import FAMILIES, ZOO_BAR, Family, build_family
 
 PACKAGE = "lab02_npu_backend"
@@ -98,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/lab02"), help="folder for the JSON reports")
     parser.add_argument("--zoo", action="store_true",
                         help="instead: every transformers family of the zoo (--dialect both by default)")
+    parser.add_argument("--draw", action="store_true",
+                        help="also draw each graph's partitions: NPU partitions boxed, CPU fallbacks with "
+                             "their reasons (DOT; SVG and PNG with Graphviz)")
     args = parser.parse_args(argv)
+    if args.draw and args.zoo:
+        parser.error("--draw draws the standard models (--model); the zoo's report has no pictures")
 
     lab = load_lab(PACKAGE)
     if args.zoo:
@@ -120,12 +133,19 @@ def main(argv: list[str] | None = None) -> int:
             print(report.to_markdown())
             path = args.out / f"coverage-{name}-{dialect}.json"
             path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
-            print(f"wrote {path}\n")
+            print(f"wrote {path}")
+            if args.draw:
+                print(f"drawing the partitions of {name} ({dialect} graphs) ...", flush=True)
+                for drawing in draw_model(lab, name, case.model, case.example_inputs, dialect, args.out):
+                    print(drawing.describe())
+            print()
             rows.append(summary_row(report))
     print("## Summary (NPU nodes / nodes that do work; elided nodes do no work and are not counted)\n")
     print("| model | dialect | NPU nodes | NPU % | NPU % FLOPs | elided | CPU fallback |")
     print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
     print("\n".join(rows))
+    if args.draw and not graphviz_available():
+        print(f"\n{GRAPHVIZ_MISSING}", file=sys.stderr)
     return 0
 
 

@@ -8,6 +8,8 @@
   readable tables, JSON and plots for benchmark scripts.
 - :mod:`labkit.pytest_plugin`: the ``points`` and ``gpu`` markers, the ``--impl`` and ``--step`` options,
   the ``lab`` fixture, and the points-per-step summary that ends a lab's run (:mod:`labkit.step_summary`).
+- :mod:`labkit.graph_drawing`: pictures of FX graphs (PyTorch's ``FxGraphDrawer``, nodes marked with
+  what happened to them, DOT text always, SVG and PNG through Graphviz).
 - :mod:`labkit.run_lab`: what ``nox -s labNN`` runs: pytest, resumed after a test that crashes the
   process, from the run's event log (:mod:`labkit.event_log`).
 """
