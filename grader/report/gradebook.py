@@ -27,9 +27,10 @@ left empty, never 0, and listed.
 
 ``gradebook-moodle.csv`` is the same table for Moodle's CSV grade import, which maps one identifier
 column to a user field (``SIS Login ID`` to *username* or *email address*) and each lab column to a
-grade item. Moodle stops the whole import at a row whose identifier matches nobody, and credits a row
-whose identifier is empty to the row before it, so this file has no ``Points Possible`` row and only the
-students with a ``SIS Login ID``; the others are listed.
+grade item. Moodle (``grade/import/csv/classes/load_data.php``) stops the whole import at a row whose
+identifier matches nobody, credits a row whose identifier is empty to the row before it, and imports
+an empty cell as "no grade", replacing a grade already there. So this file has no ``Points Possible``
+row and only the students with a ``SIS Login ID`` and a grade in every lab; the others are listed.
 """
 
 from __future__ import annotations
@@ -137,8 +138,9 @@ def gradebook(results: list[SubmissionResult], missing: list[str], roster: list[
             if why and result is not None:
                 lists["pending_gpu" if row[column] != "" else "left_blank"].append({"student": student, "why": why})
         rows.append(row)
-        if not ids[MOODLE_ID]:
-            lists["not_in_moodle"].append({"student": student, "why": f"no {MOODLE_ID}"})
+        if not ids[MOODLE_ID] or "" in (row[column] for column in assignments.values()):
+            why = f"no {MOODLE_ID}" if not ids[MOODLE_ID] else "an empty cell (Moodle would import it as no grade)"
+            lists["not_in_moodle"].append({"student": student, "why": why})
 
     for entry in roster:
         if entry.submission not in graded:
@@ -153,7 +155,8 @@ def gradebook(results: list[SubmissionResult], missing: list[str], roster: list[
     points = {"Student": POINTS_POSSIBLE, **{key: "" for key in STUDENT_COLUMNS[1:]},
               **{column: maxima.get(lab_id, 0) for lab_id, column in assignments.items()}}
     return {"columns": [*STUDENT_COLUMNS, *assignments.values()], "points_possible": points, "rows": rows,
-            "moodle_rows": [row for row in rows if row[MOODLE_ID]], **lists}
+            "moodle_rows": [row for row in rows if row[MOODLE_ID] and all(row[c] != "" for c in assignments.values())],
+            **lists}
 
 
 def write_gradebook(book: dict[str, Any], out: Path) -> None:

@@ -35,6 +35,7 @@ import io
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -144,20 +145,30 @@ class LabSimilarity:
         return [pair for pair in self.pairs if pair.flagged(thresholds)]
 
 
-def _fingerprint(name: str, text: str, thresholds: Thresholds, boilerplate):
-    """copydetect's winnowed fingerprint of ``text``, the ``boilerplate`` fingerprints left out."""
+def _fingerprint(name: str, text: str, thresholds: Thresholds):
+    """copydetect's fingerprint of ``text`` (tokenized once: Pygments is most of the check's time)."""
     from copydetect.detector import CodeFingerprint
 
-    return CodeFingerprint(name, thresholds.noise, thresholds.guarantee - thresholds.noise + 1, boilerplate,
+    return CodeFingerprint(name, thresholds.noise, thresholds.guarantee - thresholds.noise + 1,
                            language=LANGUAGE, fp=io.StringIO(text))
 
 
-def _all_kgrams(text: str, thresholds: Thresholds) -> set[int]:
-    """Every fingerprint of ``text`` (no winnowing): what boilerplate and common code are matched against."""
-    from copydetect.utils import filter_code, hashed_kgrams
+def _every_kgram(fingerprint, thresholds: Thresholds) -> set[int]:
+    """Every fingerprint of the text, before winnowing: what boilerplate and common code are found in."""
+    from copydetect.utils import hashed_kgrams
 
-    filtered, _ = filter_code(text, "document.py", LANGUAGE)
-    return set(hashed_kgrams(filtered, thresholds.noise).tolist())
+    return set(hashed_kgrams(fingerprint.filtered_code, thresholds.noise).tolist())
+
+
+def _set_aside(fingerprint, boilerplate, thresholds: Thresholds) -> None:
+    """Drop the ``boilerplate`` fingerprints from ``fingerprint``, with the functions copydetect's own
+    ``CodeFingerprint`` uses for its ``boilerplate`` argument (without tokenizing the text again)."""
+    from copydetect.utils import get_document_fingerprints, get_token_coverage
+
+    window = thresholds.guarantee - thresholds.noise + 1
+    hashes, where = get_document_fingerprints(fingerprint.filtered_code, thresholds.noise, window, boilerplate)
+    fingerprint.hashes, fingerprint.hash_idx = hashes, where
+    fingerprint.token_coverage = get_token_coverage(where, thresholds.noise, len(fingerprint.filtered_code))
 
 
 def compare_lab(documents: dict[str, str], starter: str, thresholds: Thresholds = Thresholds()) -> LabSimilarity:
@@ -169,16 +180,17 @@ def compare_lab(documents: dict[str, str], starter: str, thresholds: Thresholds 
     import numpy as np
     from copydetect.detector import compare_files
 
-    starter_kgrams = _all_kgrams(starter, thresholds)
-    kgrams = {student: _all_kgrams(text, thresholds) - starter_kgrams for student, text in documents.items()}
+    starter_kgrams = _every_kgram(_fingerprint("starter", starter, thresholds), thresholds)
+    prints = {student: _fingerprint(student, text, thresholds) for student, text in sorted(documents.items())}
     holders: dict[int, int] = {}
-    for found in kgrams.values():
-        for value in found:
+    for fingerprint in prints.values():
+        for value in _every_kgram(fingerprint, thresholds) - starter_kgrams:
             holders[value] = holders.get(value, 0) + 1
     common_count = thresholds.common_count(len(documents))
-    common = {value for value, count in holders.items() if count >= common_count}
-    boilerplate = np.array(sorted(starter_kgrams | common), dtype=np.int64)
-    prints = {student: _fingerprint(student, text, thresholds, boilerplate) for student, text in sorted(documents.items())}
+    boilerplate = np.array(sorted(starter_kgrams | {value for value, count in holders.items() if count >= common_count}),
+                           dtype=np.int64)
+    for fingerprint in prints.values():
+        _set_aside(fingerprint, boilerplate, thresholds)
     compared = tuple(student for student, fingerprint in prints.items() if fingerprint.token_coverage > 0)
     unchanged = tuple(student for student in prints if student not in compared)
     pairs = []
@@ -255,12 +267,14 @@ def pair_page_name(lab_id: str, pair: Pair) -> str:
 
 
 def class_similarity(graded: Path, labs: dict[str, str], course: Course | None, out: Path,
-                     thresholds: Thresholds = Thresholds(), course_problem: str = "") -> dict[str, Any]:
+                     thresholds: Thresholds = Thresholds(), course_problem: str = "",
+                     log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Compare every lab of the class in ``graded`` and write a side-by-side page per flagged pair under ``out``.
 
     Args:
         labs: lab id -> its package, for the labs the class was graded on.
         course: the course whose starter files are boilerplate (None: it could not be loaded, ``course_problem`` says why).
+        log: told which lab is being compared (a class of 200 takes about a minute per lab).
 
     Returns:
         The report's ``similarity`` entry: the thresholds, and per lab the flagged pairs (each with its
@@ -284,6 +298,7 @@ def class_similarity(graded: Path, labs: dict[str, str], course: Course | None, 
             why = course_problem or f"{package} is not a lab of the course at {course.root}: pass its course with --course"
             section["labs"][lab_id] = {"skipped": why}
             continue
+        log(f"similarity: comparing {lab_id} across {len(students)} students ...")
         documents = lab_documents(graded, students, spec)
         result = compare_lab(documents, starter_document(spec), thresholds)
         flagged = []

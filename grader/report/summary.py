@@ -22,6 +22,7 @@ import csv
 import json
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +154,10 @@ def write_csv(summary: dict[str, Any], path: Path) -> None:
 
 
 def gradebook_entry(results: list[SubmissionResult], missing: list[str], summary: dict[str, Any],
-                    roster: list[RosterEntry] | None, assignments: dict[str, str], out: Path) -> dict[str, Any]:
+                    roster: list[RosterEntry] | None, columns: dict[str, str], out: Path) -> dict[str, Any]:
     """Write the LMS gradebook into ``out`` when there is a roster; the report's ``gradebook`` entry."""
     if roster is None:
         return {"written": "", "hint": GRADEBOOK_HINT}
-    titles = {lab_id: lab["title"] for lab_id, lab in summary["labs"].items()}
-    columns = assignment_columns(titles, assignments)
     book = gradebook(results, missing, roster, columns, {lab_id: lab["max_score"] for lab_id, lab in summary["labs"].items()})
     write_gradebook(book, out)
     return {"written": f"{CANVAS_FILE}, {MOODLE_FILE}", "rows": len(book["rows"]), "columns": book["columns"],
@@ -166,7 +165,8 @@ def gradebook_entry(results: list[SubmissionResult], missing: list[str], summary
 
 
 def write_report(graded: Path, out: Path, *, course: Course | None = None, roster: list[RosterEntry] | None = None,
-                 assignments: dict[str, str] | None = None, thresholds: Thresholds = Thresholds()) -> dict[str, Any]:
+                 assignments: dict[str, str] | None = None, thresholds: Thresholds = Thresholds(),
+                 log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Read ``graded``, write ``class.csv``, ``class.json``, ``class.html`` (and the similarity pages, and the
     gradebook when there is a ``roster``) into ``out``.
 
@@ -174,6 +174,7 @@ def write_report(graded: Path, out: Path, *, course: Course | None = None, roste
         course: the course whose starter files the similarity check sets aside (default: the installed one).
         roster: :func:`grader.report.gradebook.read_roster`'s entries; None: no gradebook (the report says how).
         assignments: lab id -> its gradebook column name, where not ``<lab id> <title>``.
+        log: progress of the similarity check (the longest part).
 
     Raises:
         FileNotFoundError: ``graded`` is not a folder.
@@ -181,6 +182,7 @@ def write_report(graded: Path, out: Path, *, course: Course | None = None, roste
     """
     results, missing = load_results(graded)
     summary = class_summary(results, missing)
+    columns = assignment_columns({lab_id: lab["title"] for lab_id, lab in summary["labs"].items()}, assignments or {})
     out.mkdir(parents=True, exist_ok=True)
     problem = ""
     if course is None:
@@ -189,8 +191,8 @@ def write_report(graded: Path, out: Path, *, course: Course | None = None, roste
         except CourseError as error:
             problem = f"the course could not be read ({error}): pass it with --course"
     labs = {lab.lab: lab.package for result in results for lab in result.labs}
-    summary["similarity"] = class_similarity(graded, labs, course, out, thresholds, course_problem=problem)
-    summary["gradebook"] = gradebook_entry(results, missing, summary, roster, assignments or {}, out)
+    summary["similarity"] = class_similarity(graded, labs, course, out, thresholds, course_problem=problem, log=log)
+    summary["gradebook"] = gradebook_entry(results, missing, summary, roster, columns, out)
     write_csv(summary, out / CSV_FILE)
     (out / JSON_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     histograms = {lab_id: histogram_png(lab_id, lab) for lab_id, lab in summary["labs"].items()}

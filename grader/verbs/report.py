@@ -48,7 +48,8 @@ def main(args: argparse.Namespace) -> int:
         roster = read_roster(args.roster) if args.roster else None
         thresholds = Thresholds(similarity=args.similarity, min_overlap=args.min_shared)
         summary = write_report(args.graded_dir, args.out, course=course, roster=roster,
-                               assignments=_assignments(args.assignment), thresholds=thresholds)
+                               assignments=_assignments(args.assignment), thresholds=thresholds,
+                               log=lambda line: print(line, file=sys.stderr, flush=True))
     except (FileNotFoundError, CourseError, RosterError) as error:
         print(f"grader report: {error}", file=sys.stderr)
         return 2
@@ -81,11 +82,14 @@ def print_similarity(similarity: dict) -> None:
             print(f"      {' ~ '.join(pair['students'])}: {pair['score']:.0%} ({pair['page']})")
 
 
-def print_gradebook(book: dict) -> None:
+def print_gradebook(book: dict, shown: int = 10) -> None:
+    """Where the gradebook went and who it could not treat as usual (the first ``shown`` of each list)."""
     if not book["written"]:
         print(f"  gradebook: {book['hint']}")
         return
     print(f"  gradebook: {book['written']} ({book['rows']} students)")
-    for key in ("not_in_roster", "not_in_class", "left_blank", "not_in_moodle"):
-        for entry in book[key]:
+    for key in ("not_in_roster", "not_in_class", "left_blank", "pending_gpu", "not_in_moodle"):
+        for entry in book[key][:shown]:
             print(f"    {key.replace('_', ' ')}: {entry['student']}: {entry['why']}")
+        if len(book[key]) > shown:
+            print(f"    {key.replace('_', ' ')}: and {len(book[key]) - shown} more (class.html lists them all)")
