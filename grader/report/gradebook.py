@@ -19,11 +19,12 @@ new assignment's points from it). Canvas reads the header as its importer does (
 SIS columns, ``Section`` last; every column after it is an assignment, matched by ``Title (id)``, then
 by title, else created. So nothing else may follow ``Section``: no totals, no flags.
 
-Nobody is dropped: roster students the class lacks keep a row with empty cells (Canvas leaves an empty
-cell's grade unchanged), graded students the roster lacks get a row under their folder name with empty
-ids (Canvas's import then asks which student each is), and both are listed in the report. A lab whose
-grading was not the student's doing (``grader-error``, ``unavailable``, ``not-run``, no summary) is
-left empty, never 0, and listed.
+Nobody is dropped: roster students the class lacks keep a row with empty cells, graded students the
+roster lacks get a row under their folder name with empty ids (Canvas's import then asks which student
+each is), and both are listed in the report. A lab whose grading was not the student's doing
+(``grader-error``, ``unavailable``, ``not-run``, no summary) is left empty, never 0, and listed. An
+empty cell is "no grade": where Canvas already holds a grade, the importer counts it as a change, and
+Canvas lists every change for review before it applies any.
 
 ``gradebook-moodle.csv`` is the same table for Moodle's CSV grade import, which maps one identifier
 column to a user field (``SIS Login ID`` to *username* or *email address*) and each lab column to a
