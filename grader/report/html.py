@@ -255,7 +255,7 @@ def similarity_section(similarity: dict[str, Any]) -> str:
         compared = len(lab["compared"])
         parts.append(f"<p>{compared} students compared ({lab['pairs']} pairs); {len(lab['unchanged'])} handed in "
                      f"nothing beyond the starter; code in at least {lab['common_count']} students' files counts "
-                     f"as common. <b>{len(lab['flagged'])} pairs flagged.</b></p>")
+                     f"as common. <b>Pairs flagged: {len(lab['flagged'])}.</b></p>")
         if lab["flagged"]:
             rows = [[*_pair_cells(pair), Html(f"<a href='{_esc(pair['page'])}'>open</a>")] for pair in lab["flagged"]]
             parts.append(_table(headers, rows))
@@ -273,7 +273,8 @@ def pair_page(lab_id: str, title: str, pair: dict[str, Any], thresholds: dict[st
     """One flagged pair's files side by side, the matched code highlighted (a self-contained page)."""
     first, second = pair["students"]
     cells = _pair_cells(pair)
-    style = STYLE + (".pair{display:grid;grid-template-columns:1fr 1fr;gap:1em}"
+    # Two columns that share the window whatever the lines' length: each file scrolls in its own box.
+    style = STYLE + ("body{max-width:none}.pair{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em}"
                      ".pair pre{overflow:auto;max-height:80vh;border:1px solid #ccc;padding:6px;font-size:12px;margin:0}"
                      "mark{background:#f6c28b}")
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -281,8 +282,9 @@ def pair_page(lab_id: str, title: str, pair: dict[str, Any], thresholds: dict[st
             f"<title>{_esc(lab_id)}: {_esc(first)} ~ {_esc(second)}</title><style>{style}</style></head><body>"
             f"<h1>{_esc(lab_id)}: {_esc(first)} ~ {_esc(second)}</h1>"
             f"<p>{_esc(title)} · similarity {cells[1]} ({_esc(cells[2])}) · {pair['overlap']} normalised characters "
-            f"shared. Highlighted: code found in the other student's files (the starter code and code common to "
-            f"the class are never highlighted). Pairs are {_esc(thresholds_text(thresholds))}.</p>"
+            f"shared. Highlighted: the runs of code found in both students' files (a run may reach into the starter "
+            f"code around it; starter and common code alone never count). Pairs are "
+            f"{_esc(thresholds_text(thresholds))}.</p>"
             f"<div class='pair'><div><h3>{_esc(first)}</h3><pre>{first_html}</pre></div>"
             f"<div><h3>{_esc(second)}</h3><pre>{second_html}</pre></div></div></body></html>")
 

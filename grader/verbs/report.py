@@ -76,7 +76,7 @@ def print_similarity(similarity: dict) -> None:
             print(f"    {lab_id}: not compared: {lab['skipped']}")
             continue
         top = lab["highest_unflagged"]
-        print(f"    {lab_id}: {len(lab['compared'])} students compared, {len(lab['flagged'])} pairs flagged"
+        print(f"    {lab_id}: {len(lab['compared'])} students compared, pairs flagged: {len(lab['flagged'])}"
               + (f"; highest pair not flagged {top['score']:.0%}" if top else ""))
         for pair in lab["flagged"]:
             print(f"      {' ~ '.join(pair['students'])}: {pair['score']:.0%} ({pair['page']})")

@@ -176,10 +176,10 @@ def test_the_report_lists_the_flagged_pair_with_its_side_by_side_page(planted_cl
     assert main(["report", str(tmp_path / "graded"), "--out", str(tmp_path / "report"), "--course", str(course)]) == 0
     printed = capsys.readouterr().out
     pair = " ~ ".join(sorted(("copier", source)))
-    assert f"{pair}: 9" in printed and "1 pairs flagged" in printed
+    assert f"{pair}: 9" in printed and "pairs flagged: 1" in printed
     page = (tmp_path / "report" / "class.html").read_text()
     section = html.unescape(re.sub(r"<[^>]+>", "", page[page.index("id='similarity'"):]))
-    assert pair in section and "flagged when 70% or more" in section and "1 pairs flagged" in section
+    assert pair in section and "flagged when 70% or more" in section and "Pairs flagged: 1." in section
     link = re.search(r"href='(similarity/[^']+\.html)'", page).group(1)
     side_by_side = (tmp_path / "report" / link).read_text()
     assert side_by_side.count("<mark>") > 5 and "copier" in side_by_side and source in side_by_side
