@@ -13,6 +13,8 @@
       raw/<lab>/events.jsonl the supervisor's checked record of the probe's events (grader.evidence.events)
       raw/<lab>/report.json  pytest-json-report's report (report.1.json... after a resume), output.txt
       raw/<lab>/heldout/    the same files for the lab's held-out tests (their own process)
+      submitted/<package>/<file>  the editable files the sandbox took, as graded (the class report's
+                            similarity check compares them; scoring never reads them)
 
 Everything :mod:`grader.scoring.score` needs is in ``rubric.json``, ``submission.json`` and ``raw/``: a regrade
 (new scoring rules, a fixed rubric) reads these files and never runs a student's code again.
@@ -21,6 +23,7 @@ Everything :mod:`grader.scoring.score` needs is in ``rubric.json``, ``submission
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ LIMITS_FILE = "limits.json"
 EVENTS_FILE = "events.jsonl"
 REPORT_FILE = "report.json"
 OUTPUT_FILE = "output.txt"
+SUBMITTED_DIR = "submitted"
 
 
 def report_file(process: int) -> str:
@@ -58,3 +62,11 @@ def write_submission_meta(out: Path, meta: dict[str, Any]) -> None:
     (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
+
+
+def keep_submitted(sandbox: Path, taken: list[str], out: Path) -> None:
+    """Copy the editable files the sandbox took (``taken``: paths relative to it) into ``out/submitted/``."""
+    for rel in taken:
+        target = out / SUBMITTED_DIR / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sandbox / rel, target)

@@ -1,9 +1,13 @@
 """The class report: every student's ``summary.json`` folded into ``class.csv``, ``class.json``, ``class.html``.
 
 - :mod:`~grader.report.summary`: the class summary (per lab, per student, per test, talking points);
-- :mod:`~grader.report.html`: the self-contained page;
+- :mod:`~grader.report.html`: the self-contained page, and each flagged pair's side-by-side page;
+- :mod:`~grader.report.similarity`: similar submissions (copydetect's winnowing over the editable files
+  each graded folder kept, the starter and the class's common code set aside);
+- :mod:`~grader.report.gradebook`: the roster and the gradebook Canvas imports (and Moodle's);
 - :mod:`~grader.report.demo_class` and :mod:`~grader.report.browser_check`: a made-up class and the
   page looked at in headless Chromium (instructor tools, not in the student release).
 
-Imports: :mod:`grader.scoring`, :mod:`grader.evidence` (the browser check also grades a demo class).
+Imports: :mod:`grader.scoring`, :mod:`grader.evidence`, :mod:`grader.course` (the starter files), and
+copydetect (the browser check also grades a demo class).
 """

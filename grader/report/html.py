@@ -10,6 +10,10 @@ What an instructor looks for, in that order:
    every test as an HTML bar table (full test names: a parametrised case keeps its ``[case]`` and
    wraps instead of being cut, so cases never look alike), talking-point readiness.
 4. **Flagged submissions**.
+5. **Similar submissions** (:mod:`grader.report.similarity`): flagged pairs per lab with the thresholds,
+   each linked to its side-by-side page (:func:`pair_page`), or why nothing was compared.
+6. **Gradebook** (:mod:`grader.report.gradebook`): where the LMS file went and every student it could
+   not match, or how to get one.
 
 Text lives in HTML, not in images: it wraps, can be searched and copied, and nothing is truncated.
 Wide tables scroll inside their own box (``.scroll``) so the page itself never overflows; the
@@ -45,6 +49,12 @@ code{font-size:12px}.param{font-weight:700;color:#1f4e99}
 img{max-width:100%;height:auto}
 figure{margin:0.5em 0}figcaption{font-size:13px;color:#555}
 """
+
+
+#: The gradebook's lists of students it could not treat as usual (keys of its report entry), with their headings.
+GRADEBOOK_LISTS = (("not_in_roster", "Graded, not in the roster"), ("not_in_class", "In the roster, not graded"),
+                   ("left_blank", "Cells left empty (not 0)"), ("pending_gpu", "Scores without their pending GPU points"),
+                   ("not_in_moodle", "Left out of the Moodle file"))
 
 
 class Html(str):
@@ -208,6 +218,93 @@ def lab_section(lab_id: str, lab: dict[str, Any], histogram: str) -> str:
             + "</section>")
 
 
+def _percent(value: float) -> str:
+    return f"{100 * value:.0f}%"
+
+
+def thresholds_text(thresholds: dict[str, Any]) -> str:
+    """The similarity thresholds in words (the report and the pair pages state them)."""
+    return (f"flagged when {_percent(thresholds['similarity'])} or more of the two students' code is found in the "
+            f"other's and they share at least {thresholds['min_overlap']} characters of normalised code; "
+            f"the starter code, and code found in at least {thresholds['common_students']} students' files "
+            f"(or {_percent(thresholds['common_fraction'])} of the class), are set aside; matches shorter than "
+            f"{thresholds['noise']} normalised characters are ignored")
+
+
+def _pair_cells(pair: dict[str, Any]) -> list[Any]:
+    first, second = pair["students"]
+    share_first, share_second = pair["shares"]
+    return [f"{first} ~ {second}", _percent(pair["score"]),
+            f"{_percent(share_first)} of {first}'s, {_percent(share_second)} of {second}'s", pair["overlap"]]
+
+
+def similarity_section(similarity: dict[str, Any]) -> str:
+    """Flagged pairs per lab (with a link to each side-by-side page), the thresholds, or why it is empty."""
+    parts = ["<section id='similarity'><h2>Similar submissions</h2>",
+             f"<p>Detector: {_esc(similarity['detector'])} (MOSS-style winnowing: names, comments and the order "
+             f"of functions do not matter). Pairs are {_esc(thresholds_text(similarity['thresholds']))}. A flag "
+             "is a reason to read the two submissions side by side, not a verdict.</p>"]
+    if similarity["empty"]:
+        parts.append(f"<p class='bad'>Nothing compared: {_esc(similarity['empty'])}</p>")
+    headers = ["pair", "similarity", "code found in the other's", "shared (normalised characters)", "side by side"]
+    for lab_id, lab in similarity["labs"].items():
+        parts.append(f"<h3>{_esc(lab_id)}</h3>")
+        if "skipped" in lab:
+            parts.append(f"<p class='bad'>Not compared: {_esc(lab['skipped'])}</p>")
+            continue
+        compared = len(lab["compared"])
+        parts.append(f"<p>{compared} students compared ({lab['pairs']} pairs); {len(lab['unchanged'])} handed in "
+                     f"nothing beyond the starter; code in at least {lab['common_count']} students' files counts "
+                     f"as common. <b>Pairs flagged: {len(lab['flagged'])}.</b></p>")
+        if lab["flagged"]:
+            rows = [[*_pair_cells(pair), Html(f"<a href='{_esc(pair['page'])}'>open</a>")] for pair in lab["flagged"]]
+            parts.append(_table(headers, rows))
+        if lab["highest_unflagged"]:
+            pair = lab["highest_unflagged"]
+            first, second = pair["students"]
+            parts.append(f"<p>Highest pair not flagged: {_esc(first)} ~ {_esc(second)}, {_percent(pair['score'])}, "
+                         f"{pair['overlap']} shared characters.</p>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def pair_page(lab_id: str, title: str, pair: dict[str, Any], thresholds: dict[str, Any],
+              first_html: str, second_html: str) -> str:
+    """One flagged pair's files side by side, the matched code highlighted (a self-contained page)."""
+    first, second = pair["students"]
+    cells = _pair_cells(pair)
+    # Two columns that share the window whatever the lines' length: each file scrolls in its own box.
+    style = STYLE + ("body{max-width:none}.pair{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em}"
+                     ".pair pre{overflow:auto;max-height:80vh;border:1px solid #ccc;padding:6px;font-size:12px;margin:0}"
+                     "mark{background:#f6c28b}")
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{_esc(lab_id)}: {_esc(first)} ~ {_esc(second)}</title><style>{style}</style></head><body>"
+            f"<h1>{_esc(lab_id)}: {_esc(first)} ~ {_esc(second)}</h1>"
+            f"<p>{_esc(title)} · similarity {cells[1]} ({_esc(cells[2])}) · {pair['overlap']} normalised characters "
+            f"shared. Highlighted: the runs of code found in both students' files (a run may reach into the starter "
+            f"code around it; starter and common code alone never count). Pairs are "
+            f"{_esc(thresholds_text(thresholds))}.</p>"
+            f"<div class='pair'><div><h3>{_esc(first)}</h3><pre>{first_html}</pre></div>"
+            f"<div><h3>{_esc(second)}</h3><pre>{second_html}</pre></div></div></body></html>")
+
+
+def gradebook_section(gradebook: dict[str, Any]) -> str:
+    """Where the LMS gradebook went, and every student it could not match (or how to get one)."""
+    parts = ["<section id='gradebook'><h2>Gradebook</h2>"]
+    if not gradebook.get("written"):
+        parts.append(f"<p>{_esc(gradebook['hint'])}</p></section>")
+        return "".join(parts)
+    parts.append(f"<p><code>{_esc(gradebook['written'])}</code>: {gradebook['rows']} students, columns "
+                 f"{_esc(', '.join(gradebook['columns']))}. {_esc(gradebook['formats'])}</p>")
+    for key, heading in GRADEBOOK_LISTS:
+        if gradebook[key]:
+            parts.append(f"<h3>{_esc(heading)} ({len(gradebook[key])})</h3>"
+                         + _table(["student", "why"], [[entry["student"], entry["why"]] for entry in gradebook[key]]))
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def render_page(summary: dict[str, Any], histograms: dict[str, str]) -> str:
     """The whole page (see the module docstring) from :func:`grader.report.summary.class_summary`'s dict."""
     total = summary["total"]
@@ -215,6 +312,11 @@ def render_page(summary: dict[str, Any], histograms: dict[str, str]) -> str:
              *((lab_id, lab_id) for lab_id in summary["labs"])]
     if summary["flagged"]:
         links.append(("flagged", f"Flagged ({len(summary['flagged'])})"))
+    if "similarity" in summary:
+        pairs = sum(len(lab.get("flagged", ())) for lab in summary["similarity"]["labs"].values())
+        links.append(("similarity", f"Similar submissions ({pairs})"))
+    if "gradebook" in summary:
+        links.append(("gradebook", "Gradebook"))
     nav = "<nav>" + "".join(f"<a href='#{_esc(anchor)}'>{_esc(text)}</a>" for anchor, text in links) + "</nav>"
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
              f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>Class report</title>"
@@ -226,5 +328,9 @@ def render_page(summary: dict[str, Any], histograms: dict[str, str]) -> str:
     if summary["flagged"]:
         parts.append("<section id='flagged'><h2>Flagged submissions</h2>" + _table(
             ["student", "flags"], [[f["student"], " | ".join(f["flags"])] for f in summary["flagged"]]) + "</section>")
+    if "similarity" in summary:
+        parts.append(similarity_section(summary["similarity"]))
+    if "gradebook" in summary:
+        parts.append(gradebook_section(summary["gradebook"]))
     parts.append("</body></html>")
     return "\n".join(parts)

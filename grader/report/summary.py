@@ -7,10 +7,13 @@ Reads ``GRADED_DIR/<student>/summary.json`` (what ``batch`` wrote) and writes in
 - ``class.json``: the same rows plus per-lab statistics, per-test pass rates, talking-point readiness;
 - ``class.html``: one self-contained page (:mod:`grader.report.html`): a summary per lab, the student
   table, then per lab a score histogram, the pass rate of every test and talking-point readiness,
-  and the flagged submissions.
+  the flagged submissions, the similar submissions and the gradebook;
+- ``similarity/<lab>--<a>--<b>.html``: each flagged pair side by side (:mod:`grader.report.similarity`);
+- with a roster, ``gradebook.csv`` for Canvas and ``gradebook-moodle.csv`` (:mod:`grader.report.gradebook`).
 
 A student folder without a readable ``summary.json`` still gets a row (status ``missing``).
-:func:`class_summary` is pure; reading files and drawing charts happen at the edges.
+:func:`class_summary` is pure; reading files, comparing them and drawing charts happen at the edges
+(:func:`write_report`).
 """
 
 from __future__ import annotations
@@ -19,11 +22,18 @@ import csv
 import json
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from grader.course.labs import Course, CourseError, load_course
 from grader.evidence.layout import SUMMARY_FILE
+from grader.report.gradebook import (
+    CANVAS_FILE, FORMATS as GRADEBOOK_FORMATS, HINT as GRADEBOOK_HINT, LISTS as GRADEBOOK_LISTS, MOODLE_FILE,
+    RosterEntry, assignment_columns, gradebook, write_gradebook,
+)  # fmt: skip
 from grader.report.html import histogram_png, render_page
+from grader.report.similarity import Thresholds, class_similarity
 from grader.scoring.results import EVIDENCE_PASSED, EVIDENCE_PENDING, PASSED, SubmissionResult
 
 CSV_FILE, JSON_FILE, HTML_FILE = "class.csv", "class.json", "class.html"
@@ -143,15 +153,48 @@ def write_csv(summary: dict[str, Any], path: Path) -> None:
         writer.writerows(rows)
 
 
-def write_report(graded: Path, out: Path) -> dict[str, Any]:
-    """Read ``graded``, write ``class.csv``, ``class.json`` and ``class.html`` into ``out``."""
+def gradebook_entry(results: list[SubmissionResult], missing: list[str], summary: dict[str, Any],
+                    roster: list[RosterEntry] | None, columns: dict[str, str], out: Path) -> dict[str, Any]:
+    """Write the LMS gradebook into ``out`` when there is a roster; the report's ``gradebook`` entry."""
+    if roster is None:
+        return {"written": "", "hint": GRADEBOOK_HINT}
+    book = gradebook(results, missing, roster, columns, {lab_id: lab["max_score"] for lab_id, lab in summary["labs"].items()})
+    write_gradebook(book, out)
+    return {"written": f"{CANVAS_FILE}, {MOODLE_FILE}", "rows": len(book["rows"]), "columns": book["columns"],
+            "formats": GRADEBOOK_FORMATS, **{key: book[key] for key in GRADEBOOK_LISTS}}
+
+
+def write_report(graded: Path, out: Path, *, course: Course | None = None, roster: list[RosterEntry] | None = None,
+                 assignments: dict[str, str] | None = None, thresholds: Thresholds = Thresholds(),
+                 log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Read ``graded``, write ``class.csv``, ``class.json``, ``class.html`` (and the similarity pages, and the
+    gradebook when there is a ``roster``) into ``out``.
+
+    Args:
+        course: the course whose starter files the similarity check sets aside (default: the installed one).
+        roster: :func:`grader.report.gradebook.read_roster`'s entries; None: no gradebook (the report says how).
+        assignments: lab id -> its gradebook column name, where not ``<lab id> <title>``.
+        log: progress of the similarity check (the longest part).
+
+    Raises:
+        FileNotFoundError: ``graded`` is not a folder.
+        RosterError: an ``assignments`` entry names no lab of the class.
+    """
     results, missing = load_results(graded)
     summary = class_summary(results, missing)
+    columns = assignment_columns({lab_id: lab["title"] for lab_id, lab in summary["labs"].items()}, assignments or {})
     out.mkdir(parents=True, exist_ok=True)
+    problem = ""
+    if course is None:
+        try:
+            course = load_course()
+        except CourseError as error:
+            problem = f"the course could not be read ({error}): pass it with --course"
+    labs = {lab.lab: lab.package for result in results for lab in result.labs}
+    summary["similarity"] = class_similarity(graded, labs, course, out, thresholds, course_problem=problem, log=log)
+    summary["gradebook"] = gradebook_entry(results, missing, summary, roster, columns, out)
     write_csv(summary, out / CSV_FILE)
     (out / JSON_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     histograms = {lab_id: histogram_png(lab_id, lab) for lab_id, lab in summary["labs"].items()}
     (out / HTML_FILE).write_text(render_page(summary, histograms), encoding="utf-8")
     return summary
-
-

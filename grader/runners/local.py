@@ -25,7 +25,7 @@ from pathlib import Path
 
 from grader.course.labs import Course
 from grader.course.rubric import Rubric
-from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, write_submission_meta
+from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, SUBMITTED_DIR, keep_submitted, write_submission_meta
 from grader.execute.isolation import Isolation
 from grader.execute.limits import RunLimits
 from grader.execute.sandbox import SubmissionError, build_sandbox, unpack_submission
@@ -103,6 +103,9 @@ def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name:
     notes = [*overlay.notes, *([UNISOLATED_NOTE] if isolation.name == "none" else [])]
     _meta(out, submission=name, gpu=options.gpu, flags=overlay.flags, notes=notes, taken=overlay.taken,
           isolation=isolation.name)
+    # The graded editable files, for the class report's similarity check (a cluster task keeps its own labs').
+    packages = {lab.package for lab in setup.rubric.labs if only_labs is None or lab.lab in only_labs}
+    keep_submitted(sandbox, [rel for rel in overlay.taken if rel.split("/", 1)[0] in packages], out)
     heldout_dirs = [sandbox / spec.package / HELDOUT_DIR for spec in setup.course.labs
                     if (sandbox / spec.package / HELDOUT_DIR).is_dir()]
     for lab in setup.rubric.labs:
@@ -176,7 +179,8 @@ def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str
 
 def _clear_runs(out: Path, only_labs: Collection[str] | None) -> None:
     """Remove the raw runs this grading replaces (all of them, or those of ``only_labs``)."""
-    for stale in ([out / RAW_DIR] if only_labs is None else [out / RAW_DIR / lab for lab in only_labs]):
+    stale_paths = [out / RAW_DIR, out / SUBMITTED_DIR] if only_labs is None else [out / RAW_DIR / lab for lab in only_labs]
+    for stale in stale_paths:
         shutil.rmtree(stale, ignore_errors=True)
 
 
