@@ -7,6 +7,7 @@ way its build stage runs it. Building and opening the container for real is ``no
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import shlex
@@ -169,3 +170,17 @@ def test_the_release_stage_copies_every_input_of_the_release_and_never_the_solut
     # The release of the copied files equals the release of the whole course only if each of its
     # top-level entries is copied in: a new lab or root file must be added to the stage too.
     assert {path.name for path in release.iterdir()} <= copied
+
+
+def test_the_devcontainer_check_passes_only_a_starter_that_scores_0_with_every_test_collected():
+    verdict = importlib.import_module("noxfile").starter_verdict  # what nox -s devcontainer-test decides with
+    table = "step  file  passed  points  status\ntotal                     {}/89    {}/142  (32 pending)\n"
+    summary = "============== 4 failed, 15 skipped, 70 not implemented{} in 38.83s ==============\n"
+    assert verdict(table.format(0, 0) + summary.format("")) == (
+        "0/142 points, 0/89 tests passed; pytest: 4 failed, 15 skipped, 70 not implemented")
+    with pytest.raises(ValueError, match=r"scored: total +1/89 +2/142"):
+        verdict(table.format(1, 2) + summary.format(""))
+    with pytest.raises(ValueError, match="collection errors"):
+        verdict(table.format(0, 0) + summary.format(", 1 error"))
+    with pytest.raises(ValueError, match="no step table"):
+        verdict(summary.format(""))
