@@ -150,7 +150,7 @@ RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-in
     && /opt/venv/bin/python -m grader.pin
 # nox uses the installed environment (COURSE_PYTHON) instead of creating .nox/course-env; HOME is writable
 # by any uid (the Dev Containers tools may give `course` the host user's uid), for the compilers' caches.
-# With an NVIDIA GPU passed in (--gpus all), lab 3's GPU tests run too: PyTorch's wheels bring CUDA.
+# A GPU passed in (--gpus all, with the NVIDIA container toolkit) needs nothing more: PyTorch's wheels bring CUDA.
 ENV PATH=/opt/venv/bin:$PATH \
     HOME=/home/course \
     COURSE_PYTHON=/opt/venv/bin/python \
