@@ -18,6 +18,9 @@
 # Targets: the default (`grader`) holds the course, its held-out tests and the grader, never the
 # reference solutions; `--target instructor` adds them, for running the course's own tests in the image
 # (nox -s image-cpu / image-gpu). Neither is for students: held-out tests are in both.
+# `--target student` is the students' image: exactly the student release (no solutions, no held-out
+# tests, no instructor sections) with the course environment installed; .devcontainer/devcontainer.json
+# builds it (on Debian, BASE_IMAGE=debian:bookworm-slim) for VS Code and Codespaces.
 
 # A CUDA runtime base. PyTorch's wheels bring their own CUDA libraries; the host needs only an NVIDIA
 # driver recent enough for them (and the NVIDIA container toolkit for --gpus).
@@ -106,6 +109,57 @@ CMD ["--help"]
 # own test suite in it). Never hand this one to students.
 FROM course AS instructor
 COPY --from=source --chown=root:root /opt/instructor/solutions /opt/course/solutions
+
+# ---- student-release: the student distribution, made by the grader's own release function -------------
+# `python -m grader release` leaves out what students must not have (every lab's heldout/, the project's
+# own tests, the grader's instructor tools, the instructor sections of every Markdown file), so the
+# student image holds exactly what a student's copy of the course holds. Only the release's inputs are
+# copied in (its packages and root files; a test checks the list against the release): solutions/ never
+# enters any stage the student image is built from, nor a wheelhouse. The same lines build from a
+# student's copy of the release too, which the release leaves as it is.
+FROM deps AS student-release
+COPY conftest.py pyproject.toml noxfile.py README.md .gitignore /opt/context/
+COPY labkit /opt/context/labkit
+COPY grader /opt/context/grader
+COPY lab01_fx_passes /opt/context/lab01_fx_passes
+COPY lab02_npu_backend /opt/context/lab02_npu_backend
+COPY lab03_triton_lowering /opt/context/lab03_triton_lowering
+RUN cd /opt/context \
+    && PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/python -m grader release --course /opt/context --out /opt/student \
+        --no-verify
+
+# ---- student: the course environment for a student's laptop (VS Code's Dev Containers, Codespaces) ------
+# The student's own checkout is the workspace (mounted at /workspaces/<name>); the copy of the course
+# here is the pristine one the environment is installed from, read-only, and `nox -s grade-me` grades
+# the checkout against it as the course's grader would. A shell, not the grader, is what it starts.
+FROM system AS student
+# git, for committing from inside the container (Codespaces' terminal, VS Code's Source Control): from
+# the distribution's package index when the base lacks it; an offline build goes on without it, saying so.
+RUN if command -v git >/dev/null 2>&1; then echo "git: present"; \
+    elif command -v apt-get >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get update \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git; then \
+        rm -rf /var/lib/apt/lists/*; \
+    else echo "warning: git could not be installed (no package index): commit from outside the container"; fi \
+    && useradd --create-home --uid 10001 --user-group --shell /bin/bash course \
+    && chmod 1777 /home/course
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=student-release /opt/student /opt/course
+RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
+        --no-deps --no-build-isolation --editable /opt/course \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/python -m grader.pin
+# nox uses the installed environment (COURSE_PYTHON) instead of creating .nox/course-env; HOME is writable
+# by any uid (the Dev Containers tools may give `course` the host user's uid), for the compilers' caches.
+# A GPU passed in (--gpus all, with the NVIDIA container toolkit) needs nothing more: PyTorch's wheels bring CUDA.
+ENV PATH=/opt/venv/bin:$PATH \
+    HOME=/home/course \
+    COURSE_PYTHON=/opt/venv/bin/python \
+    PYTHONUNBUFFERED=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+WORKDIR /opt/course
+USER course
+CMD ["bash"]
 
 # ---- the grading image (the default target): the course, its held-out tests and the grader; no solutions
 FROM course AS grader

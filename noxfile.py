@@ -16,6 +16,7 @@ Instructors' repository only (these skip, saying why, in the student distributio
                 nox -s report-check               (the class report in headless Chromium: layout + screenshots)
                 nox -s image image-cpu image-gpu  (build the course image; run sessions inside it)
                 nox -s docker-test gradescope-test  (offline image build + grading in containers; slow)
+                nox -s devcontainer-test          (the Dev Container on a student's copy, lab 3 inside it; slow)
 
 All sessions share ONE environment (``.nox/course-env``): PyTorch is ~5 GB, so it is installed once
 and reinstalled only when ``pyproject.toml`` changes. Arguments after ``--`` go to pytest (or to the
@@ -25,11 +26,14 @@ script a session runs).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -224,6 +228,11 @@ INSTRUCTOR_IMAGE = os.environ.get("COURSE_INSTRUCTOR_IMAGE", COURSE_IMAGE.rsplit
 OFFLINE_BASE_IMAGE = "localhost/course-base:bookworm"
 OFFLINE_WHEELHOUSE = "build/wheelhouse"  # relative to the build context (.dockerignore lets it in)
 CONTAINER_TEST_DIR = ROOT / "build" / "docker-test"
+DEVCONTAINER_TEST_DIR = ROOT / "build" / "devcontainer-test"
+#: What a student's copy of the course holds beside the release to build its Dev Container.
+DEVCONTAINER_FILES = (".devcontainer", "Dockerfile", ".dockerignore", "docker")
+#: The image's own user (the Dockerfile's useradd): who owns the checkout when the test runs as root.
+IMAGE_UID = 10001
 
 
 def container_engine(session: nox.Session) -> list[str]:
@@ -350,3 +359,138 @@ def gradescope_test(session: nox.Session) -> None:
                 "--env", "PIP_NO_INDEX=1", "--env", "PIP_FIND_LINKS=/wheelhouse",
                 "--volume", f"{ROOT / OFFLINE_WHEELHOUSE}:/wheelhouse:ro", "--volume", f"{work}:/bundle",
                 base, "bash", "-c", script, external=True)
+
+
+def engine_program(engine: list[str], folder: Path) -> Path:
+    """One program for the Dev Containers CLI's ``--docker-path``: the engine with its global options
+    (``podman --runtime runc``), starting every container with the open-file and process limits the
+    course's containers get (an engine's defaults can exceed what the host allows). The CLI asks podman
+    for ``--userns=keep-id``, which only rootless podman has: run by root, that option is left out."""
+    from grader.runners.container import ContainerLimits
+
+    limits = ContainerLimits()
+    ulimits = (f"--ulimit nofile={limits.open_files}:{limits.open_files} "
+               f"--ulimit nproc={limits.processes}:{limits.processes}")
+    program = folder / "engine"
+    program.write_text(f"""#!/bin/sh
+case "$1" in
+    run|create)
+        command="$1"; shift
+        for argument do
+            shift
+            [ "$argument" = --userns=keep-id ] && [ "$(id -u)" = 0 ] && continue
+            set -- "$@" "$argument"
+        done
+        exec {shlex.join(engine)} "$command" {ulimits} "$@" ;;
+esac
+exec {shlex.join(engine)} "$@"
+""")
+    program.chmod(0o755)
+    return program
+
+
+def starter_verdict(output: str) -> str:
+    """What ``nox -s lab03`` printed on the untouched starter, in one line; raises unless it scored 0
+    with no collection error."""
+    total = re.search(r"^total\s+(\d+)/(\d+)\s+(\d+)/(\d+)", output, re.MULTILINE)
+    summary = re.findall(r"^=+ (.+) in [\d.]+s", output, re.MULTILINE)
+    if total is None or not summary:
+        raise ValueError("no step table or no pytest summary in the output")
+    if "error" in summary[-1] or "ERROR collecting" in output:
+        raise ValueError(f"collection errors: {summary[-1]}")
+    if total[1] != "0" or total[3] != "0":
+        raise ValueError(f"the untouched starter scored: {total[0]}")
+    return f"{total[3]}/{total[4]} points, {total[1]}/{total[2]} tests passed; pytest: {summary[-1]}"
+
+
+@nox.session(name="devcontainer-test", venv_backend="none")
+def devcontainer_test(session: nox.Session) -> None:
+    """The Dev Container opened on a student's copy of the course with the Dev Containers CLI (slow: not part of CI).
+
+    A copy of the student release (``grader release``) with the container's definition beside it
+    (.devcontainer/, Dockerfile, docker/), ``devcontainer up`` on it (the image built from the
+    Dockerfile's student target), then inside it what a student would check: the installed environment
+    is the one in use, the lab imports from the checkout, the image's course has no solutions and no
+    held-out tests, and ``python3 -m nox -s lab03`` on the untouched starter scores 0 with every test
+    collected. BASE_IMAGE and WHEELHOUSE, when set, replace the definition's base image and package
+    index (an offline machine, as docker-test builds them): the CLI takes no build arguments, so they
+    go into the checkout's copy of devcontainer.json.
+    """
+    require_reference(session)
+    engine = container_engine(session)
+    cli = shutil.which("devcontainer")
+    if cli is None:
+        session.skip("the Dev Containers CLI is not installed (npm install -g @devcontainers/cli)")
+    from grader.runners.container import is_podman
+
+    checkout = DEVCONTAINER_TEST_DIR / "torch-compile-labs"  # the folder a student's clone would be
+    shutil.rmtree(checkout, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="devcontainer-test-") as scratch:  # the release is built outside the course
+        run_in_course_env(session, "-m", "grader", "release", "--out", f"{scratch}/release", "--no-verify")
+        checkout.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(f"{scratch}/release", checkout)
+    for name in DEVCONTAINER_FILES:
+        source = ROOT / name
+        shutil.copytree(source, checkout / name) if source.is_dir() else shutil.copy2(source, checkout / name)
+    config = checkout / ".devcontainer" / "devcontainer.json"
+    build_args = {name: os.environ[name] for name in ("BASE_IMAGE", "WHEELHOUSE") if os.environ.get(name)}
+    if build_args:  # the CLI reads only files named devcontainer.json: the checkout's copy gets them
+        definition = json.loads(config.read_text())
+        definition["build"].setdefault("args", {}).update(build_args)
+        config.write_text(json.dumps(definition, indent=2) + "\n")
+        session.log(f"build arguments {definition['build']['args']} in the checkout's {config.relative_to(checkout)}")
+    if os.getuid() == 0:
+        # Run by root, the CLI leaves `course` its own uid (it gives it the caller's uid otherwise, so that a
+        # student's files stay writable): the checkout is given to that uid instead, but for the files the
+        # image's environment stages copy (an owner is part of a layer's key: as they are, those come from
+        # the cache of an image built from the repository).
+        kept = {checkout / "pyproject.toml", checkout / "docker"}
+        for path in [checkout, *checkout.rglob("*")]:
+            if not {path, *path.parents} & kept:
+                os.lchown(path, IMAGE_UID, IMAGE_UID)
+    if build_args.get("WHEELHOUSE"):  # inside the build context, as the Dockerfile expects it (links: only read)
+        shutil.copytree(ROOT / build_args["WHEELHOUSE"], checkout / build_args["WHEELHOUSE"],
+                        copy_function=os.link)
+    # The checkout is the workspace, not the git repository around it (a student's clone is its own).
+    where = ["--docker-path", str(engine_program(engine, DEVCONTAINER_TEST_DIR)), "--workspace-folder", str(checkout),
+             "--config", str(config), "--mount-workspace-git-root=false"]
+    up = [cli, "up", *where, "--remove-existing-container", *(["--buildkit", "never"] if is_podman(engine) else [])]
+    session.log(shlex.join(up))
+    done = subprocess.run(up, stdout=subprocess.PIPE, text=True, check=False)  # its log (the build) on stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
+    if outcome.get("outcome") != "success":
+        session.error(f"devcontainer up failed (exit {done.returncode}): {done.stdout.strip()[-2000:]}")
+    session.log(f"container {outcome['containerId'][:12]}: user {outcome['remoteUser']}, "
+                f"workspace {outcome['remoteWorkspaceFolder']}")
+    try:
+        probe = session.run(cli, "exec", *where, "sh", "-c", DEVCONTAINER_PROBE, external=True, silent=True)
+        print(probe)
+        facts = dict(line.split(" ", 1) for line in probe.splitlines() if " " in line)
+        problems = [f"{fact}: {facts.get(fact)!r}" for fact, ok in (
+            ("python", facts.get("python", "").startswith("/opt/venv/")),
+            ("lab03", facts.get("lab03", "").startswith(outcome["remoteWorkspaceFolder"] + "/")),
+            ("instructor-files", facts.get("instructor-files") == "0"),
+        ) if not ok]
+        if problems:
+            session.error("in the container: " + "; ".join(problems))
+        command = ["python3", "-m", "nox", "-s", "lab03"]
+        session.log(f"devcontainer exec ... {shlex.join(command)}")
+        output = session.run(cli, "exec", *where, *command, external=True, silent=True, success_codes=[0, 1])
+        print(output)
+        try:
+            session.log(f"lab 3's untouched starter in the Dev Container: {starter_verdict(output)}")
+        except ValueError as error:
+            session.error(f"lab 3's starter in the Dev Container: {error}")
+    finally:
+        session.run(*engine, "rm", "--force", outcome["containerId"], external=True, silent=True)
+
+
+#: What the Dev Container test asks inside the container, one fact per line (checked by devcontainer_test).
+DEVCONTAINER_PROBE = """
+echo "python $(command -v python3) -> $(python3 -c 'import sys; print(sys.executable)')"
+echo "COURSE_PYTHON ${COURSE_PYTHON:-unset}"
+echo "lab03 $(python3 -c 'import lab03_triton_lowering as lab; print(lab.__file__)')"
+echo "instructor-files $(find /opt/course -name solutions -o -name heldout -o -name tests -path '*/labkit/*' | wc -l)"
+echo "git $(git --version 2>/dev/null || echo missing)"
+echo "user $(id -un) $(id -u)"
+"""
