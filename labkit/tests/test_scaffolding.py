@@ -1,48 +1,16 @@
-"""The starters' guidance blocks follow the scaffolding convention, so a minimal release can drop them.
-
-Guidance that spells an algorithm out step by step sits between ``# guidance: begin`` and
-``# guidance: end`` (same indentation). A minimal release deletes both markers and everything
-between; contract docstrings and ``raise NotImplementedError`` lines stay, so a block holds comment
-lines only, and the file without its blocks is still valid Python.
-"""
+"""The starters' guidance blocks follow the scaffolding convention (:mod:`labkit.scaffold`), so a minimal
+release can drop them: contract docstrings and ``raise NotImplementedError`` lines stay, and the file
+without its blocks is still valid Python."""
 
 import ast
 
 import pytest
 
 from labkit.labspec import LAB_PACKAGES, load_lab_spec
+from labkit.scaffold import BEGIN, END, guidance_blocks, without_guidance
 
-BEGIN, END = "# guidance: begin", "# guidance: end"
 #: Labs whose starters are marked (every editable file has at least one block).
-MARKED_LABS = ("lab03_triton_lowering",)
-
-
-def guidance_blocks(text: str) -> list[tuple[int, int]]:
-    """(first, last) line numbers (1-based, markers included) of each block; raises ValueError on a bad pairing."""
-    blocks, opened = [], None
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if stripped == BEGIN:
-            if opened is not None:
-                raise ValueError(f"line {number}: a guidance block opens inside the one at line {opened[0]}")
-            opened = (number, line[: len(line) - len(line.lstrip())])
-        elif stripped == END:
-            if opened is None or line[: len(line) - len(line.lstrip())] != opened[1]:
-                raise ValueError(f"line {number}: '{END}' without a '{BEGIN}' at the same indentation")
-            blocks.append((opened[0], number))
-            opened = None
-        elif opened is not None and stripped and not stripped.startswith("#"):
-            raise ValueError(f"line {number}: a guidance block holds comment lines only, found code: {stripped!r}")
-    if opened is not None:
-        raise ValueError(f"line {opened[0]}: guidance block never closed")
-    return blocks
-
-
-def without_guidance(text: str) -> str:
-    lines = text.splitlines(keepends=True)
-    for first, last in reversed(guidance_blocks(text)):
-        del lines[first - 1 : last]
-    return "".join(lines)
+MARKED_LABS = ("lab02_npu_backend", "lab03_triton_lowering")
 
 
 STARTER_FILES = [(package, name) for package in LAB_PACKAGES for name in load_lab_spec(package).editable]
