@@ -53,6 +53,9 @@ NEEDED_MODULES = {
     "rich": "rich",
     "matplotlib": "matplotlib",
     "transformers": "transformers",  # lab 2's real models; every lab's import checks the course's packages
+    "submitit": "submitit",  # the course's pinned packages, checked when a lab is imported
+    "pydot": "pydot",
+    "copydetect": "copydetect",
 }
 
 

@@ -52,14 +52,16 @@ from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from labkit.labspec import HELDOUT_DIR
 from labkit.scaffold import SCAFFOLDS, guidance_blocks, without_guidance
 
-#: Root files shipped to students when the course has them.
-STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE")
+#: Root files shipped to students when the course has them (the Dockerfile: its ``student`` target is
+#: what the Dev Container builds from a student's copy).
+STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE", "Dockerfile", ".dockerignore")
 #: Paths (relative to the course root) never shipped; any folder named ``instructor`` is dropped too.
 INSTRUCTOR_ONLY = (SOLUTIONS_DIR, "labkit/tests", "grader/tests", "grader/benchmark.py", "grader/report/browser_check.py",
-                   "grader/report/demo_class.py", ".ci",
-                   "docker", "Dockerfile")
-#: Student-facing packages shipped besides the labs and the harness.
-STUDENT_PACKAGES = ("grader",)
+                   "grader/report/demo_class.py", ".ci", "docker/build-base-image.sh", "docker/build-wheelhouse.sh",
+                   "docker/gradescope-local-run.sh")
+#: Student-facing folders shipped besides the labs and the harness: the grader (``nox -s grade-me``), the
+#: Dev Container's definition and what the Dockerfile's student target installs with.
+STUDENT_PACKAGES = ("grader", ".devcontainer", "docker")
 SOLUTION_IMPORT = re.compile(rf"^\s*(from|import)\s+{SOLUTIONS_DIR}\b", re.MULTILINE)
 
 

@@ -37,7 +37,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUMMARY_FILE, read_json, write_submission_meta
+from grader.evidence.layout import (
+    RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUBMITTED_DIR, SUMMARY_FILE, read_json, write_submission_meta,
+)  # fmt: skip
 from grader.evidence.text import truncate_text
 from grader.execute.limits import GRADING_MARGIN_S, submission_budget_s, time_limit_args
 from grader.scoring.feedback import write_outputs
@@ -257,6 +259,7 @@ def _clear(out: Path) -> None:
     """Remove a previous grading of this student, so no stale result can be mistaken for a new one."""
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / RAW_DIR, ignore_errors=True)
+    shutil.rmtree(out / SUBMITTED_DIR, ignore_errors=True)
     for name in (SUMMARY_FILE, RUBRIC_FILE, SUBMISSION_FILE, CONTAINER_LOG):
         (out / name).unlink(missing_ok=True)
 
