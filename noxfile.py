@@ -10,7 +10,8 @@ Environment:    nox -s course-env                 (create the shared environment
 Instructors' repository only (these skip, saying why, in the student distribution):
                 nox -s grade                      (grade the reference and the untouched starters)
                 nox -s solutions                  (every lab's tests against the reference)
-                nox -s tests                      (the project's own test suite, what CI runs)
+                nox -s tests                      (the project's own test suite, what CI runs; -- -m "not zoo" skips the zoo)
+                nox -s zoo-lab01                  (lab 1's reference on every torchvision classification model, every dialect)
                 nox -s report-check               (the class report in headless Chromium: layout + screenshots)
                 nox -s image image-cpu image-gpu  (build the course image; run sessions inside it)
                 nox -s docker-test gradescope-test  (offline image build + grading in containers; slow)
@@ -35,7 +36,9 @@ import nox
 ROOT = Path(__file__).resolve().parent
 SHARED_ENV = ROOT / ".nox" / "course-env"
 LABS = {"lab01": "lab01_fx_passes", "lab02": "lab02_npu_backend", "lab03": "lab03_triton_lowering"}
-PROJECT_TESTS = ["labkit/tests", "grader/tests"]
+PROJECT_TESTS = ["labkit/tests", "grader/tests", "solutions/lab01_fx_passes/tests"]
+#: Course tests of lab 1's reference that enumerate the torchvision zoo (marker ``zoo``; long).
+ZOO_TESTS = {"lab01": "solutions/lab01_fx_passes/tests"}
 
 nox.options.sessions = ["lab01", "lab02", "lab03"]
 nox.options.error_on_missing_interpreters = True
@@ -137,6 +140,19 @@ def tests(session: nox.Session) -> None:
     run_in_course_env(
         session, "-m", "pytest", *PROJECT_TESTS, *LABS.values(), "--impl=solution", *session.posargs
     )
+
+
+def _zoo_session(lab_id: str, folder: str) -> None:
+    @nox.session(name=f"zoo-{lab_id}", venv_backend="none")
+    def zoo(session: nox.Session) -> None:
+        require_reference(session)
+        run_in_course_env(session, "-m", "pytest", folder, "-m", "zoo", *session.posargs)
+
+    zoo.__doc__ = f"{lab_id}'s reference on a model zoo, every dialect (marker zoo; long: see the handout)."
+
+
+for _lab_id, _folder in ZOO_TESTS.items():
+    _zoo_session(_lab_id, _folder)
 
 
 @nox.session(venv_backend="none")

@@ -99,6 +99,22 @@ class StepScore:
         return f"{self.step.number}  {', '.join(self.step.files)}"
 
 
+def _todo_frame(error: BaseException, spec: LabSpec) -> tuple[str, Path, int] | None:
+    """The TODO's message, file and line when ``error`` comes from a TODO block of the lab (see :func:`starter_todo`)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, NotImplementedError) and current.__traceback__ is not None:
+            frame = traceback.extract_tb(current.__traceback__)[-1]
+            path = Path(frame.filename)
+            if path.name in spec.editable and path.parent.name == spec.package:
+                text = str(current).strip().splitlines()[0] if str(current).strip() else "NotImplementedError"
+                return text, path, frame.lineno or 0
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def starter_todo(error: BaseException, spec: LabSpec) -> str | None:
     """If ``error`` comes from a TODO block of the lab, one line saying so; else None.
 
@@ -109,18 +125,33 @@ def starter_todo(error: BaseException, spec: LabSpec) -> str | None:
     whole ``__cause__``/``__context__`` chain is searched. A ``NotImplementedError`` raised by PyTorch
     itself is a real failure, not a TODO, and gets its traceback.
     """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, NotImplementedError) and current.__traceback__ is not None:
-            frame = traceback.extract_tb(current.__traceback__)[-1]
-            path = Path(frame.filename)
-            if path.name in spec.editable and path.parent.name == spec.package:
-                text = str(current).strip().splitlines()[0] if str(current).strip() else "NotImplementedError"
-                return f"{shorten(text)} ({path.name}:{frame.lineno})"
-        current = current.__cause__ or current.__context__
-    return None
+    found = _todo_frame(error, spec)
+    if found is None:
+        return None
+    text, path, line = found
+    return f"{shorten(text)} ({path.name}:{line})"
+
+
+def unfinished_step(error: BaseException, spec: LabSpec, needs: str) -> str | None:
+    """One line for a script that cannot run before the handout's steps are done (a benchmark, a report).
+
+    Args:
+        error: what the script caught.
+        spec: the lab's ``lab.toml``.
+        needs: what the script needed, in a few words (``"default_pipeline"``).
+
+    Returns:
+        ``"<needs> needs step N (file.py), whose TODO still raises NotImplementedError (...)..."``
+        when ``error`` comes from a TODO block (:func:`starter_todo`), else None.
+    """
+    found = _todo_frame(error, spec)
+    if found is None:
+        return None
+    text, path, line = found
+    step = next((step for step in spec.steps if path.name in step.files), None)
+    where = f"step {step.number} ({path.name})" if step else path.name
+    return (f"{needs} needs {where}, whose TODO still raises NotImplementedError ({shorten(text, 70)}, line {line}): "
+            f"finish the handout's steps up to it first; `nox -s {spec.id}` says where to start")
 
 
 def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:

@@ -203,10 +203,9 @@ class ConvBNFuser(fx.Transformer):
         except LookupError:  # weights that are graph inputs (Dynamo before freezing, lifted export) are unknown
             self.skipped[WEIGHTS_ARE_INPUTS] += 1
             return None
-        if mean is None or var is None:
-            self.skipped[TRAINING_MODE] += 1
-            return None
-        if conv_w.shape[0] != mean.shape[0]:
+        if mean is None or var is None or conv_w.shape[0] != mean.shape[0]:
+            if mean is None or var is None:  # no running statistics: batch statistics, as in training
+                self.skipped[TRAINING_MODE] += 1
             return None
         weight, bias = _fused_weights(conv_w, conv_b, mean, var, call_argument(bn, "eps", 1e-5), bn_w, bn_b)
         return _Fold(conv, bn, weight, bias, bn_output=bn_output)

@@ -35,8 +35,19 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.pass_report import Pass, PassReport, PassValidationError, pass_name, reason_of
-from labkit.numerics import TOLERANCE_FACTOR, OutputError, ReferenceOutputs, output_error
+from lab01_fx_passes.pass_report import (
+    Pass,
+    PassReport,
+    PassValidationError,
+    pass_name,
+    reason_of,
+)
+from labkit.numerics import (
+    TOLERANCE_FACTOR,
+    OutputError,
+    ReferenceOutputs,
+    output_error,
+)
 
 
 class PassManager:

@@ -27,11 +27,16 @@ import pytest
 import torch
 from torch import fx, nn
 
+from lab01_fx_passes.capture import capture
+from lab01_fx_passes.test_lab import (
+    BATCH_NORM_FUNCTIONS,
+    CONVOLUTION_FUNCTIONS,
+    batch_norms,
+    conv_weights,
+)
 from labkit.fx_nodes import code_matches_graph, run_graph
 from labkit.impl import load_lab
 from labkit.numerics import output_error
-from lab01_fx_passes.capture import capture
-from lab01_fx_passes.test_lab import BATCH_NORM_FUNCTIONS, CONVOLUTION_FUNCTIONS, batch_norms, conv_weights
 
 from . import zoo
 
