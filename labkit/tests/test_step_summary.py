@@ -224,3 +224,22 @@ def test_lab02s_unfinished_kernel_table_is_a_todo_line_not_a_traceback():
         NpuSimulator()
     spec = load_lab_spec("lab02_npu_backend")
     assert "no kernel for ISA ops" in (starter_todo(caught.value, spec) or "")
+
+
+def test_lab01s_benchmark_on_the_starter_names_the_step_to_finish_in_one_line(capsys):
+    """``nox -s bench-lab01 -- --quick`` on an unfinished starter: one line, not an 18-line traceback."""
+    from labkit.bench import finish_steps_first
+    from labkit.impl import load_lab
+
+    with pytest.raises(SystemExit) as caught, finish_steps_first("lab01_fx_passes", "the benchmark's default_pipeline"):
+        load_lab("lab01_fx_passes", "student").default_pipeline(None)
+    assert caught.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "needs step 9 (pipeline.py)" in lines[0] and "nox -s lab01" in lines[0], lines
+
+
+def test_a_not_implemented_error_from_elsewhere_keeps_its_traceback():
+    from labkit.bench import finish_steps_first
+
+    with pytest.raises(NotImplementedError, match="not a TODO"), finish_steps_first("lab01_fx_passes", "anything"):
+        raise NotImplementedError("not a TODO of the lab")
