@@ -744,6 +744,15 @@ def all_channels_last(weights: list[torch.Tensor | None]) -> bool:
     return all(w is not None and w.is_contiguous(memory_format=torch.channels_last) for w in weights)
 
 
+def converted_to_channels_last(lab, captured, convolutions: int) -> fx.GraphModule:
+    """The layout pass run on ``captured``: it must fire and leave every 2-D convolution channels-last."""
+    converted = assert_fired(lab.convert_to_channels_last(captured.graph_module), captured.dialect,
+                             f"{convolutions} 2-D convolutions")  # fmt: skip
+    weights = conv_weights(converted)
+    assert len(weights) == convolutions and all_channels_last(weights), "every convolution weight must be channels-last"
+    return converted
+
+
 class ConvFeatures(nn.Module):
     """Returns a 4-D feature map: the layout of the output is visible to the caller."""
 
@@ -761,9 +770,7 @@ def test_channels_last_conversion(lab, dialect):
     torch.manual_seed(0)
     captured = capture(ConvFeatures().eval(), [torch.randn(2, 3, 10, 10)], dialect)
     expected = captured.run()
-    converted = assert_fired(lab.convert_to_channels_last(captured.graph_module), dialect, "two 2-D convolutions")
-    weights = conv_weights(converted)
-    assert len(weights) == 2 and all_channels_last(weights), "both convolution weights must be channels-last"
+    converted = converted_to_channels_last(lab, captured, convolutions=2)
     output = captured.run(converted)
     assert output.is_contiguous(), "callers must receive the default (contiguous) layout: restore it at the outputs"
     assert_close(output, expected, what="the channels-last graph")
@@ -792,9 +799,7 @@ def test_channels_last_across_a_view(lab, dialect):
     torch.manual_seed(0)
     captured = capture(ViewHead().eval(), [torch.randn(2, 3, 8, 8)], dialect)
     expected = captured.run()
-    converted = assert_fired(lab.convert_to_channels_last(captured.graph_module), dialect, "two 2-D convolutions")
-    weights = conv_weights(converted)
-    assert len(weights) == 2 and all_channels_last(weights), "both convolution weights must be channels-last"
+    converted = converted_to_channels_last(lab, captured, convolutions=2)
     try:
         output = captured.run(converted)
     except RuntimeError as error:

@@ -5,7 +5,7 @@ the code the module had before the pass) and its honest twin (every pass returns
 untouched, claiming what the reference claims). Both are graded with lab 1's visible and held-out
 tests, each in its own pytest process; the attack must not score more than its twin.
 
-Slow (the lab's whole suite, twice: about 6 minutes on two cores): marker ``zoo``, with the zoo.
+It grades the lab's whole suite twice: about 4 minutes on two cores (``nox -s tests`` runs it).
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from labkit.labspec import COURSE_ROOT
 
-pytestmark = pytest.mark.zoo
 LAB = COURSE_ROOT / "lab01_fx_passes"
 
 

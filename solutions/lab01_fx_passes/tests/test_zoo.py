@@ -27,7 +27,7 @@ import pytest
 import torch
 from torch import fx, nn
 
-from lab01_fx_passes.capture import capture
+from lab01_fx_passes.capture import CapturedGraph, capture
 from lab01_fx_passes.test_lab import (
     BATCH_NORM_FUNCTIONS,
     CONVOLUTION_FUNCTIONS,
@@ -53,6 +53,22 @@ RESULTS: list[dict] = []
 @functools.lru_cache(maxsize=1)
 def built(name: str) -> nn.Module:
     return zoo.build(name)
+
+
+@functools.lru_cache(maxsize=1)
+def exported(name: str) -> torch.export.ExportedProgram:
+    """One ``torch.export`` per model, for its ``export`` and ``export_core_aten`` cells."""
+    return torch.export.export(built(name), (zoo.example_input(name),))
+
+
+def captured_cell(name: str, dialect: str) -> CapturedGraph:
+    """The model captured in ``dialect`` (as ``capture`` does; the two export dialects share one export)."""
+    x = zoo.example_input(name)
+    if dialect == "export":
+        return CapturedGraph(dialect, exported(name).module(), (x,))
+    if dialect == "export_core_aten":
+        return CapturedGraph(dialect, exported(name).run_decompositions().module(), (x,))
+    return capture(built(name), [x], dialect)
 
 
 def _is_convolution(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -89,26 +105,33 @@ def reference_lab():
 def test_default_pipeline_on_the_torchvision_zoo(reference_lab, model_name, dialect):
     reason = zoo.EXCLUDED.get((model_name, dialect))
     if reason is not None:
+        RESULTS.append({"model": model_name, "dialect": dialect, "excluded": reason})
         pytest.skip(f"excluded: {reason}")
     start = time.perf_counter()
-    model, x = built(model_name), zoo.example_input(model_name)
+    row = {"model": model_name, "dialect": dialect, "ok": False, "failure": None}
+    RESULTS.append(row)
+    try:
+        check_cell(reference_lab, model_name, dialect, row)
+    except BaseException as error:
+        row["failure"] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+        raise
+    finally:
+        row["seconds"] = time.perf_counter() - start
+
+
+def check_cell(lab, model_name: str, dialect: str, row: dict) -> None:
     with torch.no_grad():
-        captured = capture(model, [x], dialect)
+        captured = captured_cell(model_name, dialect)
         gm = captured.graph_module
         norms, pairs = batch_norms(gm), foldable_pairs(gm)
-        manager = reference_lab.default_pipeline(captured.inputs)
+        manager = lab.default_pipeline(captured.inputs)
         result = manager(gm)  # raises PassValidationError naming a pass that leaves float32's budget
         validated = result.graph_module(*captured.inputs)
     ran = run_graph(result.graph_module, *captured.inputs)
     weights = conv_weights(result.graph_module)
     converted = sum(w is not None and w.is_contiguous(memory_format=torch.channels_last) for w in weights)
-    row = {
-        "model": model_name, "dialect": dialect, "batch_norms": norms, "foldable": pairs,
-        "left": batch_norms(result.graph_module), "convs": len(weights), "channels_last": converted,
-        "max_abs_error": manager.report[-1].max_abs_error,
-        "seconds": time.perf_counter() - start, "ok": False,
-    }  # fmt: skip
-    RESULTS.append(row)
+    row.update(batch_norms=norms, foldable=pairs, left=batch_norms(result.graph_module), convs=len(weights),
+               channels_last=converted, max_abs_error=manager.report[-1].max_abs_error)  # fmt: skip
     lines = "\n  ".join(entry.line() for entry in manager.report)
     assert code_matches_graph(result.graph_module), f"{model_name} ({dialect}): forward is not the graph's code"
     assert output_error(ran, validated).max_abs == 0, f"{model_name} ({dialect}): the graph does not compute what was validated"
