@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from labkit.labspec import COURSE_ROOT
 
 LAB = COURSE_ROOT / "lab01_fx_passes"
