@@ -122,6 +122,14 @@ class ParameterFreezer(PassBase):
         self.kept: dict[str, str] = {}
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
+        """Freeze every placeholder that rules 1-3 of the module docstring allow; keep the others.
+
+        Each frozen placeholder's uses read a new ``get_attr`` node (before the first computation)
+        instead, and a :class:`FrozenValue` is recorded in :attr:`frozen`; each module-state
+        placeholder left an input gets its reason in :attr:`kept` (``MODIFIED_IN_PLACE``,
+        ``RETURNED``, ``REQUIRES_GRAD``, ``NOT_A_TENSOR``). Returns ``PassResult(gm, True)``, or
+        ``unchanged(gm, reason)`` when nothing was frozen.
+        """
         # TODO(step 8): freeze every parameter or buffer placeholder whose value cannot change.
         # guidance: begin
         #  - no example inputs: return unchanged(graph_module, NO_VALUES); a number of placeholders

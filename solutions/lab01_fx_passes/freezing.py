@@ -147,6 +147,14 @@ class ParameterFreezer(PassBase):
         return None
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
+        """Freeze every placeholder that rules 1-3 of the module docstring allow; keep the others.
+
+        Each frozen placeholder's uses read a new ``get_attr`` node (before the first computation)
+        instead, and a :class:`FrozenValue` is recorded in :attr:`frozen`; each module-state
+        placeholder left an input gets its reason in :attr:`kept` (``MODIFIED_IN_PLACE``,
+        ``RETURNED``, ``REQUIRES_GRAD``, ``NOT_A_TENSOR``). Returns ``PassResult(gm, True)``, or
+        ``unchanged(gm, reason)`` when nothing was frozen.
+        """
         graph = graph_module.graph
         placeholders = graph.find_nodes(op="placeholder")
         self.frozen, self.kept = [], {}
