@@ -26,9 +26,11 @@ the slowest-varying of the three dimensions it merges). VGG and AlexNet end thei
 makes: the graph raises *view size is not compatible with input tensor's size and stride*.
 ``reshape`` is ``view`` where a view is possible and a copy where it is not, so the pass rewrites
 every view its layout change can reach (Inductor's ``view_to_reshape`` pass does the same).
-A copy is not a view, though: if the viewed tensor or the view is modified in place afterwards
-(the copy would not see the write), the pass leaves that region's convolutions contiguous
-instead, and says so in :attr:`ChannelsLastConverter.skipped`.
+A copy is not a view, though: if the view or the tensor it views is written in place after the
+view is taken (``x.add_(1)``, ``relu_``, ``x[i] = v``: the copy would not see the write), the pass
+leaves the convolutions upstream of it contiguous instead, and says so in
+:attr:`ChannelsLastConverter.skipped`. (Writes before the view, and impure reads such as a random
+draw, are harmless.)
 
 The numbers are the same up to float32 rounding (NHWC kernels sum in a different order).
 Dialects: ``symbolic_trace``, aten graphs, and Dynamo graphs once frozen (``freezing.py``): before
@@ -37,6 +39,7 @@ that, Dynamo's weights are graph inputs, and converting them would cost a reorde
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from typing import Any
 
@@ -48,12 +51,20 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr  # noqa: F401
 from lab01_fx_passes.pass_report import unchanged  # noqa: F401  (the reason when nothing was converted)
 
-from .dce import is_impure  # noqa: F401  (a view written in place must stay a view)
+from .op_names import op_name  # noqa: F401  (in-place writes: a view written after it is taken stays a view)
 
 aten = torch.ops.aten
 #: aten and Dynamo 2-D convolutions whose constant weight the pass converts.
 ATEN_CONVOLUTIONS = (aten.convolution.default, aten.conv2d.default)
 TORCH_CONVOLUTIONS = (torch.conv2d,)
+def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``)."""
+    if node.op == "call_function" and node.target is operator.setitem:
+        return True
+    name = op_name(node, modules)
+    return name is not None and name.in_place
+
+
 #: View operators and the reshape that replaces them (``call_function`` targets; ``call_method``
 #: ``view`` becomes ``reshape``).
 VIEW_TO_RESHAPE = {aten.view.default: aten.reshape.default, aten._unsafe_view.default: aten.reshape.default}
@@ -104,8 +115,9 @@ class ChannelsLastConverter(PassBase):
         #  2. every node downstream of a converted convolution (follow node.users) may now be
         #     channels-last: replace each view among them (is_view) by a reshape with the same
         #     arguments (VIEW_TO_RESHAPE, or call_method "reshape"). Before converting, leave out
-        #     (VIEW_MODIFIED_IN_PLACE) every convolution upstream of a view that an impure node
-        #     reads, or whose input an impure node reads: a reshape may copy, and a copy misses the write;
+        #     (VIEW_MODIFIED_IN_PLACE) every convolution upstream of a view that is written in place
+        #     (writes_in_place) after the view is taken, through the view or through its input: a
+        #     reshape may copy, and a copy misses the write;
         #  3. if anything changed, wrap every graph output in a call_function to contiguous_output
         #     (once: a second run must not wrap them again), lint, recompile; else return
         #     unchanged(graph_module, self.why_unchanged()). Set the counts.

@@ -840,6 +840,34 @@ def test_channels_last_keeps_a_view_written_in_place_contiguous(lab, dialect):
     assert_close(captured.run(result.graph_module), expected, what="the graph (the write through the view must reach y)")
 
 
+class MaskWrittenBeforeItsView(nn.Module):
+    """Swin's attention mask: a new tensor written in place (Swin: ``mask[i] = v``), then viewed;
+    nothing writes it (or the view) after the view is taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        mask = y.new_zeros(y.shape[2], y.shape[3])
+        mask.fill_(0.5)
+        mask.narrow(0, 1, 2).fill_(1.0)
+        return y * mask.view(1, 1, y.shape[2], y.shape[3])
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_channels_last_is_not_stopped_by_a_write_before_a_view(lab, dialect):
+    """Only a write *after* a view is taken needs the view to stay a view; refusing more is a silent
+    no-op (torchvision's Swin and ViT kept every convolution contiguous under such a rule)."""
+    torch.manual_seed(0)
+    captured = capture(MaskWrittenBeforeItsView().eval(), [torch.randn(2, 3, 6, 6)], dialect)
+    expected = captured.run()
+    converted = converted_to_channels_last(lab, captured, convolutions=1)
+    assert_close(captured.run(converted), expected, what="the channels-last graph")
+
+
 @pytest.mark.points(1)
 def test_channels_last_says_why_it_cannot_fire_on_unfrozen_dynamo_graphs(lab):
     """Dynamo's convolution weights are placeholders until frozen (step 8): unchanged, with that reason."""

@@ -26,9 +26,11 @@ the slowest-varying of the three dimensions it merges). VGG and AlexNet end thei
 makes: the graph raises *view size is not compatible with input tensor's size and stride*.
 ``reshape`` is ``view`` where a view is possible and a copy where it is not, so the pass rewrites
 every view its layout change can reach (Inductor's ``view_to_reshape`` pass does the same).
-A copy is not a view, though: if the viewed tensor or the view is modified in place afterwards
-(the copy would not see the write), the pass leaves that region's convolutions contiguous
-instead, and says so in :attr:`ChannelsLastConverter.skipped`.
+A copy is not a view, though: if the view or the tensor it views is written in place after the
+view is taken (``x.add_(1)``, ``relu_``, ``x[i] = v``: the copy would not see the write), the pass
+leaves the convolutions upstream of it contiguous instead, and says so in
+:attr:`ChannelsLastConverter.skipped`. (Writes before the view, and impure reads such as a random
+draw, are harmless.)
 
 The numbers are the same up to float32 rounding (NHWC kernels sum in a different order).
 Dialects: ``symbolic_trace``, aten graphs, and Dynamo graphs once frozen (``freezing.py``): before
@@ -38,6 +40,7 @@ that, Dynamo's weights are graph inputs, and converting them would cost a reorde
 from __future__ import annotations
 
 import copy
+import operator
 from collections import Counter
 from typing import Any
 
@@ -49,7 +52,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr
 from lab01_fx_passes.pass_report import unchanged
 
-from .dce import is_impure
+from .op_names import op_name
 
 aten = torch.ops.aten
 #: aten and Dynamo 2-D convolutions whose constant weight the pass converts.
@@ -94,10 +97,23 @@ def _downstream(sources: list[fx.Node]) -> set[fx.Node]:
     return seen
 
 
-def _written_in_place(view: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether an impure node (an in-place write, conservatively any impure op) reads ``view`` or its base."""
+def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``)."""
+    if node.op == "call_function" and node.target is operator.setitem:
+        return True
+    name = op_name(node, modules)
+    return name is not None and name.in_place
+
+
+def _written_after(view: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether the view, or the tensor it views, is written in place after the view is taken.
+
+    Then the view must stay a view: a reshape that copies would not see the write (or not pass it
+    on). Writes before the view are seen either way, and reads are harmless.
+    """
+    order = {node: index for index, node in enumerate(view.graph.nodes)}
     values = [value for value in (view, view.args[0]) if isinstance(value, fx.Node)]
-    return any(user.op != "output" and is_impure(user, modules) for value in values for user in value.users)
+    return any(order[user] > order[view] and writes_in_place(user, modules) for value in values for user in value.users)
 
 
 class ChannelsLastConverter(PassBase):
@@ -151,9 +167,9 @@ class ChannelsLastConverter(PassBase):
             weight = self._weight_node(graph_module, node, modules)
             if weight is not None:
                 candidates[node] = weight
-        # A view whose input or output is written in place must stay a view (a reshape may copy):
-        # no convolution upstream of it may change the layout it sees.
-        pinned = {node for node in graph.nodes if is_view(node) and _written_in_place(node, modules)}
+        # A view written in place after it is taken (through it or through its base) must stay a
+        # view (a reshape may copy): no convolution upstream of it may change the layout it sees.
+        pinned = {node for node in graph.nodes if is_view(node) and _written_after(node, modules)}
         if pinned:
             for conv in list(candidates):
                 if _downstream([conv]) & pinned:
