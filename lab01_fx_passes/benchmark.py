@@ -219,6 +219,9 @@ def print_pass_table(pass_report: Sequence[Any], logit_scale: float) -> None:
     """
 
     def check(report: Any) -> str:
+        if not report.modified:
+            reason = getattr(report, "reason", None)
+            return f"unchanged: {reason}" if reason else "unchanged (no reason given)"
         if report.max_abs_error is None:
             return "not validated (no example inputs)"
         return "declared change" if report.changes_semantics else "within float32 budget"
