@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         codes.append(process.wait())
         handle.close()
     wall = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime  # one thread per shard: no time spent spinning
     rows = [row for _, _, results, _ in shards if results.is_file() for row in json.loads(results.read_text())]
     order = {(model, dialect): i for i, (model, dialect) in enumerate((m, d) for m in MODELS for d in DIALECTS)}
     rows.sort(key=lambda row: order.get((row["model"], row["dialect"]), len(order)))
@@ -81,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = len(rows) - ok - excluded
     cell_seconds = sum(row.get("seconds", 0) for row in rows)
     print(f"lab01 zoo: {ok} cells ok, {failed} failed, {excluded} excluded; {wall:.0f} s wall on {args.shards} "
-          f"shards ({cell_seconds:.0f} s of cells)")  # fmt: skip
-    (args.out / "lab01_zoo.json").write_text(json.dumps({"wall_s": wall, "shards": args.shards, "rows": rows}, indent=1))
+          f"shards ({cell_seconds:.0f} s in the cells); the shards' CPU time {cpu:.0f} s (on {args.shards} idle "
+          f"cores: about {cpu / args.shards:.0f} s)")  # fmt: skip
+    summary = {"wall_s": wall, "cpu_s": cpu, "shards": args.shards, "rows": rows}
+    (args.out / "lab01_zoo.json").write_text(json.dumps(summary, indent=1))
     (args.out / "lab01_zoo.md").write_text(markdown(rows))
     for code, (_, _, _, log) in zip(codes, shards):
         if code not in (0, 5):  # 5: this shard had no test (a -k filter)
