@@ -63,7 +63,7 @@ def test_forgetting_eps_fails_the_symbolic_trace_and_dynamo_tests(forgets_eps):
     with pytest.raises(AssertionError, match="computes something else than the original"):
         test_lab.test_conv_bn_fused_model_matches_original(forgets_eps)
     with pytest.raises(AssertionError, match="computes something else than the original"):
-        test_lab.test_freezing_lets_conv_bn_fold_dynamo_graphs(forgets_eps)
+        test_lab.test_conv_bn_folds_dynamo_graphs_once_frozen(forgets_eps)
 
 
 @pytest.fixture
