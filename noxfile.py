@@ -12,7 +12,8 @@ Environment:    nox -s course-env                 (create the shared environment
 Instructors' repository only (these skip, saying why, in the student distribution):
                 nox -s grade                      (grade the reference and the untouched starters)
                 nox -s solutions                  (every lab's tests against the reference)
-                nox -s tests                      (the project's own test suite, what CI runs)
+                nox -s tests                      (the project's own test suite, what CI runs; -- -m "not zoo" skips the zoo)
+                nox -s zoo-lab01                  (lab 1's reference on every torchvision classification model, every dialect)
                 nox -s report-check               (the class report in headless Chromium: layout + screenshots)
                 nox -s image image-cpu image-gpu  (build the course image; run sessions inside it)
                 nox -s docker-test gradescope-test  (offline image build + grading in containers; slow)
@@ -41,7 +42,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 SHARED_ENV = ROOT / ".nox" / "course-env"
 LABS = {"lab01": "lab01_fx_passes", "lab02": "lab02_npu_backend", "lab03": "lab03_triton_lowering"}
-PROJECT_TESTS = ["labkit/tests", "grader/tests"]
+#: The project's own tests; lab 1's reference course tests include its torchvision zoo (marker ``zoo``, long).
+PROJECT_TESTS = ["labkit/tests", "grader/tests", "solutions/lab01_fx_passes/tests"]
 
 nox.options.sessions = ["lab01", "lab02", "lab03"]
 nox.options.error_on_missing_interpreters = True
@@ -164,6 +166,17 @@ def tests(session: nox.Session) -> None:
     run_in_course_env(
         session, "-m", "pytest", *PROJECT_TESTS, *LABS.values(), "--impl=solution", *session.posargs
     )
+
+
+@nox.session(name="zoo-lab01", venv_backend="none")
+def zoo_lab01(session: nox.Session) -> None:
+    """Lab 1's reference on every torchvision classification model, every dialect: one shard per core.
+
+    Tables in results/lab01/ (lab01_zoo.md is the handout's); -- --shards N, or pytest arguments after
+    a second -- (e.g. -- -- -k resnet).
+    """
+    require_reference(session)
+    run_in_course_env(session, "-m", "solutions.lab01_fx_passes.tests.run_zoo", *session.posargs)
 
 
 @nox.session(venv_backend="none")

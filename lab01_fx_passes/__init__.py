@@ -8,6 +8,7 @@ Passes, each a callable ``GraphModule -> torch.fx.passes.infra.pass_base.PassRes
 - :func:`replace_ops` / :class:`OpReplacer`: swap activations (``{"relu": "hardswish"}``); changes semantics.
 - :func:`fuse_linear_gelu` / :class:`LinearGeluFuser`: Linear+GELU -> one fused operator, every dialect.
 - :func:`convert_to_channels_last` / :class:`ChannelsLastConverter`: NHWC convolution weights.
+- :func:`freeze_parameters` / :class:`ParameterFreezer`: a Dynamo graph's parameters and buffers become constants.
 
 Composition: :class:`PassManager` (validates outputs after every pass, reports), and
 :func:`default_pipeline` (the semantics-preserving pipeline the benchmark runs).
@@ -21,6 +22,7 @@ require_course_environment()
 from .constant_folding import ConstantFolder, fold_constants
 from .conv_bn import ConvBNFuser, fuse_conv_bn
 from .dce import DCEPass, eliminate_dead_code, is_impure
+from .freezing import ParameterFreezer, freeze_parameters
 from .linear_gelu import LinearGeluFuser, fuse_linear_gelu
 from .memory_layout import ChannelsLastConverter, convert_to_channels_last
 from .op_names import OpName, op_name
@@ -36,6 +38,7 @@ __all__ = [
     "LinearGeluFuser",
     "OpName",
     "OpReplacer",
+    "ParameterFreezer",
     "PassManager",
     "PassReport",
     "PassValidationError",
@@ -43,6 +46,7 @@ __all__ = [
     "default_pipeline",
     "eliminate_dead_code",
     "fold_constants",
+    "freeze_parameters",
     "fuse_conv_bn",
     "fuse_linear_gelu",
     "is_impure",

@@ -50,6 +50,7 @@ from labkit.bench import (
     apply_threads,
     bar_chart,
     benchmark_parser,
+    finish_steps_first,
     paired_ratio,
     print_table,
     progress,
@@ -218,6 +219,9 @@ def print_pass_table(pass_report: Sequence[Any], logit_scale: float) -> None:
     """
 
     def check(report: Any) -> str:
+        if not report.modified:
+            reason = getattr(report, "reason", None)
+            return f"unchanged: {reason}" if reason else "unchanged (no reason given)"
         if report.max_abs_error is None:
             return "not validated (no example inputs)"
         return "declared change" if report.changes_semantics else "within float32 budget"
@@ -312,11 +316,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           f"{torch.get_num_threads()} threads; {args.images} images, {args.warmup} warm-up + {args.repeats} timed rounds",
           flush=True)  # fmt: skip
 
+    with finish_steps_first(PACKAGE, "the benchmark's default_pipeline"):
+        load_lab(PACKAGE).default_pipeline(None)  # fails fast on an unfinished lab, before building ResNet-50
     model = build_resnet50(args.weights)
     example = synthetic_images(2, CALIBRATION_SEED + 1)
     with torch.no_grad():
         logit_scale = model(example).abs().max().item()
-    candidates, pass_report = build_candidates(model, example)
+    with finish_steps_first(PACKAGE, "the benchmark's default_pipeline"):
+        candidates, pass_report = build_candidates(model, example)
     print_pass_table(pass_report, logit_scale)
     timings = measure_latency(candidates, args.batch_sizes, args.warmup, args.repeats)
     print_latency_table(timings)

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from labkit.fx_nodes import run_graph
+
 #: The dialects :func:`capture` produces, in the order the handout introduces them.
 DIALECTS = ("symbolic_trace", "dynamo", "make_fx", "export", "export_core_aten")
 #: The aten dialects (graphs of ``torch.ops.aten`` operators).
@@ -51,9 +53,12 @@ class CapturedGraph:
     inputs: tuple[Any, ...]
 
     def run(self, graph_module: fx.GraphModule | None = None) -> Any:
-        """Call ``graph_module`` (default: the captured one) on :attr:`inputs`, without autograd."""
-        with torch.no_grad():
-            return (graph_module or self.graph_module)(*self.inputs)
+        """Execute ``graph_module`` (default: the captured one) on :attr:`inputs`, without autograd.
+
+        It runs the graph itself, node by node (``labkit.fx_nodes.run_graph``), not its ``forward``:
+        the program that runs is the graph a test inspects, even if ``forward`` was not regenerated.
+        """
+        return run_graph(graph_module or self.graph_module, *self.inputs)
 
 
 def _symbolic_trace(model: nn.Module, inputs: tuple[Any, ...]) -> CapturedGraph:

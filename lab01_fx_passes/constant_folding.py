@@ -34,9 +34,10 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten  # noqa: F401  (finds UNKNOWN inside nested args)
 
-from lab01_fx_passes.graph_tools import add_attribute  # noqa: F401
+from lab01_fx_passes.graph_tools import add_attribute, is_module_state  # noqa: F401  (add_attribute: new buffers)
+from lab01_fx_passes.pass_report import unchanged
 
-from .dce import is_impure  # noqa: F401
+from .dce import is_impure  # noqa: F401  (step 2's: a random or in-place call is never constant)
 
 
 class _Unknown:
@@ -47,6 +48,7 @@ class _Unknown:
 
 
 UNKNOWN = _Unknown()
+NO_CONSTANTS = "no constant subgraph to fold"
 
 
 class ConstantFolder(fx.Interpreter):
@@ -69,38 +71,55 @@ class ConstantFolder(fx.Interpreter):
         self.folded_count = 0
 
     def run_node(self, node: fx.Node) -> Any:
-        """Evaluate ``node`` if it is constant, else return ``UNKNOWN``.
+        """Evaluate ``node`` if it is constant (recording it in :attr:`constants`), else return ``UNKNOWN``.
 
-        TODO(step 2):
-          - placeholder -> UNKNOWN (no inputs are given: that is the point);
-          - get_attr -> its real value (super().run_node(node));
-          - a call whose arguments (self.fetch_args_kwargs_from_env(node)) contain UNKNOWN, or
-            that is impure (is_impure(node, self._modules)) -> UNKNOWN;
-          - any other call: evaluate it (super().run_node), record it in self.constants, return it.
+        Placeholders are unknown (no inputs are given: that is the point), ``get_attr`` values are
+        known, a call is constant when it is pure (:func:`~.dce.is_impure`, step 2) and none of its
+        arguments is unknown.
         """
+        # TODO(step 3): propagate constants through the graph.
+        # guidance: begin
+        #  - placeholder -> UNKNOWN;
+        #  - get_attr -> its real value (super().run_node(node));
+        #  - a call whose arguments (self.fetch_args_kwargs_from_env(node)) contain UNKNOWN (search
+        #    nested args with tree_flatten), or that is impure (is_impure(node, self._modules)) -> UNKNOWN;
+        #  - any other call: evaluate it (super().run_node), record it in self.constants, return it.
+        # guidance: end
         raise NotImplementedError("ConstantFolder.run_node: propagate constants, mark the rest UNKNOWN")
 
     def fold(self) -> fx.GraphModule:
         """Run the constant analysis, fold each frontier tensor into a buffer, drop the dead region.
 
+        A constant that feeds (directly or through other constants) an impure node or the output is
+        not folded (see the module docstring for why); each remaining constant tensor read by a
+        non-constant node becomes one buffer (a detached clone) read by one ``get_attr`` node.
+
         Returns:
             The same ``GraphModule``, rewritten in place (and recompiled when anything changed).
-
-        TODO(step 2):
-          1. self.run(enable_io_processing=False) runs the analysis without inputs;
-          2. block constants that feed (directly, or through other constants) an impure node or the
-             output (see the module docstring for why);
-          3. the frontier: unblocked constant *tensors* with at least one user that is not an
-             unblocked constant. For each, add_attribute(...) a detached clone, insert a get_attr
-             node, and node.replace_all_uses_with(that get_attr);
-          4. erase what became dead (the folded region and the get_attr nodes only it read),
-             set self.folded_count, lint and recompile.
         """
+        # TODO(step 3): fold the constant frontier into buffers.
+        # guidance: begin
+        #  1. self.run(enable_io_processing=False) runs the analysis without inputs;
+        #  2. block constants that feed (directly, or through other constants) an impure node or
+        #     the output;
+        #  3. the frontier: unblocked constant *tensors* with at least one user that is not an
+        #     unblocked constant. For each, add_attribute(...) a detached clone, insert a get_attr
+        #     node, and node.replace_all_uses_with(that get_attr);
+        #  4. erase what became dead (the folded region and the get_attr nodes only it read),
+        #     set self.folded_count, lint and recompile.
+        # guidance: end
         raise NotImplementedError("ConstantFolder.fold: fold the constant frontier into buffers")
 
 
 def fold_constants(gm: fx.GraphModule) -> PassResult:
-    """Function form of :class:`ConstantFolder`: ``PassResult(gm, folded_count > 0)``, ``gm`` changed in place."""
+    """Function form of :class:`ConstantFolder`: ``PassResult(gm, folded_count > 0)``, ``gm`` changed in place.
+
+    When nothing was folded the result says why (``unchanged(gm, reason)``).
+    """
     folder = ConstantFolder(gm)
     folder.fold()
-    return PassResult(gm, folder.folded_count > 0)
+    if folder.folded_count:
+        return PassResult(gm, True)
+    if any(is_module_state(node) and node.users for node in gm.graph.find_nodes(op="placeholder")):
+        return unchanged(gm, f"{NO_CONSTANTS}: the weights are graph inputs: freeze first (freeze_parameters)")
+    return unchanged(gm, NO_CONSTANTS)

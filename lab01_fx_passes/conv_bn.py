@@ -18,26 +18,35 @@ When folding is wrong, and this pass refuses:
 - BN without running statistics (``track_running_stats=False``) always uses batch statistics;
 - the convolution's output has **another user** besides the BN (it needs the un-normalised value);
 - transposed convolutions (their weight is laid out ``[in, out, ...]``: not handled here);
-- in Dynamo graphs the weights are graph inputs (placeholders), unknown until the graph runs.
+- the weights are graph **inputs** (placeholders): in Dynamo graphs every parameter and buffer is
+  one, unknown until the graph runs. The freezing step (``freezing.py``) turns them into constants
+  first; without it the pass cannot fire, and says so.
 
 Dialects handled: ``symbolic_trace`` (``call_module`` Conv/BN pairs: the pair becomes one
-``call_module`` on a new fused convolution) and aten graphs (``aten.convolution`` / ``aten.conv2d``
+``call_module`` on a new fused convolution), Dynamo (``torch.conv1d/2d/3d`` followed by
+``torch.nn.functional.batch_norm``) and aten graphs (``aten.convolution`` / ``aten.conv2d``
 followed by ``aten._native_batch_norm_legit_no_training``, ``aten.native_batch_norm`` or
-``aten.batch_norm``, with ``get_attr`` weights: the pair becomes one convolution reading new
-``get_attr`` constants). The pass never modifies a module or tensor in place: the traced model
-shares them.
+``aten.batch_norm``); in the last two the weights must be ``get_attr`` constants, and the pair
+becomes one convolution reading new ``get_attr`` constants. The pass never modifies a module or
+tensor in place: the traced model shares them.
+
+A pass that changes nothing says why (:func:`~lab01_fx_passes.pass_report.unchanged`): the
+fuser counts every pair it refused, by reason (:attr:`ConvBNFuser.skipped`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import fx, nn  # noqa: F401
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.nn.utils.fusion import fuse_conv_bn_weights  # noqa: F401  (computes the fused weight and bias)
 
 from lab01_fx_passes.graph_tools import add_attribute, call_argument  # noqa: F401
+from lab01_fx_passes.pass_report import unchanged
 
 aten = torch.ops.aten
 #: aten convolutions: ``convolution`` (core aten, has a ``transposed`` flag) and ``convNd`` (export).
@@ -50,6 +59,17 @@ ATEN_TUPLE_BATCH_NORMS = (
 )
 #: aten batch norms returning the output tensor directly.
 ATEN_TENSOR_BATCH_NORMS = (aten.batch_norm.default,)
+#: Dynamo's convolutions (``nn.Conv2d`` inlined: ``torch.conv2d(x, weight, bias, stride, ...)``;
+#: ``F.conv2d`` is the same function) and batch norm (``F.batch_norm(x, running_mean, ...)``).
+TORCH_CONVOLUTIONS = (torch.conv1d, torch.conv2d, torch.conv3d)
+TORCH_BATCH_NORMS = (F.batch_norm,)
+
+#: Why a Conv+BN pair was not folded (the keys of :attr:`ConvBNFuser.skipped`).
+WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
+TRAINING_MODE = "BatchNorm in training mode (or without running statistics)"
+SHARED_OUTPUT = "the convolution's output has another user"
+TRANSPOSED = "transposed convolution"
+NO_PAIRS = "no convolution followed by a BatchNorm in this graph"
 
 
 class ConvBNFuser(fx.Transformer):
@@ -60,44 +80,68 @@ class ConvBNFuser(fx.Transformer):
         fuser = ConvBNFuser(gm)
         fused_gm = fuser.transform()   # a new GraphModule; gm's graph is left as it was
         fuser.fused_count              # how many Conv+BN pairs were folded
+        fuser.skipped                  # reason -> how many pairs were refused for it
 
     Being an ``fx.Transformer``, it re-emits every node of ``gm`` into a new graph; for a folded
     pair it emits the fused convolution in place of the convolution and maps the BN (and its
     ``getitem``) to that convolution's output. New modules and constants are registered on ``gm``
     under fresh names (``gm``'s own forward does not use them).
+
+    The constructor finds the pairs (``fused_count`` is right before :meth:`transform` runs) and
+    counts in ``skipped``, under the reasons above, every BatchNorm fed by a convolution that it
+    refuses to fold: :meth:`why_unchanged` turns them into the reason :func:`fuse_conv_bn` gives
+    when nothing was folded.
     """
 
     def __init__(self, module: fx.GraphModule) -> None:
         super().__init__(module)
         self.fused_count = 0
-        # TODO(step 1): find the foldable Conv -> BN pairs of module.graph now (self.fused_count
-        #  must be right before transform() runs), in both dialects:
+        #: reason -> how many BatchNorms that follow a convolution were not folded for it.
+        self.skipped: Counter[str] = Counter()
+        # TODO(step 1): find the foldable Conv -> BN pairs of module.graph, in every dialect.
+        # guidance: begin
         #  - symbolic_trace: call_module BatchNorm (eval mode, with running stats) whose input is a
         #    call_module convolution (not transposed) with exactly ONE user;
-        #  - aten: one of the ATEN_*_BATCH_NORMS with training False, whose input is one of the
-        #    ATEN_CONVOLUTIONS with exactly one user, all weights get_attr constants
-        #    (self.fetch_attr(node.target) reads them). For tuple-returning BNs only getitem(bn, 0)
-        #    may be used.
+        #  - Dynamo and aten: a call_function batch norm (TORCH_BATCH_NORMS, ATEN_*_BATCH_NORMS) with
+        #    training False, whose input is one of TORCH_CONVOLUTIONS / ATEN_CONVOLUTIONS with
+        #    exactly one user. Every one of those convolutions takes (input, weight, bias, ...);
+        #    torch.conv2d has no Python signature, so read node.args by position; F.batch_norm and
+        #    the aten batch norms are read by name with call_argument(node, "running_mean").
+        #    All weights must be get_attr constants (self.fetch_attr(node.target) reads them); a
+        #    placeholder weight (Dynamo before freezing) is a pair skipped as WEIGHTS_ARE_INPUTS.
+        #    For tuple-returning BNs only getitem(bn, 0) may be used.
+        #  - count every refused pair in self.skipped[REASON] (TRAINING_MODE, SHARED_OUTPUT, ...).
         #  Compute the fused weight and bias with fuse_conv_bn_weights (under torch.no_grad()).
+        # guidance: end
         raise NotImplementedError("ConvBNFuser: find the foldable Conv+BN pairs")
+
+    def why_unchanged(self) -> str:
+        """Why nothing was folded: each reason with its count, or :data:`NO_PAIRS`."""
+        if not self.skipped:
+            return NO_PAIRS
+        return "; ".join(f"{reason} ({count} pair{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
 
     def run_node(self, node: fx.Node) -> Any:
         """Re-emit ``node`` into the new graph (``fx.Transformer`` calls this for every node in order).
 
-        TODO(step 1): for a folded pair,
-          - the convolution: emit the fused convolution instead. Register the new module (or new
-            weight/bias tensors for aten graphs) with add_attribute(self.module, ...), never modify the
-            original module: the traced model shares it. Then
-            self.tracer.create_proxy("call_module" or "call_function", target, args, kwargs),
-            with args, kwargs = self.fetch_args_kwargs_from_env(conv_node);
-          - the BN (and its getitem(0)): return the fused convolution's value (self.env holds the
-            values already emitted, by node; it drops a value once its last user has run, so look
-            up getitem(0)'s value through the BN, the BN's through the conv);
-          - nodes that must not be re-emitted (the BN's unused getitem(1)/(2)): return None;
-          - anything else: super().run_node(node).
-        Tip: copy node.meta onto the emitted node (result.node.meta): fx.Transformer drops the
-        recorded values (meta["val"]) that later passes read.
+        A folded convolution becomes the fused convolution; its BN (and the BN's ``getitem(0)``)
+        become that convolution's value; the BN's unused ``getitem(1)``/``(2)`` are not emitted;
+        every other node is re-emitted as it is. Never modifies the original modules or tensors.
         """
+        # TODO(step 1): emit the fused convolution for a folded pair.
+        # guidance: begin
+        #  - the convolution: register the new module (or new weight/bias tensors for function
+        #    graphs) with add_attribute(self.module, ...), never modify the original module: the
+        #    traced model shares it. Then self.tracer.create_proxy("call_module" or
+        #    "call_function", target, args, kwargs), with args, kwargs = self.fetch_args_kwargs_from_env(conv_node);
+        #  - the BN (and its getitem(0)): return the fused convolution's value (self.env holds the
+        #    values already emitted, by node; it drops a value once its last user has run, so look
+        #    up getitem(0)'s value through the BN, the BN's through the conv);
+        #  - nodes that must not be re-emitted (the BN's unused getitem(1)/(2)): return None;
+        #  - anything else: super().run_node(node).
+        #  Tip: copy node.meta onto the emitted node (result.node.meta): fx.Transformer drops the
+        #  recorded values (meta["val"]) that later passes read.
+        # guidance: end
         return super().run_node(node)
 
 
@@ -106,9 +150,9 @@ def fuse_conv_bn(gm: fx.GraphModule) -> PassResult:
 
     Returns:
         ``PassResult(new_graph_module, True)`` when at least one pair was folded, else
-        ``PassResult(gm, False)``.
+        ``unchanged(gm, reason)``: a ``PassResult(gm, False)`` saying why (:meth:`ConvBNFuser.why_unchanged`).
     """
     fuser = ConvBNFuser(gm)
     if not fuser.fused_count:
-        return PassResult(gm, False)
+        return unchanged(gm, fuser.why_unchanged())
     return PassResult(fuser.transform(), True)

@@ -16,7 +16,8 @@ A node is *dead* when it has no users. Removing a dead node is safe only when th
 
 PyTorch's own ``Graph.eliminate_dead_code()`` checks only the last group (and never looks at
 ``call_method`` nodes), so it deletes an unused ``x.add_(1)``. This pass gives it a better
-impurity test, :func:`is_impure`.
+impurity test, :func:`is_impure`, which the later steps reuse: constant folding (step 3) must
+never evaluate an impure node, and freezing (step 8) never freezes a value an impure node writes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from lab01_fx_passes.graph_tools import call_argument  # noqa: F401  (reads `training=`, `p=` by name)
+from lab01_fx_passes.pass_report import unchanged
 
 from .op_names import op_name  # noqa: F401
 
@@ -63,11 +65,13 @@ def is_impure(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
         calls PyTorch marks as side-effecting (see the module docstring); False for pure operations
         and ``get_attr``.
     """
-    # TODO(step 3): decide per node.op.
+    # TODO(step 2): decide per node.op.
+    # guidance: begin
     #  - Start from PyTorch's own answer for call_function nodes: node.is_impure().
     #  - call_module: look at the module: `_is_impure`, `inplace`, dropout / batch norm in training mode.
     #  - Everything else: op_name(node, modules) tells you in-place-ness and the op's name
     #    (RANDOM_OPS, STATEFUL_IN_TRAINING). F.dropout(x, training=False) is the identity: pure.
+    # guidance: end
     raise NotImplementedError("is_impure: decide which nodes DCE must keep")
 
 
@@ -83,12 +87,18 @@ class DCEPass(PassBase):
         self.removed_count = 0
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
-        # TODO(step 3): remove every dead node that is not impure, set self.removed_count, recompile.
+        # TODO(step 2): remove every dead node that is not impure, set self.removed_count, recompile.
+        # guidance: begin
         #  Walk the graph backwards so that a whole dead chain goes in one sweep, or let
         #  graph.eliminate_dead_code(is_impure_node=...) do the walk with YOUR impurity test.
+        # guidance: end
         raise NotImplementedError("DCEPass.call: remove dead pure nodes")
 
 
 def eliminate_dead_code(gm: fx.GraphModule) -> PassResult:
-    """Function form of :class:`DCEPass`: ``PassResult(gm, modified)``, ``gm`` changed in place."""
-    return DCEPass()(gm)
+    """Function form of :class:`DCEPass`: ``PassResult(gm, modified)``, ``gm`` changed in place.
+
+    When nothing was removed the result says so (``unchanged(gm, reason)``).
+    """
+    result = DCEPass()(gm)
+    return result if result.modified else unchanged(result.graph_module, "no dead pure node")

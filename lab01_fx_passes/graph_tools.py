@@ -9,6 +9,8 @@ Every pass of the lab needs the same three chores, none of which is the point of
   target names (``"layer1.0.conv1.weight"``).
 - :func:`add_attribute`: give a new module, parameter or buffer a fresh top-level name on a
   ``GraphModule`` so a ``call_module`` or ``get_attr`` node can refer to it.
+- :func:`is_module_state`: whether a Dynamo placeholder holds a parameter or buffer of the compiled
+  module (what the freezing step may turn into a constant), rather than an input of the call.
 - :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value a tracer recorded for a node (shapes and dtypes without
   running anything), where the dialect records one.
 """
@@ -64,6 +66,23 @@ def call_argument(node: fx.Node, name: str, default: Any = None) -> Any:
                 return node.args[position]
             return default if parameter_default is _MISSING else parameter_default
     return default
+
+
+#: Dynamo's mark on the placeholders of a module's parameters and buffers (``node.meta["tensor_dict"]``).
+DYNAMO_STATIC_INPUT = "_dynamo_static_input_type"
+
+
+def is_module_state(node: fx.Node) -> bool:
+    """Whether ``node`` is a Dynamo placeholder holding a parameter or buffer of the compiled module.
+
+    Dynamo hands a backend the module's parameters and buffers as graph inputs, after the call's own
+    inputs or among them, and marks their placeholders as *static inputs*:
+    ``node.meta["tensor_dict"]["_dynamo_static_input_type"]`` (value ``"unguarded"``: Dynamo does
+    not guard their values, only their shapes, dtypes and devices). The call's own inputs (``x``)
+    carry no such mark. Other dialects have no such placeholders: there parameters are ``get_attr``
+    nodes (or submodule attributes) already.
+    """
+    return node.op == "placeholder" and DYNAMO_STATIC_INPUT in node.meta.get("tensor_dict", {})
 
 
 def fetch_attr(gm: nn.Module, qualified_name: str) -> Any:

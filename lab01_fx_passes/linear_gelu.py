@@ -38,6 +38,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from lab01_fx_passes.fused_ops import LINEAR_GELU  # noqa: F401  (the fused node's target)
 from lab01_fx_passes.graph_tools import call_argument, node_value  # noqa: F401
+from lab01_fx_passes.pass_report import unchanged
 
 from .op_names import op_name  # noqa: F401
 
@@ -67,20 +68,28 @@ class LinearMatch:
 def match_linear(node: Any, modules: Mapping[str, nn.Module]) -> LinearMatch | None:
     """Recognise a Linear (in any dialect, see the table above) whose result is the value of ``node``.
 
-    TODO(step 5): return a LinearMatch, or None when ``node`` is not the end of a Linear.
-      - call_module nn.Linear: weight/bias are the parameter names "<target>.weight"/"<target>.bias";
-      - call_function linear (Dynamo's torch._C._nn.linear has no signature: read node.args);
-      - aten: addmm(bias, x, t(w)) / mm(x, t(w)), t(w) may be permute(w, [1, 0]); with 3-D
-        inputs a view before and a view after. Check shapes on node_value(...) (meta["val"]): the
-        views must only flatten and restore x's leading dimensions, and the bias must be 1-D.
+    Returns:
+        A :class:`LinearMatch`, or None when ``node`` is not the end of a Linear. Flattening views
+        (aten graphs, 3-D inputs) must only flatten and restore ``x``'s leading dimensions, and the
+        bias must be 1-D.
     """
+    # TODO(step 5): recognise Linear in every dialect.
+    # guidance: begin
+    #  - call_module nn.Linear: weight/bias are the parameter names "<target>.weight"/"<target>.bias";
+    #  - call_function linear (Dynamo's torch._C._nn.linear has no signature: read node.args);
+    #  - aten: addmm(bias, x, t(w)) / mm(x, t(w)), t(w) may be permute(w, [1, 0]); with 3-D
+    #    inputs a view before and a view after. Check shapes on node_value(...) (meta["val"]).
+    # guidance: end
     raise NotImplementedError("match_linear: recognise Linear in every dialect")
 
 
 def gelu_approximation(node: fx.Node, modules: Mapping[str, nn.Module]) -> str | None:
     """``"none"`` or ``"tanh"`` when ``node`` is an out-of-place GELU (any dialect), else None."""
-    # TODO(step 5): op_name(...) finds the GELU; nn.GELU keeps `approximate` as an attribute,
+    # TODO(step 5): recognise GELU in every dialect.
+    # guidance: begin
+    #  op_name(...) finds the GELU; nn.GELU keeps `approximate` as an attribute,
     #  functions as an argument (call_argument(node, "approximate", "none")).
+    # guidance: end
     raise NotImplementedError("gelu_approximation: recognise GELU in every dialect")
 
 
@@ -96,15 +105,22 @@ class LinearGeluFuser(PassBase):
         self.fused_count = 0
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
-        # TODO(step 5): for every GELU fed by a matched Linear whose chain passes the single-user
+        # TODO(step 5): fuse every safe Linear -> GELU pair.
+        # guidance: begin
+        #  For every GELU fed by a matched Linear whose chain passes the single-user
         #  check, insert (before the GELU)
         #      graph.call_function(LINEAR_GELU, (x, weight, bias), {"approximate": approximate})
         #  (weights given by name need a graph.get_attr(name) node first), copy the GELU's meta onto
         #  it, redirect the GELU's users, erase the GELU and the chain, then the unused leftovers.
         #  Set self.fused_count; lint and recompile when something changed.
+        # guidance: end
         raise NotImplementedError("LinearGeluFuser.call: fuse safe Linear+GELU pairs")
 
 
 def fuse_linear_gelu(gm: fx.GraphModule) -> PassResult:
-    """Function form of :class:`LinearGeluFuser`: ``PassResult(gm, modified)``, ``gm`` changed in place."""
-    return LinearGeluFuser()(gm)
+    """Function form of :class:`LinearGeluFuser`: ``PassResult(gm, modified)``, ``gm`` changed in place.
+
+    When nothing was fused the result says so (``unchanged(gm, reason)``).
+    """
+    result = LinearGeluFuser()(gm)
+    return result if result.modified else unchanged(result.graph_module, "no Linear -> GELU pair safe to fuse")

@@ -47,6 +47,28 @@ def randomize_batch_norm(
     return model
 
 
+#: Running variances where BatchNorm's ``eps`` (1e-5 by default) is 1% to 10% of the variance.
+EPS_SENSITIVE_VARIANCES: Range = (1e-4, 1e-3)
+
+
+@torch.no_grad()
+def eps_sensitive_batch_norm(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every BatchNorm of ``model`` statistics under which its ``eps`` matters (in place).
+
+    Running variances in [1e-4, 1e-3] (:data:`EPS_SENSITIVE_VARIANCES`): ``sqrt(var + eps)`` then
+    differs from ``sqrt(var)`` by 0.5% to 5%, so a fold that forgets ``eps`` is off by that much,
+    hundreds of times the tests' tolerance (with variances near 1 it is off by 5e-6, about the
+    tolerance itself). Each affine BatchNorm's scale is ``U(0.5, 1.5) * sqrt(var)``, so the layer
+    still maps activations of order one to order one (the tests' tolerances assume outputs of that
+    size). Means and shifts as in :func:`randomize_batch_norm`. Returns ``model``.
+    """
+    randomize_batch_norm(model, seed, variances=EPS_SENSITIVE_VARIANCES)
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.affine and module.running_var is not None:
+            module.weight.mul_(module.running_var.sqrt())
+    return model
+
+
 def large_output_resnet50(seed: int = 0) -> nn.Module:
     """torchvision's ResNet-50 in eval mode whose logits are of order 1e4 (random weights).
 

@@ -61,10 +61,15 @@ def op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> OpName | None:
           ``F.relu`` -> ``"relu"``; ``torch.relu_`` -> in-place); also in-place when called with
           ``inplace=True`` (positionally or by keyword).
         - ``call_method``: the method name (``"relu_"`` -> ``"relu"``, in-place).
+        - A dunder name (``"__add__"``, ``"__getitem__"``) is returned as it is, with its
+          underscores, and is never in-place: ``x.__add__(y)`` gives ``OpName("__add__", False)``,
+          not ``"add"`` (``operator.add`` gives ``"add"``; ``operator.iadd`` gives ``"iadd"``).
         - ``None`` for ``placeholder``, ``get_attr`` and ``output`` nodes.
     """
     # TODO(step 0): one branch per node.op.
+    # guidance: begin
     #  - A trailing "_" means in-place ("relu_"), but a dunder ("__add__") does not.
     #  - An aten OpOverload's name is `target._opname` ("relu_" for aten.relu_.default).
     #  - `call_argument(node, "inplace", False)` reads F.relu(x, True) and F.relu(x, inplace=True) alike.
+    # guidance: end
     raise NotImplementedError("op_name: name the operator of call_module, call_function and call_method nodes")

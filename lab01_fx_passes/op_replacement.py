@@ -73,13 +73,15 @@ class OpReplacer(PassBase):
         return "replace_ops(" + ", ".join(f"{old}->{new}" for old, new in self.mapping.items()) + ")"
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
-        # TODO(step 4): for each node whose op_name(...) is a key of self.mapping, insert the
-        #  replacement in the node's own dialect (see the table in the module docstring), give it
+        # TODO(step 4): replace every node whose op_name(...) is a key of self.mapping.
+        # guidance: begin
+        #  Insert the replacement in the node's own dialect (see the table in the module docstring), give it
         #  the node's meta, node.replace_all_uses_with(replacement), erase the node.
         #  - the replacement takes the node's input tensor only;
         #  - keep in-place-ness (F.hardswish(x, inplace=True), nn.Hardswish(inplace=True),
         #    aten.hardswish_.default); raise ValueError where the new op has no in-place form;
         #  - register new modules with add_attribute: never modify the traced model's modules.
+        # guidance: end
         raise NotImplementedError("OpReplacer.call: replace the mapped activations")
 
 

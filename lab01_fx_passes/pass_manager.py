@@ -35,7 +35,7 @@ import torch  # noqa: F401
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.pass_report import Pass, PassReport, PassValidationError, pass_name  # noqa: F401
+from lab01_fx_passes.pass_report import Pass, PassReport, PassValidationError, pass_name, reason_of  # noqa: F401
 from labkit.numerics import TOLERANCE_FACTOR, OutputError, ReferenceOutputs, output_error  # noqa: F401
 
 
@@ -50,7 +50,9 @@ class PassManager:
         tolerance_factor: how many times float32's own error (measured against a float64 run of
             the graph) each output may move; the default 4 is explained in :mod:`labkit.numerics`.
 
-    After a call, :attr:`report` holds one :class:`PassReport` per pass.
+    After a call, :attr:`report` holds one :class:`PassReport` per pass; a pass that changed nothing
+    has its reason there (``reason_of(result)``), so a pipeline that silently does nothing on some
+    dialect says why.
 
     Raises:
         TypeError: on construction, if a pass is not callable; during a call, if a pass does not
@@ -74,20 +76,25 @@ class PassManager:
     def __call__(self, graph_module: fx.GraphModule) -> PassResult:
         """Run every pass on ``graph_module`` (passes may modify it in place) and return the result.
 
-        TODO(step 7), following the module docstring:
-          - with example inputs, measure the reference first:
-            reference = ReferenceOutputs.measure(graph_module, self.example_inputs);
-          - for each pass: count nodes, time it (time.perf_counter), check it returned a
-            PassResult (TypeError naming the pass otherwise), continue with result.graph_module;
-          - validate: graph.lint(), run the graph (under torch.no_grad()); a failure to run raises
-            PassValidationError(pass_name, message) naming the pass; for a pass that does not
-            declare changes_semantics, verdict = reference.compare(outputs,
-            factor=self.tolerance_factor), and a verdict that is not ok raises
-            PassValidationError(pass_name, message, verdict.error) whose message names the pass and
-            includes verdict.describe() (it gives the error as f"{error.max_abs:.3e}" and the budget);
-          - a declared semantic change: report its deviation (output_error against
-            reference.outputs), then measure a new reference on the changed graph;
-          - append a PassReport per pass to self.report (its errors: verdict.error, or the
-            deviation); return PassResult(final_gm, any_modified).
+        Returns ``PassResult(final_graph_module, any_pass_modified)`` and fills :attr:`report`: one
+        :class:`PassReport` per pass, with ``reason_of(result)`` for a pass that changed nothing.
         """
+        # TODO(step 7): run, validate and report every pass, following the module docstring.
+        # guidance: begin
+        #  - with example inputs, measure the reference first:
+        #    reference = ReferenceOutputs.measure(graph_module, self.example_inputs);
+        #  - for each pass: count nodes, time it (time.perf_counter), check it returned a
+        #    PassResult (TypeError naming the pass otherwise), continue with result.graph_module;
+        #  - validate: graph.lint(), run the graph (under torch.no_grad()); a failure to run raises
+        #    PassValidationError(pass_name, message) naming the pass; for a pass that does not
+        #    declare changes_semantics, verdict = reference.compare(outputs,
+        #    factor=self.tolerance_factor), and a verdict that is not ok raises
+        #    PassValidationError(pass_name, message, verdict.error) whose message names the pass and
+        #    includes verdict.describe() (it gives the error as f"{error.max_abs:.3e}" and the budget);
+        #  - a declared semantic change: report its deviation (output_error against
+        #    reference.outputs), then measure a new reference on the changed graph;
+        #  - append a PassReport per pass to self.report (its errors: verdict.error, or the
+        #    deviation; its reason: reason_of(result) when the pass changed nothing); return
+        #    PassResult(final_gm, any_modified).
+        # guidance: end
         raise NotImplementedError("PassManager.__call__: run, validate and report every pass")

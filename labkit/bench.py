@@ -17,6 +17,9 @@ is ``torch.utils.benchmark``: ``Timer`` / ``Measurement`` / ``Compare``):
    rounds.
 5. **Progress on long work.** :func:`progress` shows a bar on a terminal and a plain line every few
    seconds in a log, with the time left.
+6. **One line for an unfinished lab.** Run on a starter, a benchmark stops at the first TODO;
+   :func:`finish_steps_first` turns that ``NotImplementedError`` into one line naming the handout
+   step to finish (as ``nox -s labNN`` does), not a traceback.
 
 Every benchmark prints tables a person can read (:func:`print_table`), writes the same numbers as
 JSON (:func:`write_json`) and saves charts with error bars and the target line (:func:`bar_chart`).
@@ -392,6 +395,29 @@ def bar_chart(
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+@contextmanager
+def finish_steps_first(package: str, needs: str) -> Iterator[None]:
+    """Exit with one line naming the handout step to finish when a starter TODO stops the benchmark.
+
+    Args:
+        package: the lab's package (``"lab01_fx_passes"``): its ``lab.toml`` maps files to steps.
+        needs: what the benchmark was running, in a few words (``"the benchmark's default_pipeline"``).
+
+    A ``NotImplementedError`` from anywhere else (PyTorch's own) propagates with its traceback.
+    """
+    try:
+        yield
+    except NotImplementedError as error:
+        from labkit.labspec import load_lab_spec
+        from labkit.step_summary import step_to_finish_first
+
+        line = step_to_finish_first(error, load_lab_spec(package))
+        if line is None:
+            raise
+        print(f"{needs}: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def benchmark_parser(description: str, default_out: str) -> argparse.ArgumentParser:

@@ -1,9 +1,19 @@
-"""Small facts about FX nodes that every lab needs, whatever the graph dialect."""
+"""Small facts about FX nodes and graphs that every lab needs, whatever the graph dialect.
+
+Run what you inspect. A test that counts nodes in ``gm.graph`` and then calls ``gm(...)`` checks
+two different things: ``gm(...)`` runs ``gm.forward``, Python code generated from the graph when
+``gm.recompile()`` last ran (or any ``forward`` set on the instance), which need not be the graph
+counted. A pass that rewrites the graph but never recompiles (or that hands back the original
+``forward``) would show the rewrite and run the original program. :func:`run_graph` executes the
+graph itself, node by node, and :func:`code_matches_graph` says whether ``gm.code`` is the code of
+``gm.graph``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import fx
 
 
@@ -20,10 +30,19 @@ def node_value(node: Any) -> Any:
 
 
 def run_graph(gm: fx.GraphModule, *args: Any) -> Any:
-    """Run ``gm.graph`` itself on ``args`` through ``fx.Interpreter``, not ``gm.forward``.
+    """Execute ``gm.graph`` on ``args`` with ``torch.fx.Interpreter``, without autograd.
 
-    A test that inspects a returned graph (counts its nodes, reads its partitions) runs *that graph*:
-    ``forward`` is code generated from the graph by ``recompile()``, and a module whose graph was
-    rewritten without it would still run the old code.
+    Whatever ``gm.forward`` holds, this runs exactly the nodes of ``gm.graph`` (reading ``gm``'s
+    submodules, parameters and buffers): the program a test inspected.
     """
-    return fx.Interpreter(gm).run(*args)
+    with torch.no_grad():
+        return fx.Interpreter(gm, garbage_collect_values=True).run(*args)
+
+
+def code_matches_graph(gm: fx.GraphModule) -> bool:
+    """Whether ``gm.code`` (what ``gm(...)`` runs) is the code ``gm.graph`` generates now.
+
+    False when the graph was edited without ``gm.recompile()``. (An instance attribute ``forward``
+    set by hand is not seen here; :func:`run_graph` does not run it.)
+    """
+    return gm.code == gm.graph.python_code(root_module="self").src

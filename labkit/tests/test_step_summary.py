@@ -321,3 +321,20 @@ def test_a_run_without_a_session_is_not_a_crash(demo_lab):
     """``nox -s lab01 -- --help`` ends before any session; its exit status is pytest's."""
     result = run_lab(demo_lab, "--help")
     assert result.ret == 0 and "labkit:" not in result.stdout.str()
+def test_lab01s_benchmark_on_the_starter_names_the_step_to_finish_in_one_line(capsys):
+    """``nox -s bench-lab01 -- --quick`` on an unfinished starter: one line, not an 18-line traceback."""
+    from labkit.bench import finish_steps_first
+    from labkit.impl import load_lab
+
+    with pytest.raises(SystemExit) as caught, finish_steps_first("lab01_fx_passes", "the benchmark's default_pipeline"):
+        load_lab("lab01_fx_passes", "student").default_pipeline(None)
+    assert caught.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "finish step 9 first" in lines[0] and "nox -s lab01 -- --step 9" in lines[0], lines
+
+
+def test_a_not_implemented_error_from_elsewhere_keeps_its_traceback():
+    from labkit.bench import finish_steps_first
+
+    with pytest.raises(NotImplementedError, match="not a TODO"), finish_steps_first("lab01_fx_passes", "anything"):
+        raise NotImplementedError("not a TODO of the lab")

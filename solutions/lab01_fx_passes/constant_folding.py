@@ -34,7 +34,8 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten
 
-from lab01_fx_passes.graph_tools import add_attribute
+from lab01_fx_passes.graph_tools import add_attribute, is_module_state
+from lab01_fx_passes.pass_report import unchanged
 
 from .dce import is_impure
 
@@ -47,6 +48,7 @@ class _Unknown:
 
 
 UNKNOWN = _Unknown()
+NO_CONSTANTS = "no constant subgraph to fold"
 
 
 class ConstantFolder(fx.Interpreter):
@@ -131,7 +133,14 @@ class ConstantFolder(fx.Interpreter):
 
 
 def fold_constants(gm: fx.GraphModule) -> PassResult:
-    """Function form of :class:`ConstantFolder`: ``PassResult(gm, folded_count > 0)``, ``gm`` changed in place."""
+    """Function form of :class:`ConstantFolder`: ``PassResult(gm, folded_count > 0)``, ``gm`` changed in place.
+
+    When nothing was folded the result says why (``unchanged(gm, reason)``).
+    """
     folder = ConstantFolder(gm)
     folder.fold()
-    return PassResult(gm, folder.folded_count > 0)
+    if folder.folded_count:
+        return PassResult(gm, True)
+    if any(is_module_state(node) and node.users for node in gm.graph.find_nodes(op="placeholder")):
+        return unchanged(gm, f"{NO_CONSTANTS}: the weights are graph inputs: freeze first (freeze_parameters)")
+    return unchanged(gm, NO_CONSTANTS)

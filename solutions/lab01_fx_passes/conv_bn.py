@@ -18,29 +18,38 @@ When folding is wrong, and this pass refuses:
 - BN without running statistics (``track_running_stats=False``) always uses batch statistics;
 - the convolution's output has **another user** besides the BN (it needs the un-normalised value);
 - transposed convolutions (their weight is laid out ``[in, out, ...]``: not handled here);
-- in Dynamo graphs the weights are graph inputs (placeholders), unknown until the graph runs.
+- the weights are graph **inputs** (placeholders): in Dynamo graphs every parameter and buffer is
+  one, unknown until the graph runs. The freezing step (``freezing.py``) turns them into constants
+  first; without it the pass cannot fire, and says so.
 
 Dialects handled: ``symbolic_trace`` (``call_module`` Conv/BN pairs: the pair becomes one
-``call_module`` on a new fused convolution) and aten graphs (``aten.convolution`` / ``aten.conv2d``
+``call_module`` on a new fused convolution), Dynamo (``torch.conv1d/2d/3d`` followed by
+``torch.nn.functional.batch_norm``) and aten graphs (``aten.convolution`` / ``aten.conv2d``
 followed by ``aten._native_batch_norm_legit_no_training``, ``aten.native_batch_norm`` or
-``aten.batch_norm``, with ``get_attr`` weights: the pair becomes one convolution reading new
-``get_attr`` constants). The pass never modifies a module or tensor in place: the traced model
-shares them.
+``aten.batch_norm``); in the last two the weights must be ``get_attr`` constants, and the pair
+becomes one convolution reading new ``get_attr`` constants. The pass never modifies a module or
+tensor in place: the traced model shares them.
+
+A pass that changes nothing says why (:func:`~lab01_fx_passes.pass_report.unchanged`): the
+fuser counts every pair it refused, by reason (:attr:`ConvBNFuser.skipped`).
 """
 
 from __future__ import annotations
 
 import copy
 import operator
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from lab01_fx_passes.graph_tools import add_attribute, call_argument
+from lab01_fx_passes.pass_report import unchanged
 
 aten = torch.ops.aten
 #: aten convolutions: ``convolution`` (core aten, has a ``transposed`` flag) and ``convNd`` (export).
@@ -53,6 +62,17 @@ ATEN_TUPLE_BATCH_NORMS = (
 )
 #: aten batch norms returning the output tensor directly.
 ATEN_TENSOR_BATCH_NORMS = (aten.batch_norm.default,)
+#: Dynamo's convolutions (``nn.Conv2d`` inlined: ``torch.conv2d(x, weight, bias, stride, ...)``;
+#: ``F.conv2d`` is the same function) and batch norm (``F.batch_norm(x, running_mean, ...)``).
+TORCH_CONVOLUTIONS = (torch.conv1d, torch.conv2d, torch.conv3d)
+TORCH_BATCH_NORMS = (F.batch_norm,)
+
+#: Why a Conv+BN pair was not folded (the keys of :attr:`ConvBNFuser.skipped`).
+WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
+TRAINING_MODE = "BatchNorm in training mode (or without running statistics)"
+SHARED_OUTPUT = "the convolution's output has another user"
+TRANSPOSED = "transposed convolution"
+NO_PAIRS = "no convolution followed by a BatchNorm in this graph"
 
 
 @dataclass
@@ -79,44 +99,71 @@ class ConvBNFuser(fx.Transformer):
         fuser = ConvBNFuser(gm)
         fused_gm = fuser.transform()   # a new GraphModule; gm's graph is left as it was
         fuser.fused_count              # how many Conv+BN pairs were folded
+        fuser.skipped                  # reason -> how many pairs were refused for it
 
     Being an ``fx.Transformer``, it re-emits every node of ``gm`` into a new graph; for a folded
     pair it emits the fused convolution in place of the convolution and maps the BN (and its
     ``getitem``) to that convolution's output. New modules and constants are registered on ``gm``
     under fresh names (``gm``'s own forward does not use them).
+
+    The constructor finds the pairs (``fused_count`` is right before :meth:`transform` runs) and
+    counts in ``skipped``, under the reasons above, every BatchNorm fed by a convolution that it
+    refuses to fold: :meth:`why_unchanged` turns them into the reason :func:`fuse_conv_bn` gives
+    when nothing was folded.
     """
 
     def __init__(self, module: fx.GraphModule) -> None:
         super().__init__(module)
         self.fused_count = 0
+        #: reason -> how many BatchNorms that follow a convolution were not folded for it.
+        self.skipped: Counter[str] = Counter()
         self._folds: dict[fx.Node, _Fold] = {}  # conv node -> its fold
         self._forward: dict[fx.Node, fx.Node] = {}  # folded BN -> conv, its getitem(0) -> BN
         self._skip: set[fx.Node] = set()  # nodes not re-emitted: unused getitems, dead constants
         self._modules = dict(module.named_modules())
         for node in module.graph.nodes:
-            fold = self._match_module_pair(node) or self._match_aten_pair(node)
+            fold = self._match_module_pair(node) or self._match_function_pair(node)
             if fold is not None:
                 self._plan(fold)
 
+    def why_unchanged(self) -> str:
+        """Why nothing was folded: each reason with its count, or :data:`NO_PAIRS`."""
+        if not self.skipped:
+            return NO_PAIRS
+        return "; ".join(f"{reason} ({count} pair{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
+
     # -- matching --------------------------------------------------------------------------
     def _conv_feeding(self, bn: fx.Node) -> fx.Node | None:
-        """The BN's input if it is a node used by the BN alone (single user: the fold is safe)."""
+        """The BN's input if it is a convolution (any dialect) read by the BN alone; else None.
+
+        A convolution with another user is counted in :attr:`skipped` (the fold would change it).
+        """
         source = bn.args[0] if bn.args else None
-        if isinstance(source, fx.Node) and len(source.users) == 1:
-            return source
-        return None
+        if not isinstance(source, fx.Node) or not self._is_convolution(source):
+            return None
+        if len(source.users) != 1:
+            self.skipped[SHARED_OUTPUT] += 1
+            return None
+        return source
+
+    def _is_convolution(self, node: fx.Node) -> bool:
+        if node.op == "call_module":
+            return isinstance(self._modules[node.target], nn.modules.conv._ConvNd)
+        return node.op == "call_function" and node.target in ATEN_CONVOLUTIONS + TORCH_CONVOLUTIONS
 
     def _match_module_pair(self, bn: fx.Node) -> _Fold | None:
         if bn.op != "call_module" or not isinstance(self._modules[bn.target], nn.modules.batchnorm._BatchNorm):
             return None
         norm = self._modules[bn.target]
         conv = self._conv_feeding(bn)
-        if norm.training or norm.running_mean is None or len(bn.args) != 1 or bn.kwargs:
+        if conv is None or conv.op != "call_module" or len(bn.args) != 1 or bn.kwargs:
             return None
-        if conv is None or conv.op != "call_module":
+        if norm.training or norm.running_mean is None:
+            self.skipped[TRAINING_MODE] += 1
             return None
         conv_module = self._modules[conv.target]
-        if not isinstance(conv_module, nn.modules.conv._ConvNd) or conv_module.transposed:
+        if conv_module.transposed:
+            self.skipped[TRANSPOSED] += 1
             return None
         if conv_module.out_channels != norm.num_features:
             return None
@@ -126,15 +173,19 @@ class ConvBNFuser(fx.Transformer):
         )  # fmt: skip
         return _Fold(conv, bn, weight, bias, bn_output=bn)
 
-    def _match_aten_pair(self, bn: fx.Node) -> _Fold | None:
-        if bn.op != "call_function" or bn.target not in ATEN_TUPLE_BATCH_NORMS + ATEN_TENSOR_BATCH_NORMS:
-            return None
-        if call_argument(bn, "training", False) is not False:
+    def _match_function_pair(self, bn: fx.Node) -> _Fold | None:
+        """A Dynamo or aten Conv -> BN pair (``call_function`` nodes, weights as arguments)."""
+        batch_norms = ATEN_TUPLE_BATCH_NORMS + ATEN_TENSOR_BATCH_NORMS + TORCH_BATCH_NORMS
+        if bn.op != "call_function" or bn.target not in batch_norms:
             return None
         conv = self._conv_feeding(bn)
-        if conv is None or conv.op != "call_function" or conv.target not in ATEN_CONVOLUTIONS:
+        if conv is None or conv.op != "call_function":
             return None
-        if call_argument(conv, "transposed", False) is not False:
+        if call_argument(bn, "training", False) is not False:
+            self.skipped[TRAINING_MODE] += 1
+            return None
+        if conv.target in ATEN_CONVOLUTIONS and call_argument(conv, "transposed", False) is not False:
+            self.skipped[TRANSPOSED] += 1
             return None
         bn_output = bn
         if bn.target in ATEN_TUPLE_BATCH_NORMS:
@@ -145,14 +196,18 @@ class ConvBNFuser(fx.Transformer):
                 return None
             bn_output = outputs[0]
         try:
-            conv_w, conv_b = (self._constant(call_argument(conv, name)) for name in ("weight", "bias"))
+            # Every convolution here takes (input, weight, bias, ...): aten schemas and torch.convNd alike.
+            conv_w, conv_b = (self._constant(_positional(conv, index)) for index in (1, 2))
             bn_w, bn_b, mean, var = (self._constant(call_argument(bn, name)) for name in
                                      ("weight", "bias", "running_mean", "running_var"))  # fmt: skip
-        except LookupError:  # weights that are graph inputs (Dynamo, lifted export) are unknown
+        except LookupError:  # weights that are graph inputs (Dynamo before freezing, lifted export) are unknown
+            self.skipped[WEIGHTS_ARE_INPUTS] += 1
             return None
         if mean is None or var is None or conv_w.shape[0] != mean.shape[0]:
+            if mean is None or var is None:  # no running statistics: batch statistics, as in training
+                self.skipped[TRAINING_MODE] += 1
             return None
-        weight, bias = _fused_weights(conv_w, conv_b, mean, var, call_argument(bn, "eps"), bn_w, bn_b)
+        weight, bias = _fused_weights(conv_w, conv_b, mean, var, call_argument(bn, "eps", 1e-5), bn_w, bn_b)
         return _Fold(conv, bn, weight, bias, bn_output=bn_output)
 
     def _constant(self, argument: Any) -> torch.Tensor | None:
@@ -197,7 +252,7 @@ class ConvBNFuser(fx.Transformer):
             fused.weight, fused.bias = fold.weight, fold.bias
             name = add_attribute(self.module, f"{conv.target}_bn_fused", fused)
             return self.tracer.create_proxy("call_module", name, args, kwargs)
-        stem = f"{call_argument(conv, 'weight').target}_bn_fused"
+        stem = f"{_positional(conv, 1).target}_bn_fused"
         weight = add_attribute(self.module, stem, fold.weight.detach())
         bias = add_attribute(self.module, f"{stem}_bias", fold.bias.detach())
         args = list(args) + [None] * (3 - len(args))
@@ -207,14 +262,21 @@ class ConvBNFuser(fx.Transformer):
         return self.tracer.create_proxy("call_function", conv.target, tuple(args), kwargs)
 
 
+def _positional(node: fx.Node, index: int) -> Any:
+    """Argument ``index`` of a call, whether passed positionally or (bias) by keyword; None if absent."""
+    if index < len(node.args):
+        return node.args[index]
+    return node.kwargs.get({1: "weight", 2: "bias"}.get(index, ""))
+
+
 def fuse_conv_bn(gm: fx.GraphModule) -> PassResult:
     """Fold every foldable Conv+BN pair of ``gm`` (see :class:`ConvBNFuser`).
 
     Returns:
         ``PassResult(new_graph_module, True)`` when at least one pair was folded, else
-        ``PassResult(gm, False)``.
+        ``unchanged(gm, reason)``: a ``PassResult(gm, False)`` saying why (:meth:`ConvBNFuser.why_unchanged`).
     """
     fuser = ConvBNFuser(gm)
     if not fuser.fused_count:
-        return PassResult(gm, False)
+        return unchanged(gm, fuser.why_unchanged())
     return PassResult(fuser.transform(), True)

@@ -16,7 +16,8 @@ A node is *dead* when it has no users. Removing a dead node is safe only when th
 
 PyTorch's own ``Graph.eliminate_dead_code()`` checks only the last group (and never looks at
 ``call_method`` nodes), so it deletes an unused ``x.add_(1)``. This pass gives it a better
-impurity test, :func:`is_impure`.
+impurity test, :func:`is_impure`, which the later steps reuse: constant folding (step 3) must
+never evaluate an impure node, and freezing (step 8) never freezes a value an impure node writes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from lab01_fx_passes.graph_tools import call_argument
+from lab01_fx_passes.pass_report import unchanged
 
 from .op_names import op_name
 
@@ -120,5 +122,9 @@ class DCEPass(PassBase):
 
 
 def eliminate_dead_code(gm: fx.GraphModule) -> PassResult:
-    """Function form of :class:`DCEPass`: ``PassResult(gm, modified)``, ``gm`` changed in place."""
-    return DCEPass()(gm)
+    """Function form of :class:`DCEPass`: ``PassResult(gm, modified)``, ``gm`` changed in place.
+
+    When nothing was removed the result says so (``unchanged(gm, reason)``).
+    """
+    result = DCEPass()(gm)
+    return result if result.modified else unchanged(result.graph_module, "no dead pure node")

@@ -39,6 +39,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from lab01_fx_passes.fused_ops import LINEAR_GELU
 from lab01_fx_passes.graph_tools import call_argument, node_value
+from lab01_fx_passes.pass_report import unchanged
 
 from .op_names import op_name
 
@@ -188,5 +189,9 @@ class LinearGeluFuser(PassBase):
 
 
 def fuse_linear_gelu(gm: fx.GraphModule) -> PassResult:
-    """Function form of :class:`LinearGeluFuser`: ``PassResult(gm, modified)``, ``gm`` changed in place."""
-    return LinearGeluFuser()(gm)
+    """Function form of :class:`LinearGeluFuser`: ``PassResult(gm, modified)``, ``gm`` changed in place.
+
+    When nothing was fused the result says so (``unchanged(gm, reason)``).
+    """
+    result = LinearGeluFuser()(gm)
+    return result if result.modified else unchanged(result.graph_module, "no Linear -> GELU pair safe to fuse")

@@ -64,6 +64,9 @@ def op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> OpName | None:
           ``F.relu`` -> ``"relu"``; ``torch.relu_`` -> in-place); also in-place when called with
           ``inplace=True`` (positionally or by keyword).
         - ``call_method``: the method name (``"relu_"`` -> ``"relu"``, in-place).
+        - A dunder name (``"__add__"``, ``"__getitem__"``) is returned as it is, with its
+          underscores, and is never in-place: ``x.__add__(y)`` gives ``OpName("__add__", False)``,
+          not ``"add"`` (``operator.add`` gives ``"add"``; ``operator.iadd`` gives ``"iadd"``).
         - ``None`` for ``placeholder``, ``get_attr`` and ``output`` nodes.
     """
     if node.op == "call_module":

@@ -35,8 +35,19 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.pass_report import Pass, PassReport, PassValidationError, pass_name
-from labkit.numerics import TOLERANCE_FACTOR, OutputError, ReferenceOutputs, output_error
+from lab01_fx_passes.pass_report import (
+    Pass,
+    PassReport,
+    PassValidationError,
+    pass_name,
+    reason_of,
+)
+from labkit.numerics import (
+    TOLERANCE_FACTOR,
+    OutputError,
+    ReferenceOutputs,
+    output_error,
+)
 
 
 class PassManager:
@@ -50,7 +61,9 @@ class PassManager:
         tolerance_factor: how many times float32's own error (measured against a float64 run of
             the graph) each output may move; the default 4 is explained in :mod:`labkit.numerics`.
 
-    After a call, :attr:`report` holds one :class:`PassReport` per pass.
+    After a call, :attr:`report` holds one :class:`PassReport` per pass; a pass that changed nothing
+    has its reason there (``reason_of(result)``), so a pipeline that silently does nothing on some
+    dialect says why.
 
     Raises:
         TypeError: on construction, if a pass is not callable; during a call, if a pass does not
@@ -106,6 +119,7 @@ class PassManager:
                 PassReport(
                     name, nodes_before, len(gm.graph.nodes), seconds, bool(result.modified), changes_semantics,
                     None if error is None else error.max_abs, None if error is None else error.max_rel,
+                    None if result.modified else reason_of(result),
                 )
             )  # fmt: skip
         return PassResult(gm, modified)

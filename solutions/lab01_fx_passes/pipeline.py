@@ -2,6 +2,9 @@
 
 Order matters:
 
+0. ``freeze_parameters``: in Dynamo graphs (what a ``torch.compile`` backend receives) the weights
+   are graph inputs; freezing makes them constants so that the passes below can fold them. In the
+   other dialects there is nothing to freeze (the report says so);
 1. ``fuse_conv_bn``: folds each BatchNorm into its convolution (fewer nodes, one pass over memory
    less per BN);
 2. ``fuse_linear_gelu``: one fused operator per safe Linear+GELU pair (none in ResNet-50);
@@ -26,6 +29,7 @@ from typing import Any
 from .constant_folding import fold_constants
 from .conv_bn import fuse_conv_bn
 from .dce import eliminate_dead_code
+from .freezing import ParameterFreezer
 from .linear_gelu import fuse_linear_gelu
 from .memory_layout import convert_to_channels_last
 from .pass_manager import PassManager
@@ -35,8 +39,12 @@ def default_pipeline(example_inputs: Sequence[Any] | None) -> PassManager:
     """The lab's semantics-preserving pass pipeline, validated on ``example_inputs``.
 
     Returns:
-        A :class:`PassManager` running, in order: ``fuse_conv_bn``, ``fuse_linear_gelu``,
-        ``fold_constants``, ``eliminate_dead_code``, ``convert_to_channels_last``.
+        A :class:`PassManager` running, in order: ``freeze_parameters`` (a :class:`ParameterFreezer`
+        on ``example_inputs``), ``fuse_conv_bn``, ``fuse_linear_gelu``, ``fold_constants``,
+        ``eliminate_dead_code``, ``convert_to_channels_last``.
     """
-    passes = [fuse_conv_bn, fuse_linear_gelu, fold_constants, eliminate_dead_code, convert_to_channels_last]
+    passes = [
+        ParameterFreezer(example_inputs), fuse_conv_bn, fuse_linear_gelu, fold_constants, eliminate_dead_code,
+        convert_to_channels_last,
+    ]
     return PassManager(passes, example_inputs=example_inputs)

@@ -1,0 +1,119 @@
+"""Mistakes students make, planted in the reference: each fails a graded test, whose message names it.
+
+Course test (instructor-only). Each fixture is a mutant of the reference (one function patched);
+each test calls a graded test of ``test_lab.py`` with it, and checks that the test fails, with a
+message that says what is wrong, and (for wrong arithmetic) by far more than the tolerance.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import fx
+from torch.fx.passes.infra.pass_base import PassResult
+
+from lab01_fx_passes import test_lab
+from lab01_fx_passes.capture import ATEN_DIALECTS, capture
+from lab01_fx_passes.models import ConvBNStack
+from labkit.impl import load_lab
+from labkit.numerics import output_error
+
+PACKAGE = "lab01_fx_passes"
+
+
+@pytest.fixture
+def reference():
+    return load_lab(PACKAGE, "solution")
+
+
+@pytest.fixture
+def forgets_eps(reference, monkeypatch):
+    """Conv+BN folding with ``s = gamma / sqrt(var)``: the subtlest wrong fold."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    fold = conv_bn._fused_weights
+    monkeypatch.setattr(conv_bn, "_fused_weights", lambda w, b, mean, var, eps, g, beta: fold(w, b, mean, var, 0.0, g, beta))
+    return reference
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", *ATEN_DIALECTS])
+def test_forgetting_eps_is_off_by_hundreds_of_tolerances_in_every_dialect(forgets_eps, dialect):
+    """The tests' BatchNorms have running variances of 1e-4 to 1e-3: forgetting eps (1e-5) is a 0.5%-5% error."""
+    model, x = test_lab.conv_bn_model(ConvBNStack()), test_lab.conv_input(2, 3)
+    captured = capture(model, [x], dialect)
+    expected = captured.run()
+    gm = captured.graph_module
+    with torch.no_grad():
+        if dialect == "dynamo":
+            gm = forgets_eps.freeze_parameters(gm, captured.inputs).graph_module
+        fused = forgets_eps.fuse_conv_bn(gm).graph_module
+    error = output_error(captured.run(fused), expected)
+    allowed = test_lab.ATOL + test_lab.RTOL * max(t.abs().max().item() for t in torch.utils._pytree.tree_leaves(expected))
+    assert error.max_abs > 100 * allowed, f"{dialect}: forgetting eps moves the output by only {error.max_abs:.2e}"
+
+
+@pytest.mark.parametrize("dialect", ATEN_DIALECTS)
+def test_forgetting_eps_fails_the_aten_conv_bn_test(forgets_eps, dialect):
+    with pytest.raises(AssertionError, match="computes something else than the original") as caught:
+        test_lab.test_conv_bn_fuses_aten_graphs(forgets_eps, dialect)
+    assert "sqrt(var + eps)" in str(caught.value), "the message points at the formula"
+
+
+def test_forgetting_eps_fails_the_symbolic_trace_and_dynamo_tests(forgets_eps):
+    with pytest.raises(AssertionError, match="computes something else than the original"):
+        test_lab.test_conv_bn_fused_model_matches_original(forgets_eps)
+    with pytest.raises(AssertionError, match="computes something else than the original"):
+        test_lab.test_conv_bn_folds_dynamo_graphs_once_frozen(forgets_eps)
+
+
+@pytest.fixture
+def symbolic_trace_only(reference, monkeypatch):
+    """A Conv+BN fuser written for call_module pairs only: silently does nothing on function graphs."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    monkeypatch.setattr(conv_bn.ConvBNFuser, "_match_function_pair", lambda self, node: None)
+    return reference
+
+
+@pytest.mark.parametrize("dialect", ATEN_DIALECTS)
+def test_a_pass_that_does_not_fire_on_a_dialect_says_so(symbolic_trace_only, dialect):
+    with pytest.raises(AssertionError) as caught:
+        test_lab.test_conv_bn_fuses_aten_graphs(symbolic_trace_only, dialect)
+    assert f"the pass did not fire on the {dialect} graph: which targets does it match?" in str(caught.value)
+
+
+@pytest.fixture
+def folds_mutated_constants(reference, monkeypatch):
+    """A constant folder that folds constants an in-place op consumes (it ignores impure users)."""
+    from solutions.lab01_fx_passes import constant_folding
+
+    monkeypatch.setattr(constant_folding.ConstantFolder, "_foldable", lambda self: set(self.constants))
+    return reference
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_a_folded_buffer_modified_in_place_is_named(folds_mutated_constants, dialect):
+    with pytest.raises(AssertionError) as caught:
+        test_lab.test_constant_folding_never_folds_random_or_mutated_values(folds_mutated_constants, dialect)
+    assert "the second call differs" in str(caught.value) and "a folded buffer was modified in place" in str(caught.value)
+
+
+@pytest.fixture
+def never_recompiles(reference, monkeypatch):
+    """A DCE that edits the graph and forgets ``gm.recompile()``: gm(...) still runs the old code."""
+    from solutions.lab01_fx_passes import dce
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        modules = dict(graph_module.named_modules())
+        before = len(graph_module.graph.nodes)
+        graph_module.graph.eliminate_dead_code(is_impure_node=lambda node: dce.is_impure(node, modules))
+        self.removed_count = before - len(graph_module.graph.nodes)
+        return PassResult(graph_module, self.removed_count > 0)
+
+    monkeypatch.setattr(dce.DCEPass, "call", call)
+    return reference
+
+
+def test_a_graph_edited_without_recompile_is_named(never_recompiles):
+    with pytest.raises(AssertionError, match=r"call gm.recompile\(\) after editing"):
+        test_lab.test_dce_removes_dead_nodes(never_recompiles)
