@@ -84,7 +84,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped (graded as pending) without one")
     config.addinivalue_line("markers", f"{ZOO_MARKER}: enumerates a model zoo (long, never graded); runs only with -m {ZOO_MARKER}")
     config.addinivalue_line("markers", "area(text): what a held-out test covers, as its feedback names it")
-    config.addinivalue_line("markers", "zoo: a long course test enumerating a model zoo (select: -m zoo; skip: -m 'not zoo')")
     config.addinivalue_line("markers", f"visibility(level): one of {', '.join(VISIBILITIES)} (held-out tests only)")
     chosen = config.getoption("--impl")
     if chosen is not None:
