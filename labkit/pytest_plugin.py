@@ -82,6 +82,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points this graded test is worth (positive integer)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped (graded as pending) without one")
+    config.addinivalue_line("markers", "extension: an optional extension step's test; its points are shown apart "
+                                       "from the lab's main score")
     config.addinivalue_line("markers", f"{ZOO_MARKER}: enumerates a model zoo (long, never graded); runs only with -m {ZOO_MARKER}")
     config.addinivalue_line("markers", "area(text): what a held-out test covers, as its feedback names it")
     config.addinivalue_line("markers", f"visibility(level): one of {', '.join(VISIBILITIES)} (held-out tests only)")
