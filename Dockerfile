@@ -118,7 +118,9 @@ COPY --from=source --chown=root:root /opt/instructor/solutions /opt/course/solut
 # enters any stage the student image is built from, nor a wheelhouse. The same lines build from a
 # student's copy of the release too, which the release leaves as it is.
 FROM deps AS student-release
-COPY conftest.py pyproject.toml noxfile.py README.md .gitignore /opt/context/
+COPY conftest.py pyproject.toml noxfile.py README.md .gitignore Dockerfile .dockerignore /opt/context/
+COPY .devcontainer /opt/context/.devcontainer
+COPY docker /opt/context/docker
 COPY labkit /opt/context/labkit
 COPY grader /opt/context/grader
 COPY lab01_fx_passes /opt/context/lab01_fx_passes
