@@ -266,15 +266,15 @@ def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
     torch.library.opcheck(custom[0], (x, weight, bias, 1e-5, "none"))
 
 
-def run_python(lab, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_python(lab, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run ``python <args>`` (``-m module ...`` or ``-c code``) in a fresh process, against the implementation under test.
 
     From the folder the tested package was imported from (``-m`` and ``-c`` put it first on
     ``sys.path``), so the subprocess sees the same code as this test. ``TRITON_INTERPRET`` is removed: the
-    subprocess decides per launch, as a user's process does.
+    subprocess decides per launch, as a user's process does; so is every variable named in ``unset``.
     """
     root = Path(lab.__file__).resolve().parents[len(lab.__name__.split("."))]
-    base = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    base = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET" and key not in unset}
     env = {**base, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), **(env or {})}
     return subprocess.run(
         [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
@@ -447,14 +447,18 @@ print(json.dumps({"replacements": handle.replacements, "cache_hits": counters["i
 """
 
 
+#: The variables that turn every compiler cache off (``torch.compiler.config.force_disable_caches``).
+CACHE_SWITCHES_OFF = ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCH_COMPILE_FORCE_DISABLE_CACHES")
+
+
 @pytest.mark.points(3)
 def test_count_holds_when_the_compile_is_served_from_inductors_cache(lab, tmp_path):
-    # Two identical processes sharing one (fresh) cache directory, caches on as users have them:
-    # the second is served from Inductor's FX graph cache, where no pass runs.
+    # Two identical processes sharing one (fresh) cache directory, caches on as users have them (even where
+    # this run has them off): the second is served from Inductor's FX graph cache, where no pass runs.
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
     runs = []
     for attempt in ("first", "second"):
-        result = run_python(lab, "-c", CACHED_COMPILE, env=env)
+        result = run_python(lab, "-c", CACHED_COMPILE, env=env, unset=CACHE_SWITCHES_OFF)
         assert result.returncode == 0, f"{attempt} process failed:\n{result.stdout}\n{result.stderr[-3000:]}"
         runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
     first, second = runs
