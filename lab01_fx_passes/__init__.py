@@ -12,6 +12,10 @@ Passes, each a callable ``GraphModule -> torch.fx.passes.infra.pass_base.PassRes
 
 Composition: :class:`PassManager` (validates outputs after every pass, reports), and
 :func:`default_pipeline` (the semantics-preserving pipeline the benchmark runs).
+
+Extension (optional, its points shown apart): :func:`lower_to_onednn` / :class:`OneDNNLowering`
+lowers Conv(+ReLU, +add) to oneDNN's fused, pre-packed convolution; :func:`onednn_pipeline` is
+:func:`default_pipeline` followed by it.
 """
 
 # First, before torch: run from a Python without the course's packages, say which interpreter to use.
@@ -26,6 +30,7 @@ from .freezing import ParameterFreezer, freeze_parameters
 from .linear_gelu import LinearGeluFuser, fuse_linear_gelu
 from .memory_layout import ChannelsLastConverter, convert_to_channels_last
 from .op_names import OpName, op_name
+from .onednn_lowering import OneDNNLowering, lower_to_onednn, onednn_pipeline
 from .op_replacement import OpReplacer, replace_ops
 from .pass_manager import PassManager, PassReport, PassValidationError
 from .pipeline import default_pipeline
@@ -36,6 +41,7 @@ __all__ = [
     "ConvBNFuser",
     "DCEPass",
     "LinearGeluFuser",
+    "OneDNNLowering",
     "OpName",
     "OpReplacer",
     "ParameterFreezer",
@@ -50,6 +56,8 @@ __all__ = [
     "fuse_conv_bn",
     "fuse_linear_gelu",
     "is_impure",
+    "lower_to_onednn",
+    "onednn_pipeline",
     "op_name",
     "replace_ops",
 ]

@@ -13,12 +13,16 @@ Every pass of the lab needs the same three chores, none of which is the point of
   module (what the freezing step may turn into a constant), rather than an input of the call.
 - :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value a tracer recorded for a node (shapes and dtypes without
   running anything), where the dialect records one.
+- :func:`observe_tensors`: what each node's tensor actually is (shape, strides, dtype, device) on a
+  real run of the graph *as it is now*, in every dialect (``symbolic_trace`` records nothing, and
+  the values other tracers recorded predate the passes that changed layouts).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -121,3 +125,50 @@ def add_attribute(gm: fx.GraphModule, base_name: str, value: nn.Module | torch.T
     else:
         raise TypeError(f"add_attribute: expected an nn.Module or a tensor, got {type(value).__name__}")
     return name
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What a tensor a node produced looked like on a real run (not the tensor itself: no memory held).
+
+    Attributes:
+        shape, stride: its sizes and strides (its memory layout).
+        dtype, device: its element type and device (``cpu``, ``cuda``, ``meta``).
+    """
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> "TensorInfo":
+        return cls(tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device)
+
+    def is_channels_last(self) -> bool:
+        """Whether it is a 4-D tensor stored channels-last (NHWC order in memory)."""
+        if len(self.shape) != 4:
+            return False
+        layout = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device="meta")
+        return layout.is_contiguous(memory_format=torch.channels_last)
+
+
+def observe_tensors(gm: fx.GraphModule, inputs: Any) -> dict[fx.Node, TensorInfo]:
+    """Run ``gm.graph`` on ``inputs``, node by node and without autograd; describe every strided tensor it produced.
+
+    Returns:
+        node -> :class:`TensorInfo` of its value, for the nodes whose value is a strided tensor
+        (not tuples, not opaque tensors such as oneDNN's packed weights, which have no strides).
+    """
+    seen: dict[fx.Node, TensorInfo] = {}
+
+    class Observer(fx.Interpreter):
+        def run_node(self, node: fx.Node) -> Any:
+            value = super().run_node(node)
+            if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+                seen[node] = TensorInfo.of(value)
+            return value
+
+    with torch.no_grad():
+        Observer(gm, garbage_collect_values=True).run(*inputs)
+    return seen

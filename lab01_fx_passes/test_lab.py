@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import operator
+from collections import Counter
 
 import pytest
 import torch
@@ -1170,3 +1171,327 @@ def test_freezing_guard_fails_once_a_frozen_value_changes(lab):
     with torch.no_grad():
         args[weight].mul_(1.0)  # an in-place write (values unchanged; the version counter moves)
     assert not freezer.guard_holds(args), "a frozen tensor was written in place: its _version changed"
+
+
+# == 10. Extension: oneDNN's fused, pre-packed convolution ==========================================
+# Optional: these tests carry the `extension` marker, and the grader shows their points apart from the
+# lab's main score. They need a PyTorch built with oneDNN (x86-64 builds are; so is the course's container).
+ONEDNN_CONV = torch.ops.mkldnn._convolution_pointwise.default
+ONEDNN_BINARY = torch.ops.mkldnn._convolution_pointwise.binary
+ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add, aten.add.Tensor, aten.add_.Tensor)
+
+
+def onednn_forms(gm: fx.GraphModule) -> Counter:
+    """What each oneDNN convolution of ``gm`` absorbed, read from its arguments: ``conv``, ``conv+relu``,
+    ``conv+add``, ``conv+add+relu`` (counted here from the graph, not from the pass's own counters)."""
+    forms: Counter = Counter()
+    for node in inspected(gm).graph.nodes:
+        if node.target is ONEDNN_CONV:
+            assert node.args[7] in ("none", "relu"), f"{node.format_node()}: unexpected post-op {node.args[7]!r}"
+            forms["conv+relu" if node.args[7] == "relu" else "conv"] += 1
+        elif node.target is ONEDNN_BINARY:
+            assert node.args[8] == "add" and node.args[10] in (None, "relu"), f"{node.format_node()}: expected add (+relu)"
+            forms["conv+add+relu" if node.args[10] == "relu" else "conv+add"] += 1
+    return forms
+
+
+def onednn_weights(gm: fx.GraphModule) -> list[torch.Tensor]:
+    """The weights the graph's oneDNN convolutions read (their third argument, the binary form's fourth)."""
+    weights = []
+    for node in gm.graph.nodes:
+        if node.target in (ONEDNN_CONV, ONEDNN_BINARY):
+            weight = node.args[1 if node.target is ONEDNN_CONV else 2]
+            weights.append(fetch_attr(gm, weight.target) if weight.op == "get_attr" else None)
+    return weights
+
+
+def dense_convolutions(gm: fx.GraphModule) -> int:
+    return count_nodes(gm, modules=nn.Conv2d, functions=CONVOLUTION_FUNCTIONS)
+
+
+def adds(gm: fx.GraphModule) -> int:
+    return count_nodes(gm, functions=ADD_FUNCTIONS, methods=("add", "add_"))
+
+
+def assert_lowered(result, dialect: str, what: str, expected_forms: dict[str, int]) -> fx.GraphModule:
+    """The lowering fired, produced exactly ``expected_forms``, and every oneDNN weight is pre-packed."""
+    gm = assert_fired(result, dialect, what)
+    forms = dict(onednn_forms(gm))
+    assert forms == expected_forms, f"oneDNN convolutions by what they absorbed: {forms}, expected {expected_forms}"
+    weights = onednn_weights(gm)
+    assert all(w is not None and w.is_mkldnn for w in weights), (
+        "every oneDNN convolution must read a pre-packed weight (an opaque oneDNN tensor from "
+        "torch.ops.mkldnn._reorder_convolution_weight), packed once, not the dense weight reordered on every call"
+    )
+    return gm
+
+
+def unchanged_because(result, *words: str) -> fx.GraphModule:
+    """The pass changed nothing, and its reason names every one of ``words`` (case-insensitive)."""
+    assert isinstance(result, PassResult), f"a pass returns a PassResult, got {type(result).__name__}"
+    reason = reason_of(result) or ""
+    assert not result.modified, f"the lowering must refuse here (it fired; its reason would have been {reason!r})"
+    assert onednn_forms(result.graph_module) == Counter(), "an unchanged graph has no oneDNN convolution"
+    assert all(word.lower() in reason.lower() for word in words), f"the result must say why ({words}): {reason!r}"
+    return result.graph_module
+
+
+class ResidualConvs(nn.Module):
+    """BatchNorm-free convolutions followed by every fusable pattern: Conv+ReLU (a module in place, and
+    ``F.relu``), Conv+add+ReLU with the convolution as the second and as the first operand (the second
+    written ``h += x``: an in-place add on the convolution's own output), and Conv+add without ReLU."""
+
+    def __init__(self, channels: int = 8, classes: int = 5) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.conv3 = nn.Conv2d(channels, channels, 1)
+        self.project = nn.Conv2d(channels, channels, 1, stride=2)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.stem(x))
+        x = self.relu(x + self.conv2(F.relu(self.conv1(x))))
+        h = self.conv3(x)
+        h += x
+        h = torch.relu(h)
+        z = self.project(h) + F.avg_pool2d(h, 2)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(z, 1), 1))
+
+
+#: What the lowering makes of ResidualConvs: every convolution lowered, every ReLU and add absorbed.
+RESIDUAL_CONVS_FORMS = {"conv+relu": 2, "conv+add+relu": 2, "conv+add": 1}
+
+
+def channels_last_graph(model: nn.Module, dialect: str, size: int = 8):
+    """``model`` (in the mode it is in) captured with channels-last weights, as the layout pass of step 6
+    leaves a network: with BatchNorm-free models, the lowering's tests need no other step."""
+    model = model.to(memory_format=torch.channels_last)
+    return capture(model, [torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))], dialect)
+
+
+def seeded(model_class: type[nn.Module], seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return model_class()
+
+
+def frozen_if_dynamo(lab, captured) -> fx.GraphModule:
+    if captured.dialect != "dynamo":
+        return captured.graph_module
+    with torch.no_grad():
+        return assert_fired(lab.freeze_parameters(captured.graph_module, captured.inputs), "dynamo", "parameters")
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_onednn_lowers_conv_relu_and_add_in_every_dialect(lab, dialect):
+    """Every convolution becomes one oneDNN kernel with a pre-packed weight, absorbing the ReLU or the
+    add (+ReLU) after it; the outputs stay the same."""
+    captured = channels_last_graph(seeded(ResidualConvs).eval(), dialect)
+    expected = captured.run()
+    gm = frozen_if_dynamo(lab, captured)
+    with torch.no_grad():  # inference: the fused kernels have no backward
+        result = lab.lower_to_onednn(gm, captured.inputs)
+    lowered = assert_lowered(result, dialect, "5 convolutions (2 Conv+ReLU, 2 Conv+add+ReLU, 1 Conv+add)",
+                             RESIDUAL_CONVS_FORMS)  # fmt: skip
+    assert dense_convolutions(lowered) == 0, f"{dense_convolutions(lowered)} convolutions were left dense"
+    assert relus(lowered) == 0 and adds(lowered) == 0, (
+        f"{relus(lowered)} ReLUs and {adds(lowered)} adds left: each follows a convolution it can be fused into"
+    )
+    assert_close(captured.run(lowered), expected, what=f"the lowered {dialect} graph")
+
+
+class SharedValues(nn.Module):
+    """Three fusions that would change the program: ``conv1``'s output is read by its ReLU and by the
+    result; the sum after ``conv2`` by its ReLU and by the result; and ``r.add_(conv3(r))`` writes
+    ``r``, which is read afterwards (a fused kernel would write a new tensor instead)."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv3 = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.conv1(x)
+        a = torch.relu(y)
+        s = self.conv2(a) + a
+        r = torch.relu(s)
+        r.add_(self.conv3(r))
+        return r * 2 + y, s
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx", "export"])
+def test_onednn_keeps_values_another_node_reads_apart(lab, dialect):
+    """The single-user check, twice, and an add that writes its other operand: each convolution is still
+    lowered, but the ReLU (or the add) that another node's value depends on stays a separate node."""
+    captured = channels_last_graph(seeded(SharedValues).eval(), dialect, size=6)
+    expected = captured.run()
+    gm = frozen_if_dynamo(lab, captured)
+    with torch.no_grad():
+        result = lab.lower_to_onednn(gm, captured.inputs)
+    lowered = assert_lowered(result, dialect, "3 convolutions", {"conv": 2, "conv+add": 1})
+    assert relus(lowered) == 2, (
+        f"{relus(lowered)} ReLUs left, expected 2: conv1's output and the sum after conv2 are also read elsewhere, "
+        "so their ReLUs cannot be fused (the fused kernel never materialises the value before the ReLU)"
+    )
+    assert adds(lowered) >= 1, "r.add_(conv3(r)) writes r, read afterwards: that add must stay"
+    assert_close(captured.run(lowered), expected, what=f"the lowered {dialect} graph")
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+def test_onednn_refuses_training_and_autograd(lab):
+    """The fused kernels have no backward and a packed weight would not follow an optimiser step: a model
+    in training mode, or weights that require grad while grad mode is on, stay plain convolutions."""
+    training = channels_last_graph(seeded(ResidualConvs).train(), "symbolic_trace")
+    with torch.no_grad():
+        unchanged_because(lab.lower_to_onednn(training.graph_module, training.inputs), "training")
+    exported = channels_last_graph(seeded(ResidualConvs).eval(), "export")
+    expected = exported.run()
+    with torch.enable_grad():
+        gm = unchanged_because(lab.lower_to_onednn(exported.graph_module, exported.inputs), "grad")
+    assert dense_convolutions(gm) == 5
+    assert_close(exported.run(gm), expected, rtol=0, atol=0, what="the unchanged graph")
+    with torch.no_grad():  # the same graph, for inference: lowered
+        assert_lowered(lab.lower_to_onednn(gm, exported.inputs), "export", "5 convolutions", RESIDUAL_CONVS_FORMS)
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("case", ["meta_device", "float64"])
+def test_onednn_refuses_tensors_it_cannot_run(lab, case):
+    """oneDNN runs on CPU tensors only, and never in float64 (float32 always; bfloat16 and float16 only on
+    CPUs with the instructions): other convolutions stay as they are, and the result says why."""
+    model = seeded(ResidualConvs).eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 8, 8)
+    model, x = (model.to("meta"), x.to("meta")) if case == "meta_device" else (model.double(), x.double())
+    captured = capture(model, [x], "symbolic_trace")
+    expected = captured.run()
+    with torch.no_grad():
+        result = lab.lower_to_onednn(captured.graph_module, captured.inputs)
+    gm = unchanged_because(result, "CPU" if case == "meta_device" else "float64")
+    assert dense_convolutions(gm) == 5
+    if case == "float64":
+        assert_close(captured.run(gm), expected, rtol=0, atol=0, what="the unchanged graph")
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("case", ["contiguous", "unfrozen_dynamo"])
+def test_onednn_leaves_layouts_and_inputs_to_earlier_steps(lab, case):
+    """oneDNN's fused convolution returns channels-last tensors: a convolution that does not run
+    channels-last already (the layout pass decides where that is safe) stays, with "run
+    convert_to_channels_last first". Weights that are graph inputs cannot be packed once: "freeze first"."""
+    if case == "contiguous":
+        captured = capture(seeded(ResidualConvs).eval(), [torch.randn(2, 3, 8, 8)], "symbolic_trace")
+        words = ("channels-last", "convert_to_channels_last")
+    else:
+        captured = channels_last_graph(seeded(ResidualConvs).eval(), "dynamo")
+        words = ("graph inputs", "freeze")
+    expected = captured.run()
+    with torch.no_grad():
+        gm = unchanged_because(lab.lower_to_onednn(captured.graph_module, captured.inputs), *words)
+    assert_close(captured.run(gm), expected, rtol=0, atol=0, what="the unchanged graph")
+
+
+class ConvThen(nn.Module):
+    """One convolution, then nothing, a ReLU, ``+ other``, or ``relu(other + conv(x))``."""
+
+    def __init__(self, conv: nn.Conv2d, tail: str) -> None:
+        super().__init__()
+        self.conv, self.tail = conv, tail
+
+    def forward(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        if self.tail == "relu":
+            return torch.relu(y)
+        if self.tail == "add":
+            return y + other
+        if self.tail == "add_relu":
+            return torch.relu(other + y)
+        return y
+
+
+TAIL_FORMS = {"none": "conv", "relu": "conv+relu", "add": "conv+add", "add_relu": "conv+add+relu"}
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@PROPERTY
+@given(
+    groups=st.sampled_from([1, 2, 4]), in_per_group=st.integers(1, 3), out_per_group=st.integers(1, 4),
+    kernel_size=st.sampled_from([1, 2, 3, 5]), stride=st.integers(1, 2), padding=st.integers(0, 2),
+    dilation=st.integers(1, 2), bias=st.booleans(), tail=st.sampled_from(sorted(TAIL_FORMS)), size=st.integers(9, 12),
+)  # fmt: skip
+def test_onednn_lowering_on_random_convolutions(
+    lab, groups, in_per_group, out_per_group, kernel_size, stride, padding, dilation, bias, tail, size
+):
+    """Strides, paddings, dilations, groups, no bias, fed channels-last data as step 6 leaves it: the lowered
+    convolution computes what the plain one does, on the batch its weight was packed for and on another one.
+    Where the plain convolution's output is not channels-last anyway (one input channel per group and a 1x1
+    or one-channel weight are stored the same in both layouts, and PyTorch then returns the default layout),
+    the lowering must refuse and say so: the fused kernel returns channels-last data, and this pass keeps layouts."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(groups * in_per_group, groups * out_per_group, kernel_size, stride=stride, padding=padding,
+                     dilation=dilation, groups=groups, bias=bias)  # fmt: skip
+    model = ConvThen(conv, tail).eval().to(memory_format=torch.channels_last)
+
+    def inputs(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(batch, conv.in_channels, size, size).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            return x, torch.randn_like(conv(x))
+
+    packed_for, other_batch = inputs(2), inputs(3)
+    gm = fx.symbolic_trace(model)
+    with torch.no_grad():
+        expected = [model(*packed_for), model(*other_batch)]
+        result = lab.lower_to_onednn(gm, packed_for)
+        if not conv(packed_for[0]).is_contiguous(memory_format=torch.channels_last):
+            unchanged_because(result, "channels-last")
+            return
+        lowered = assert_lowered(result, "symbolic_trace", f"a Conv2d ({tail})", {TAIL_FORMS[tail]: 1})
+    assert_close(run_graph(lowered, *packed_for), expected[0], what="the lowered convolution")
+    assert_close(run_graph(lowered, *other_batch), expected[1], what="the lowered convolution on another batch size")
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx"])
+def test_onednn_pipeline_validates_every_pass_and_lowers_tiny_resnet(lab, dialect):
+    """``onednn_pipeline``: the default pipeline, then the lowering, each pass validated by the pass manager."""
+    captured = tiny_resnet_graph(dialect)
+    expected = captured.run()
+    manager = lab.onednn_pipeline(captured.inputs)
+    with torch.no_grad():
+        result = manager(captured.graph_module)
+    lines = "\n  ".join(row.line() if hasattr(row, "line") else str(row) for row in manager.report)
+    last = manager.report[-1]
+    assert last.name == "lower_to_onednn" and last.modified, f"the pipeline ends with the lowering, which fires:\n  {lines}"
+    assert last.max_abs_error is not None, "the lowering is validated like every pass"
+    gm = assert_lowered(result, dialect, "TinyResNet's 5 convolutions", {"conv+relu": 3, "conv+add+relu": 2})
+    assert batch_norms(gm) == 0 and fused_linear_gelus(gm) == 1, f"the default pipeline's passes ran first:\n  {lines}"
+    output = captured.run(gm)
+    leaves = [leaf for leaf in tree_flatten(output)[0] if isinstance(leaf, torch.Tensor)]
+    assert all(leaf.is_contiguous() for leaf in leaves), "callers must receive the default layout"
+    assert_close(output, expected, what=f"the oneDNN pipeline's {dialect} graph")
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+def test_onednn_pipeline_holds_the_float32_budget_on_large_outputs(lab, large_output_model):
+    """ResNet-50 with logits of order 1e4: its 53 convolutions lowered (Conv+ReLU, Conv+add+ReLU, and the
+    4 downsampling convolutions the add reads), within float32's own error, as the pass manager checks."""
+    model, x = large_output_model
+    with torch.no_grad():
+        expected = model(x)
+        result = lab.onednn_pipeline([x])(fx.symbolic_trace(model))  # must not raise: every pass is correct
+    gm = assert_lowered(result, "symbolic_trace", "ResNet-50's 53 convolutions",
+                        {"conv+relu": 33, "conv+add+relu": 16, "conv": 4})  # fmt: skip
+    error = output_error(run_graph(gm, x), expected)
+    assert error.max_abs <= 4 * float32_own_error(model, x), f"the lowered ResNet-50 is {error} from eager"
