@@ -31,7 +31,7 @@ from labkit.labspec import VISIBILITIES, VISIBLE, LabSpec
 
 RUBRIC_FILE = "rubric.json"
 #: Bumped when the rubric's shape changes, so stale caches are never read.
-RUBRIC_VERSION = 3
+RUBRIC_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class RubricTest:
     area: str = ""
     reference_s: float | None = None
     reference_cpu_s: float | None = None
+    extension: bool = False
 
     @property
     def heldout(self) -> bool:
@@ -84,24 +85,38 @@ class LabRubric:
     reference_wall_s: float | None = None
 
     @property
+    def main_tests(self) -> tuple[RubricTest, ...]:
+        """The tests of the lab's score: all but an optional extension step's (``@pytest.mark.extension``)."""
+        return tuple(test for test in self.tests if not test.extension)
+
+    @property
     def max_score(self) -> int:
-        return sum(test.points for test in self.tests)
+        return sum(test.points for test in self.main_tests)
 
     @property
     def gpu_points(self) -> int:
-        return sum(test.points for test in self.tests if test.gpu)
+        return sum(test.points for test in self.main_tests if test.gpu)
 
     @property
     def gpu_tests(self) -> int:
-        return sum(1 for test in self.tests if test.gpu)
+        return sum(1 for test in self.main_tests if test.gpu)
 
     @property
     def heldout_tests(self) -> int:
-        return sum(1 for test in self.tests if test.heldout)
+        return sum(1 for test in self.main_tests if test.heldout)
 
     @property
     def heldout_points(self) -> int:
-        return sum(test.points for test in self.tests if test.heldout)
+        return sum(test.points for test in self.main_tests if test.heldout)
+
+    @property
+    def extension_tests(self) -> int:
+        return sum(1 for test in self.tests if test.extension)
+
+    @property
+    def extension_points(self) -> int:
+        """The points of the optional extension step's tests, shown apart from :attr:`max_score`."""
+        return sum(test.points for test in self.tests if test.extension)
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,10 @@ def describe_rubric(lab: LabRubric) -> str:
         f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} (pending without CUDA)")
     heldout = (f"; {_count(lab.heldout_tests, 'held-out test')} worth {_count(lab.heldout_points, 'point')}"
                if lab.heldout_tests else "")
-    return f"{lab.lab}: {_count(len(lab.tests), 'test')} worth {_count(lab.max_score, 'point')}, {gpu}{heldout}"
+    extension = (f"; an optional extension of {_count(lab.extension_tests, 'test')} worth "
+                 f"{_count(lab.extension_points, 'point')}, apart" if lab.extension_tests else "")
+    return (f"{lab.lab}: {_count(len(lab.main_tests), 'test')} worth {_count(lab.max_score, 'point')}, {gpu}{heldout}"
+            f"{extension}")
 
 
 def _count(number: int, noun: str) -> str:
@@ -178,7 +196,7 @@ def parse_collected(spec: LabSpec, collected: dict[str, Any]) -> LabRubric:
         if visibility not in VISIBILITIES:
             raise ValueError(f"{entry['nodeid']}: visibility {visibility!r} is not one of {', '.join(VISIBILITIES)}")
         tests.append(RubricTest(entry["nodeid"], entry["name"], points, bool(entry["gpu"]), visibility,
-                                str(entry.get("area") or "")))
+                                str(entry.get("area") or ""), extension=bool(entry.get("extension"))))
     if not tests:
         raise ValueError(f"{spec.package}: no graded tests were collected")
     return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec))

@@ -310,6 +310,7 @@ def rubric_entry(item: pytest.Item) -> dict[str, Any]:
         "name": getattr(item, "originalname", item.name),
         "points": _marker_arg(item, "points"),
         "gpu": item.get_closest_marker("gpu") is not None,
+        "extension": item.get_closest_marker("extension") is not None,
         "visibility": _marker_arg(item, "visibility", "visible"),
         "area": _marker_arg(item, "area", ""),
     }

@@ -59,7 +59,8 @@ def load_results(graded: Path) -> tuple[list[SubmissionResult], list[str]]:
 
 
 def student_row(result: SubmissionResult, lab_ids: list[str]) -> dict[str, Any]:
-    """One CSV row: totals, then ``<lab>_score``, ``_max``, ``_pending``, ``_status`` for each lab."""
+    """One CSV row: totals, then ``<lab>_score``, ``_max``, ``_pending``, ``_status`` for each lab (and its
+    held-out and optional extension points, apart)."""
     total = result.total
     row: dict[str, Any] = {"student": result.submission, "score": total["score"], "max_score": total["max_score"],
                            "pending": total["pending"], "visible_score": total["visible"]["score"],
@@ -71,6 +72,8 @@ def student_row(result: SubmissionResult, lab_ids: list[str]) -> dict[str, Any]:
                     f"{lab_id}_pending": lab.pending if lab else 0,
                     f"{lab_id}_heldout_score": lab.heldout.score if lab else 0,
                     f"{lab_id}_heldout_max": lab.heldout.max_score if lab else 0,
+                    f"{lab_id}_extension_score": lab.extension.score if lab else 0,
+                    f"{lab_id}_extension_max": lab.extension.max_score if lab else 0,
                     f"{lab_id}_status": lab.status if lab else MISSING})
     row["flags"] = " | ".join(result.flags)
     return row

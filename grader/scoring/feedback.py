@@ -40,11 +40,22 @@ def _split(visible: Points, heldout: Points) -> str:
             f"held-out {_points(heldout.score, heldout.max_score, heldout.pending)}")
 
 
+def _extension(points: Points) -> str:
+    """`` · extension 4/12`` (empty without an extension step): an optional step's points, apart."""
+    if not points.max_score:
+        return ""
+    return f" · extension {_points(points.score, points.max_score, points.pending)}"
+
+
 def summary_line(result: SubmissionResult) -> str:
-    """``alice: 13/22 (+3 pending GPU) [visible 13/16 · held-out 0/6] · labA 9/15 graded · labB 4/7 graded``."""
+    """``alice: 13/22 (+3 pending GPU) [visible 13/16 · held-out 0/6] · labA 9/15 graded · labB 4/7 graded``.
+
+    A lab with an optional extension step adds its points apart: ``labA 9/15 graded · extension 2/4``.
+    """
     total = result.total
     split = _split(Points(**total["visible"]), Points(**total["heldout"]))
-    labs = " · ".join(f"{lab.lab} {lab.score}/{lab.max_score} {lab.status}" for lab in result.labs)
+    labs = " · ".join(f"{lab.lab} {lab.score}/{lab.max_score} {lab.status}{_extension(lab.extension)}"
+                      for lab in result.labs)
     return (f"{result.submission}: {_points(total['score'], total['max_score'], total['pending'])}"
             + (f" [{split}]" if split else "") + f" · {labs}")
 
@@ -78,9 +89,11 @@ def _md_cell(text: str) -> str:
 def lab_markdown(lab: LabResult) -> list[str]:
     """One lab's section: score, reason, the test table, the talking-point checklist."""
     split = _split(lab.visible, lab.heldout)
+    extension = (f" · optional extension step: {_points(lab.extension.score, lab.extension.max_score, lab.extension.pending)}"
+                 " (apart from the score)" if lab.extension.max_score else "")
     lines = [f"## {lab.lab}: {lab.title}", "",
              f"**{_points(lab.score, lab.max_score, lab.pending)}**" + (f" ({split})" if split else "")
-             + f" · status: `{lab.status}`", ""]
+             + f" · status: `{lab.status}`{extension}", ""]
     if lab.reason:
         first, _, rest = lab.reason.strip().partition("\n")
         lines += [f"> {_md_cell(first)}", ""]
@@ -147,7 +160,8 @@ def to_gradescope(result: SubmissionResult) -> dict[str, Any]:
             elif lab.status not in ("graded",) and test.outcome != PASSED:
                 output = f"{test.outcome}: {test.message} [{lab.status}: {lab.reason}]"
             name = test.nodeid.split("::", 1)[-1]
-            tests.append({"name": f"{lab.lab} · " + (f"held-out · {test.area} · {name}" if test.heldout else name),
+            kind = f"held-out · {test.area} · " if test.heldout else "extension (optional) · " if test.extension else ""
+            tests.append({"name": f"{lab.lab} · {kind}{name}",
                           "score": test.points, "max_score": test.max_points,
                           "status": "passed" if test.outcome == PASSED else "failed",
                           "output": output, "visibility": test.visibility})
@@ -158,7 +172,7 @@ def to_gradescope(result: SubmissionResult) -> dict[str, Any]:
     return {"score": total["score"], "output": summary_line(result) + lost + flags,
             "stdout_visibility": "visible", "tests": tests,
             "extra_data": {"pending": total["pending"], "max_score": total["max_score"],
-                           "visible": total["visible"], "heldout": total["heldout"]}}
+                           "visible": total["visible"], "heldout": total["heldout"], "extension": total["extension"]}}
 
 
 def render(result: SubmissionResult, fmt: str) -> str:

@@ -4,11 +4,11 @@
 
     {"schema": "grader-summary/1", "submission": "alice", "gpu": "auto",
      "labs": {"lab01": {"title", "package", "score", "max_score", "pending", "status", "reason",
-                        "wall_s", "visible": {"score", "max_score", "pending"}, "heldout": {...},
+                        "wall_s", "visible": {"score", "max_score", "pending"}, "heldout": {...}, "extension": {...},
                         "tests": [{"nodeid", "name", "points", "max_points", "gpu",
                                    "outcome", "message", "visibility", "area"}, ...],
                         "talking_points": [{"id", "kind", "text", "evidence", "status", "tests"}]}},
-     "total": {"score", "max_score", "pending", "visible": {...}, "heldout": {...}},
+     "total": {"score", "max_score", "pending", "visible": {...}, "heldout": {...}, "extension": {...}},
      "flags": ["..."], "notes": ["..."]}
 
 ``visible`` and ``heldout`` split a score between the tests students hold (``test_lab.py``) and the
@@ -16,6 +16,10 @@ held-out tests (visibility ``hidden`` or ``after_due_date``); they are derived f
 for readers of the file. ``summary.json`` is instructor data: it names every held-out case. What a
 student may read is ``feedback.md`` (held-out results by area only) and Gradescope's ``results.json``
 (held-out cases carry their visibility, so Gradescope hides them).
+
+An optional **extension** step (its tests marked ``@pytest.mark.extension``, visible to students) is
+scored by the same rules and reported apart: its points are in ``extension``, never in ``score`` or
+``max_score``, so a student who skips it can still earn every point of the lab.
 
 Test outcomes: ``passed`` (full points), ``pending`` (a GPU test graded on a machine without one: its
 points are shown separately), and, worth 0: ``failed``, ``error`` (setup/teardown), ``timeout``,
@@ -59,6 +63,7 @@ class TestResult:
     message: str = ""
     visibility: str = VISIBLE
     area: str = ""
+    extension: bool = False
 
     __test__ = False  # not a pytest test class
 
@@ -118,17 +123,22 @@ class LabResult:
 
     @property
     def visible(self) -> Points:
-        """The points of the tests students hold (``test_lab.py``)."""
-        return Points.of([test for test in self.tests if not test.heldout])
+        """The points of the tests students hold (``test_lab.py``), an optional extension's apart."""
+        return Points.of([test for test in self.tests if not test.heldout and not test.extension])
 
     @property
     def heldout(self) -> Points:
         """The points of the held-out tests."""
-        return Points.of([test for test in self.tests if test.heldout])
+        return Points.of([test for test in self.tests if test.heldout and not test.extension])
+
+    @property
+    def extension(self) -> Points:
+        """The points of the optional extension step's tests: shown apart, never in :attr:`score`."""
+        return Points.of([test for test in self.tests if test.extension])
 
 
 #: Keys of a lab's ``summary.json`` entry derived from its tests (written for readers, not read back).
-DERIVED_LAB_KEYS = ("visible", "heldout")
+DERIVED_LAB_KEYS = ("visible", "heldout", "extension")
 
 
 @dataclass(frozen=True)
@@ -143,13 +153,15 @@ class SubmissionResult:
 
     @property
     def total(self) -> dict[str, Any]:
-        """``score``, ``max_score``, ``pending``, and the same three for ``visible`` and ``heldout`` tests."""
+        """``score``, ``max_score``, ``pending``, and the same three for ``visible`` and ``heldout`` tests
+        and for the optional ``extension`` steps' (which ``score`` leaves out)."""
         return {
             "score": sum(lab.score for lab in self.labs),
             "max_score": sum(lab.max_score for lab in self.labs),
             "pending": sum(lab.pending for lab in self.labs),
             "visible": Points.total([lab.visible for lab in self.labs]).to_dict(),
             "heldout": Points.total([lab.heldout for lab in self.labs]).to_dict(),
+            "extension": Points.total([lab.extension for lab in self.labs]).to_dict(),
         }
 
     @property
@@ -170,6 +182,7 @@ class SubmissionResult:
         for lab in self.labs:
             entry = {key: value for key, value in vars(lab).items() if key not in ("lab", "tests", "talking_points")}
             entry["visible"], entry["heldout"] = lab.visible.to_dict(), lab.heldout.to_dict()
+            entry["extension"] = lab.extension.to_dict()
             entry["tests"] = [dict(vars(test)) for test in lab.tests]
             entry["talking_points"] = [{**vars(point), "evidence": list(point.evidence), "tests": dict(point.tests)}
                                        for point in lab.talking_points]

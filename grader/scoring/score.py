@@ -207,7 +207,7 @@ def score_test(test: RubricTest, seen: Observed | None, reports: tuple[dict[str,
     def result(outcome: str, message: str = "") -> TestResult:
         points = test.points if outcome == PASSED else 0
         return TestResult(test.nodeid, test.name, points, test.points, test.gpu, outcome,
-                          truncate_text(message, MESSAGE_CHARS), test.visibility, test.area)
+                          truncate_text(message, MESSAGE_CHARS), test.visibility, test.area, test.extension)
 
     if status == "void":
         return result("void", "the run was voided (see the lab's reason)")
@@ -317,8 +317,9 @@ def score_lab(lab: LabRubric, run: LabRun | LabRuns | None, gpu: str = "auto", n
             status, reason = h_status, HELDOUT_REASONS.get(h_status, f"held-out tests: {h_status}")
     order = {test.nodeid: index for index, test in enumerate(lab.tests)}
     tests = tuple(sorted(visible + heldout, key=lambda test: order[test.nodeid]))
-    score = sum(test.points for test in tests)
-    pending = sum(test.max_points for test in tests if test.outcome == PENDING)
+    main = [test for test in tests if not test.extension]  # an optional extension's points are shown apart
+    score = sum(test.points for test in main)
+    pending = sum(test.max_points for test in main if test.outcome == PENDING)
     return LabResult(lab.lab, lab.title, lab.package, score, lab.max_score, pending, status, reason,
                      round(wall, 3), tests, talking_point_results(lab, tests))
 

@@ -51,7 +51,8 @@ def problems_of(reference: SubmissionResult, starter: SubmissionResult) -> list[
     for lab in reference.labs:
         if lab.status == "unavailable":
             problems.append(f"{lab.lab}: {lab.reason.splitlines()[0]}")
-        elif lab.status != "graded" or lab.score + lab.pending != lab.max_score:
+        elif (lab.status != "graded" or lab.score + lab.pending != lab.max_score
+              or lab.extension.score + lab.extension.pending != lab.extension.max_score):
             failing = [f"{t.nodeid.split('::', 1)[-1]} ({t.outcome}: {t.message.splitlines()[0] if t.message else ''})"
                        for t in lab.tests if t.outcome not in (PASSED, "pending")]
             problems.append(f"{lab.lab}: the reference scores {lab.score}/{lab.max_score} ({lab.status}"
@@ -59,7 +60,7 @@ def problems_of(reference: SubmissionResult, starter: SubmissionResult) -> list[
     for lab in starter.labs:
         if lab.status == "unavailable":
             continue
-        if lab.score:
+        if lab.score or lab.extension.score:
             passing = [t.nodeid.split("::", 1)[-1] for t in lab.tests if t.points]
             problems.append(f"{lab.lab}: the untouched starter scores {lab.score}/{lab.max_score}: "
                             f"graded tests pass without student code: {', '.join(passing)}")

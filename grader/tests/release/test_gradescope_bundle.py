@@ -71,7 +71,9 @@ def test_run_autograder_grades_a_submission_into_results_json(bundle, tmp_path):
     materialize("solution", root / "submission" / "my-course")
     results = run_autograder(root)
     assert results["score"] == DEMO_CPU_POINTS
-    assert sum(test["max_score"] for test in results["tests"]) == DEMO_MAX
+    main = [test for test in results["tests"] if "extension (optional)" not in test["name"]]
+    assert sum(test["max_score"] for test in main) == DEMO_MAX, "the optional extension's points are apart"
+    assert results["extra_data"]["extension"] == {"score": 2, "max_score": 2, "pending": 0}
     pending = [test for test in results["tests"] if test["output"].startswith("pending")]
     assert sum(test["max_score"] for test in pending) == DEMO_GPU_POINTS and all(t["score"] == 0 for t in pending)
     assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(results["tests"][0])

@@ -302,3 +302,22 @@ def test_a_heldout_part_that_crashed_is_reported_in_words_that_name_no_heldout_c
 def test_heldout_tests_of_a_lab_whose_heldout_part_never_ran_are_not_run():
     lab = score_lab(_heldout_rubric(), LabRuns(run_of(*(passed(n) for n in ALL_CPU), report_passed=ALL_CPU), None))
     assert lab.tests[-1].outcome == "not-run" and lab.status == "not-run"
+
+
+def test_an_extension_steps_points_are_scored_alike_and_kept_apart_from_the_score():
+    extension = RubricTest("labX_demo/test_lab.py::test_more", "test_more", 5, False, extension=True)
+    rubric = LabRubric("labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, extension))
+    assert (rubric.max_score, rubric.extension_points) == (RUBRIC.max_score, 5)
+    assert describe_rubric(rubric).endswith("; an optional extension of 1 test worth 5 points, apart")
+    run = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), passed(extension.nodeid),
+                 report_passed=[*ALL_CPU, extension.nodeid])
+    lab = score_lab(rubric, run)
+    assert (lab.score, lab.max_score, lab.pending) == (4, 7, 3), "the lab's own score, as without the extension"
+    assert (lab.extension.score, lab.extension.max_score) == (5, 5) and lab.visible.max_score == 7
+    result = score_submission(Rubric((rubric,)), {"labX": run}, submission="s")
+    assert result.total["extension"] == {"score": 5, "max_score": 5, "pending": 0} and result.total["score"] == 4
+    assert SubmissionResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    from grader.scoring.feedback import summary_line, to_markdown
+
+    assert "labX 4/7 graded · extension 5/5" in summary_line(result)
+    assert "optional extension step: 5/5 (apart from the score)" in to_markdown(result)
