@@ -26,7 +26,8 @@ def rubric(tmp_path_factory) -> Rubric:
 
 
 def counts(lab: LabRubric, *, heldout: bool) -> dict[str, int]:
-    tests = [test for test in lab.tests if test.heldout == heldout]
+    """The lab's score's tests (an optional extension step's apart), visible or held-out."""
+    tests = [test for test in lab.main_tests if test.heldout == heldout]
     return {"tests": len(tests), "points": sum(t.points for t in tests),
             "gpu_tests": sum(t.gpu for t in tests), "gpu_points": sum(t.points for t in tests if t.gpu)}
 
@@ -69,3 +70,12 @@ def test_the_readme_counts_the_heldout_tests_of_each_lab(rubric):
     assert [int(value) for value in found.groups()] == [
         l1["tests"], l1["points"], l2["tests"], l2["points"], l3["tests"], l3["points"], l3["gpu_tests"],
         l3["gpu_points"]]
+
+
+def test_the_readme_states_each_optional_extension_apart(rubric):
+    stated = {int(m["lab"]): (int(m["tests"]), int(m["points"])) for m in re.finditer(
+        r"lab (?P<lab>\d)'s optional extension \(step \d+\): (?P<tests>\d+) tests, (?P<points>\d+) points", text())}
+    want = {number: (lab.extension_tests, lab.extension_points)
+            for number, lab in enumerate(rubric.labs, start=1) if lab.extension_tests}
+    assert want, "the course has an optional extension step (lab 1's step 10)"
+    assert stated == want, "the README names each lab's optional extension, its tests and points, apart from the totals"
