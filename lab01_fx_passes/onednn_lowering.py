@@ -61,10 +61,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import torch
+import torch  # noqa: F401  (the TODOs below use it)
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
@@ -75,94 +74,43 @@ from lab01_fx_passes.graph_tools import (  # noqa: F401  (what the TODOs below u
     fetch_attr,
     observe_tensors,
 )
+from lab01_fx_passes.onednn_ops import (  # noqa: F401  (the operators, reasons and record this pass uses)
+    ATEN_CONV2D,
+    ATEN_CONVOLUTION,
+    AUTOGRAD,
+    CONV,
+    CONV_ADD,
+    CONV_ADD_RELU,
+    CONV_BINARY,
+    CONV_OUTPUT_SHARED,
+    CONV_POINTWISE,
+    CONV_RELU,
+    NO_CONVOLUTIONS,
+    NO_EXAMPLE_INPUTS,
+    NO_ONEDNN,
+    NOT_A_PLAIN_ADD,
+    NOT_CHANNELS_LAST,
+    NOT_CPU,
+    NOT_RUN,
+    PACK_WEIGHT,
+    SUM_SHARED,
+    TORCH_CONV2D,
+    TRAINING,
+    UNSUPPORTED_DTYPE,
+    UNSUPPORTED_PADDING,
+    WEIGHTS_ARE_INPUTS,
+    WRITES_OTHER_OPERAND,
+    Convolution,
+    aten,
+    mkldnn,
+    onednn_dtypes,
+    pair,
+)
 from lab01_fx_passes.pass_report import unchanged  # noqa: F401  (the reason when nothing was lowered)
 
 from .op_names import op_name
 from .pass_manager import PassManager
 from .pipeline import default_pipeline
-
-aten = torch.ops.aten
-mkldnn = torch.ops.mkldnn
-#: The fused operators this pass emits (their schemas: ``torch.ops.mkldnn._convolution_pointwise``).
-#: ``CONV_POINTWISE(x, weight, bias, padding, stride, dilation, groups, attr, scalars, algorithm)``
-CONV_POINTWISE = mkldnn._convolution_pointwise.default
-#: ``CONV_BINARY(x, other, weight, bias, padding, stride, dilation, groups, binary_attr, alpha,
-#: unary_attr, unary_scalars, unary_algorithm)``: ``unary(conv(x) <binary> other)``.
-CONV_BINARY = mkldnn._convolution_pointwise.binary
-#: Pre-packs a weight: ``(weight, padding, stride, dilation, groups, input_size)`` -> an opaque oneDNN tensor.
-PACK_WEIGHT = mkldnn._reorder_convolution_weight
-
-#: The 2-D convolutions the pass lowers, per dialect (``call_module`` ``nn.Conv2d`` as well).
-ATEN_CONVOLUTION = aten.convolution.default
-ATEN_CONV2D = aten.conv2d.default
-TORCH_CONV2D = torch.conv2d
-
-#: What a lowered convolution absorbed (the keys of :attr:`OneDNNLowering.lowered`).
-CONV, CONV_RELU, CONV_ADD, CONV_ADD_RELU = "conv", "conv+relu", "conv+add", "conv+add+relu"
-
-#: Why a convolution was left alone (the keys of :attr:`OneDNNLowering.skipped`).
-NO_EXAMPLE_INPUTS = "no example inputs: the input shapes and layouts are unknown (OneDNNLowering(example_inputs))"
-NO_ONEDNN = "this PyTorch has no oneDNN (torch.backends.mkldnn.is_available() is False)"
-WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
-TRAINING = "its module is in training mode: the fused kernels have no backward"
-AUTOGRAD = "its weight requires grad and grad mode is on: the fused kernels have no backward (lower under torch.no_grad())"
-NOT_CPU = "its tensors are not on the CPU"
-UNSUPPORTED_DTYPE = "oneDNN does not take its dtype on this CPU"
-NOT_CHANNELS_LAST = "its output is not channels-last: run convert_to_channels_last first (this pass keeps layouts)"
-UNSUPPORTED_PADDING = "padding mode or padding string that oneDNN's kernel does not take"
-NOT_RUN = "the example run did not reach it"
-NO_CONVOLUTIONS = "no 2-D convolution in this graph"
-
-#: Why a ReLU or an add was not fused into the convolution before it (the keys of :attr:`OneDNNLowering.unfused`).
-CONV_OUTPUT_SHARED = "the convolution's output has another user"
-SUM_SHARED = "the sum has another user besides the ReLU"
-WRITES_OTHER_OPERAND = "the add writes its other operand in place"
-NOT_A_PLAIN_ADD = "the add broadcasts, scales (alpha) or adds a non-tensor"
-
-
-def onednn_dtypes() -> tuple[torch.dtype, ...]:
-    """The dtypes oneDNN's convolution takes on this CPU: float32, and bfloat16/float16 where supported."""
-    dtypes = [torch.float32]
-    if mkldnn._is_mkldnn_bf16_supported():
-        dtypes.append(torch.bfloat16)
-    if mkldnn._is_mkldnn_fp16_supported():
-        dtypes.append(torch.float16)
-    return tuple(dtypes)
-
-
-def _pair(value: Any) -> list[int]:
-    """``3`` or ``(3,)`` or ``[3, 3]`` -> ``[3, 3]`` (Dynamo and aten may give a single value for both sides)."""
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    return values * 2 if len(values) == 1 else values
-
-
-@dataclass
-class Convolution:
-    """A 2-D convolution found in a graph, in dialect-neutral terms.
-
-    Attributes:
-        node: the convolution's node.
-        x: the node of its input.
-        weight, bias: the tensors (``bias`` may be None).
-        stride, padding, dilation: two ints each; ``groups`` an int.
-        constants: the ``get_attr`` nodes of ``weight`` and ``bias`` (erased if unused afterwards).
-        training: whether its module is in training mode (``call_module`` convolutions only).
-    """
-
-    node: fx.Node
-    x: fx.Node
-    weight: torch.Tensor
-    bias: torch.Tensor | None
-    stride: list[int]
-    padding: list[int]
-    dilation: list[int]
-    groups: int
-    constants: tuple[fx.Node, ...] = ()
-    training: bool = False
-
-    def arguments(self) -> tuple[list[int], list[int], list[int], int]:
-        """``(padding, stride, dilation, groups)``: the order oneDNN's operators take them in."""
-        return self.padding, self.stride, self.dilation, self.groups
 
 
 def match_convolution(gm: fx.GraphModule, node: fx.Node, modules: dict[str, nn.Module]) -> Convolution | str | None:
