@@ -19,6 +19,7 @@ import pytest
 
 from grader.course.labs import load_course, make_reference_submission
 from grader.evidence.layout import SUMMARY_FILE
+from grader.execute.command import pytest_env
 from grader.tests.conftest import NO_BUBBLEWRAP, needs_bubblewrap
 from grader.tests.corpus import DEMO_COURSE, expected, materialize
 from grader.tests.load import cpu_hogs
@@ -49,6 +50,38 @@ def test_the_reference_earns_every_point_of_lab01_on_a_busy_machine(tmp_path):
     lab = summary["labs"]["lab01"]
     lost = [(t["nodeid"], t["outcome"], t["message"][:200]) for t in lab["tests"] if t["outcome"] != "passed"]
     assert (lab["score"], lab["status"]) == (lab["max_score"], "graded"), f"after {wall:.0f} s: {lost}"
+
+
+#: Two threads of convolutions, the kind of work lab 1's tests do; prints the CPU seconds it took.
+TWO_THREADS_OF_CONVOLUTIONS = """
+import resource, torch
+from torch import nn
+torch.set_num_threads(2)
+model = nn.Sequential(*[nn.Conv2d(32, 32, 3, padding=1) for _ in range(8)]).eval()
+x = torch.randn(2, 32, 56, 56)
+with torch.no_grad():
+    model(x)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(5):
+        model(x)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+print(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+"""
+
+
+def cpu_seconds_of_convolutions(env: dict[str, str]) -> float:
+    command = ["nice", "-n", str(GRADER_NICENESS), sys.executable, "-c", TWO_THREADS_OF_CONVOLUTIONS]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=True)
+    return float(done.stdout.split()[-1])
+
+
+def test_waiting_threads_cost_a_graded_process_no_cpu_time_on_a_busy_machine(tmp_path):
+    """OpenMP threads that spin while a sibling is descheduled would bill the node's load to the submission."""
+    env = pytest_env(tmp_path, "off", threads=2)
+    idle = cpu_seconds_of_convolutions(env)
+    with cpu_hogs(per_core=3, seconds=600):
+        busy = cpu_seconds_of_convolutions(env)
+    assert busy < 3 * idle + 0.5, f"{busy:.2f} s of CPU beside the hogs against {idle:.2f} s on an idle machine"
 
 
 def test_a_hang_still_fails_alone_within_its_limit_on_a_busy_machine(rubric_cache, tmp_path):

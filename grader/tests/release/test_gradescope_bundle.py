@@ -81,7 +81,8 @@ def test_run_autograder_grades_a_submission_into_results_json(bundle, tmp_path):
     by_visibility = {}
     for test in results["tests"]:
         by_visibility[test["visibility"]] = by_visibility.get(test["visibility"], 0) + test["max_score"]
-    assert by_visibility == {"visible": 17, "hidden": 7, "after_due_date": 2}
+    # visible: 17 main points and the optional extension test's 2 (named so; the top-level score leaves it out)
+    assert by_visibility == {"visible": 19, "hidden": 7, "after_due_date": 2}
     assert results["extra_data"]["heldout"] == {"score": 9, "max_score": 9, "pending": 0}
 
 
