@@ -101,8 +101,9 @@ def hanging_fuse_conv_bn(reference: Path, dest: Path) -> Path:
     return dest
 
 
-#: The only test groups that may call fuse_conv_bn (directly, or through the pass manager and the pipeline).
-MAY_CALL_FUSE_CONV_BN = ("test_conv_bn_", "test_pass_manager_", "test_default_pipeline_")
+#: The only test groups that may call fuse_conv_bn (directly, or through the pass manager and the pipelines:
+#: the optional step 10's onednn_pipeline runs default_pipeline first).
+MAY_CALL_FUSE_CONV_BN = ("test_conv_bn_", "test_pass_manager_", "test_default_pipeline_", "test_onednn_pipeline_")
 
 
 def test_a_hanging_fuse_conv_bn_costs_only_the_tests_that_call_it(tmp_path_factory):
@@ -127,4 +128,4 @@ def test_a_hanging_fuse_conv_bn_costs_only_the_tests_that_call_it(tmp_path_facto
                                                                  if t.outcome != PASSED]
     unsure = [t for t in lab.tests if t.name.startswith(MAY_CALL_FUSE_CONV_BN[1:])]
     assert all(t.outcome in (PASSED, "timeout") for t in unsure), [(t.name, t.outcome, t.message) for t in unsure]
-    assert lab.score >= sum(t.max_points for t in others) > 0
+    assert lab.score >= sum(t.max_points for t in others if not t.extension) > 0  # the extension's are apart

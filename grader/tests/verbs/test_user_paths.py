@@ -20,7 +20,8 @@ from labkit.labspec import COURSE_ROOT
 
 #: What the demo course's reference earns (labB's GPU test is pending without CUDA).
 REFERENCE_TOTAL = {"score": 23, "max_score": 26, "pending": 3,  # held-out tests included
-                   "visible": {"score": 14, "max_score": 17, "pending": 3}, "heldout": {"score": 9, "max_score": 9, "pending": 0}}
+                   "visible": {"score": 14, "max_score": 17, "pending": 3}, "heldout": {"score": 9, "max_score": 9, "pending": 0},
+                   "extension": {"score": 2, "max_score": 2, "pending": 0}}
 
 
 def relative_demo_args(rubric_cache: Path) -> list[str]:

@@ -32,7 +32,8 @@ def test_run_grades_a_zip_and_exits_zero(tmp_path, capsys, demo_args):
     assert summary["submission"] == "alice" and list(summary["labs"]) == ["labA"]
     assert summary["labs"]["labA"]["score"] == 16 and summary["total"] == {
         "score": 16, "max_score": 16, "pending": 0, "visible": {"score": 10, "max_score": 10, "pending": 0},
-        "heldout": {"score": 6, "max_score": 6, "pending": 0}}
+        "heldout": {"score": 6, "max_score": 6, "pending": 0},
+        "extension": {"score": 2, "max_score": 2, "pending": 0}}  # the optional step's points, apart from score
     assert "alice: 16/16 [visible 10/10 · held-out 6/6]" in capsys.readouterr().out
     assert (out / "feedback.md").read_text().startswith("# Grade report: alice")
 
