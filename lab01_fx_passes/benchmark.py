@@ -15,7 +15,9 @@ Candidates (all in eval mode, under ``torch.no_grad``, the same thread count):
 - ``optimize_for_inference``: the same module's TorchScript + oneDNN optimiser;
 - ``pipeline + oneDNN``: the optional extension (step 10), ``onednn_pipeline``: the lab pipeline,
   then Conv(+ReLU, +add) lowered to oneDNN's fused, pre-packed convolution. Left out, with a line
-  saying so, while step 10 is not done.
+  saying so, while step 10 is not done. Its weights are packed for the pipeline's 2-image example,
+  and oneDNN picks their layout for that input size: at batch 1 it may reorder them again on every
+  call (the handout measures it).
 
 Latency: per batch size, the candidates run interleaved (A, B, C, D, A, B, ...) after warm-up
 rounds (:func:`labkit.bench.time_interleaved`). Each time is the median with its interquartile range;
