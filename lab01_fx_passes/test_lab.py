@@ -1432,11 +1432,11 @@ TAIL_FORMS = {"none": "conv", "relu": "conv+relu", "add": "conv+add", "add_relu"
 def test_onednn_lowering_on_random_convolutions(
     lab, groups, in_per_group, out_per_group, kernel_size, stride, padding, dilation, bias, tail, size
 ):
-    """Strides, paddings, dilations, groups, no bias, fed channels-last data as step 6 leaves it: the lowered
-    convolution computes what the plain one does, on the batch its weight was packed for and on another one.
-    Where the plain convolution's output is not channels-last anyway (one input channel per group and a 1x1
-    or one-channel weight are stored the same in both layouts, and PyTorch then returns the default layout),
-    the lowering must refuse and say so: the fused kernel returns channels-last data, and this pass keeps layouts."""
+    """Strides, paddings, dilations, groups, no bias, fed channels-last data as step 6 leaves it (so every
+    plain output is channels-last too): the lowered convolution computes what the plain one does, on the
+    batch its weight was packed for and on another one. (Fed contiguous data, a depthwise 1x1 convolution
+    returns the default layout, since its weight is stored the same in both: the lowering must then refuse,
+    as for every convolution that does not run channels-last; test_onednn_leaves_layouts_and_inputs_to_earlier_steps.)"""
     torch.manual_seed(0)
     conv = nn.Conv2d(groups * in_per_group, groups * out_per_group, kernel_size, stride=stride, padding=padding,
                      dilation=dilation, groups=groups, bias=bias)  # fmt: skip
@@ -1451,11 +1451,8 @@ def test_onednn_lowering_on_random_convolutions(
     gm = fx.symbolic_trace(model)
     with torch.no_grad():
         expected = [model(*packed_for), model(*other_batch)]
-        result = lab.lower_to_onednn(gm, packed_for)
-        if not conv(packed_for[0]).is_contiguous(memory_format=torch.channels_last):
-            unchanged_because(result, "channels-last")
-            return
-        lowered = assert_lowered(result, "symbolic_trace", f"a Conv2d ({tail})", {TAIL_FORMS[tail]: 1})
+        lowered = assert_lowered(lab.lower_to_onednn(gm, packed_for), "symbolic_trace", f"a Conv2d ({tail})",
+                                 {TAIL_FORMS[tail]: 1})  # fmt: skip
     assert_close(run_graph(lowered, *packed_for), expected[0], what="the lowered convolution")
     assert_close(run_graph(lowered, *other_batch), expected[1], what="the lowered convolution on another batch size")
 
