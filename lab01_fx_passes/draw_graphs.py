@@ -135,11 +135,15 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
     result = DialectDrawing(dialect, len(original.graph.nodes), captured=original)
     names = [node.name for node in original.graph.nodes]
     record, error, manager = None, None, None
-    try:
-        manager = lab.default_pipeline(captured.inputs)
-        record, error = run_recorded(manager, copy.deepcopy(original))
-    except Exception as failure:  # noqa: BLE001 - an unfinished pipeline: draw the captured graph alone
-        error = failure
+    # The lab's backend runs the pipeline inside the compiled call, under ``torch.no_grad()`` (an
+    # inference graph): with gradients on, frozen weights would still require grad and Conv+BN
+    # folding and the layout pass would rightly refuse them, so the picture would show another run.
+    with torch.no_grad():
+        try:
+            manager = lab.default_pipeline(captured.inputs)
+            record, error = run_recorded(manager, copy.deepcopy(original))
+        except Exception as failure:  # noqa: BLE001 - an unfinished pipeline: draw the captured graph alone
+            error = failure
     if error is not None:
         result.problem = _problem(error)
     elif record is not None and manager.passes and not record.changes:

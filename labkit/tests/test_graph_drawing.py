@@ -248,3 +248,19 @@ def test_lab01_says_so_when_the_manager_runs_passes_from_elsewhere(tmp_path, mon
     model, inputs = draw_graphs.MODELS["conv_bn_stack"]()
     result = draw_graphs.draw_dialect(lab, "conv_bn_stack", model, inputs, "symbolic_trace", tmp_path)
     assert "ran none of the passes" in result.problem
+
+
+def test_lab01_draws_dynamo_graphs_as_the_backend_sees_them(tmp_path, monkeypatch):
+    """The backend runs the pipeline under ``torch.no_grad()``: freezing lets Conv+BN fold and the layout pass fire.
+
+    With gradients on, frozen weights still require grad and both passes refuse: the picture would
+    contradict the lab.
+    """
+    monkeypatch.setenv("LABKIT_IMPL", "solution")
+    lab = load_lab("lab01_fx_passes")
+    model, inputs = draw_graphs.MODELS["conv_bn_stack"]()
+    assert torch.is_grad_enabled()
+    result = draw_graphs.draw_dialect(lab, "conv_bn_stack", model, inputs, "dynamo", tmp_path)
+    assert result.problem is None
+    fired = {c.name for c in result.changes if c.touched}
+    assert {"freeze_parameters", "fuse_conv_bn", "convert_to_channels_last"} <= fired, fired
