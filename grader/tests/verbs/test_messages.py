@@ -47,3 +47,18 @@ def test_progress_in_a_log_file_is_a_line_per_student_and_a_heartbeat():
     assert lines[2] == "grading: 1 done, 1 running, 1 pending; 1 min 01 s elapsed, about 2 min 02 s left"
     assert lines[3].startswith("graded 1 of 3 in 1 min 10 s") and len(lines) == 4
     assert heartbeat_line(0, 2, 2, 5.0) == "grading: 0 done, 2 running, 0 pending; 5 s elapsed"
+
+
+def test_the_readmes_say_which_stream_carries_batch_progress_and_how_to_log_it(capsys):
+    """An instructor who redirects stdout sees no progress: the verbs table must say it is on stderr."""
+    from pathlib import Path
+
+    with Progress(1, interactive=False) as progress:  # the default stream, as batch uses it
+        progress.finished("alice: 1/1 graded")
+    streams = capsys.readouterr()
+    assert streams.out == "" and "[1/1] alice" in streams.err
+    root = Path(__file__).resolve().parents[3]
+    for readme in (root / "README.md", root / "grader" / "README.md"):
+        (row,) = [line for line in readme.read_text(encoding="utf-8").splitlines()
+                  if line.startswith("|") and "batch SUBMISSIONS" in line]
+        assert "standard error" in row and "2> batch.log" in row and "2>&1" in row and "tee" in row, readme
