@@ -159,10 +159,30 @@ def step_to_finish_first(error: BaseException, spec: LabSpec) -> str | None:
             f"its tests: nox -s {spec.id} -- --step {step.number}")
 
 
+#: Where a shortened message may end: after a sentence (``. ! ?``), then a clause (``; : ,`` or a dash).
+_SENTENCE_END = re.compile(r"[.!?](?=\s)")
+_CLAUSE_END = re.compile(r"[;:](?=\s)|\s[-\u2013\u2014](?=\s)")
+_COMMA = re.compile(r",(?=\s)")
+
+
 def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    """``text`` on one line, at most ``limit`` characters, cut where a reader can stop.
+
+    A text that fits is returned whole. Otherwise it ends at the last sentence end within the limit
+    when that keeps at least half of it, else at the last clause boundary (``;``, ``:``, a dash),
+    else at the last comma, each under the same rule, else at the last space; an ellipsis marks the cut. A word is never
+    cut in two (a single word longer than ``limit`` is the only exception).
+    """
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    if len(line) <= limit:
+        return line
+    room = line[: limit - 4]  # leaves space for " ..."
+    for boundary in (_SENTENCE_END, _CLAUSE_END, _COMMA):
+        ends = [match.start() + (1 if match.group().strip() in ".!?;:," else 0) for match in boundary.finditer(room)]
+        if ends and ends[-1] >= len(room) // 2:
+            return room[: ends[-1]].rstrip(" ,;:-\u2013\u2014") + " ..."
+    space = room.rfind(" ")
+    return (room[:space] if space > 0 else room).rstrip(" ,;:") + " ..."
 
 
 def score_steps(spec: LabSpec, outcomes: Iterable[TestOutcome]) -> list[StepScore]:
@@ -171,12 +191,17 @@ def score_steps(spec: LabSpec, outcomes: Iterable[TestOutcome]) -> list[StepScor
     Steps none of whose tests ran are left out; tests no step lists (a spec out of date) come next,
     and the instructors' held-out tests last.
     """
+    return score_handout_steps(spec.steps, outcomes)
+
+
+def score_handout_steps(steps: Sequence[Step], outcomes: Iterable[TestOutcome]) -> list[StepScore]:
+    """:func:`score_steps` from the steps alone (the grader keeps them in its rubric, not a ``lab.toml``)."""
     by_step: dict[int | str | None, list[TestOutcome]] = {}
     for outcome in outcomes:
-        step = None if outcome.heldout else spec.step_of(outcome.function)
+        step = None if outcome.heldout else next((s for s in steps if outcome.function in s.tests), None)
         key = "heldout" if outcome.heldout else None if step is None else step.number
         by_step.setdefault(key, []).append(outcome)
-    scores = [StepScore(step, tuple(by_step[step.number])) for step in spec.steps if step.number in by_step]
+    scores = [StepScore(step, tuple(by_step[step.number])) for step in steps if step.number in by_step]
     if None in by_step:
         scores.append(StepScore(None, tuple(by_step[None])))
     if "heldout" in by_step:
@@ -237,19 +262,26 @@ def summary_lines(
     if partial:
         lines.append("(only the tests that ran: the lab has more; run it without -k or --step for the full score)")
 
+    return lines + start_here(spec.id, scores)
+
+
+def start_here(lab_id: str, scores: Sequence[StepScore]) -> list[str]:
+    """Where to work next: the first unfinished step (:func:`where_to_start`), and the commands that run it.
+
+    ``nox -s labNN`` ends with these lines, and the grader's feedback names the next step with them.
+    """
     start = where_to_start(scores)
     if start is None:
-        lines.append("Every step that ran passes." + (" The GPU tests are pending." if pending else ""))
-        return lines
+        pending = any(score.pending for score in scores)
+        return ["Every step that ran passes." + (" The GPU tests are pending." if pending else "")]
     first = next(o for o in start.outcomes if o.outcome in (FAILED, NOT_IMPLEMENTED))
     if start.step is None:
         where = "a held-out test" if start.heldout else "listed in no step of lab.toml"
-        lines.append(f"Start here: {first.function} ({where})")
+        lines = [f"Start here: {first.function} ({where})"]
     else:
-        lines.append(f"Start here: step {start.step.number}, {start.step.title} ({', '.join(start.step.files)}); "
-                     f"its tests: nox -s {spec.id} -- --step {start.step.number}")
-    lines.append(f"  its first failing test alone: nox -s {spec.id} -- -k {first.function}")
-    return lines
+        lines = [f"Start here: step {start.step.number}, {start.step.title} ({', '.join(start.step.files)}); "
+                 f"its tests: nox -s {lab_id} -- --step {start.step.number}"]
+    return [*lines, f"  its first failing test alone: nox -s {lab_id} -- -k {first.function}"]
 
 
 def summary_title(spec: LabSpec, outcomes: Sequence[TestOutcome]) -> str:

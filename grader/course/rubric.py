@@ -27,11 +27,13 @@ from typing import Any
 
 from grader.course.reference_times import ReferenceTimes
 from grader.evidence.text import key_lines
-from labkit.labspec import VISIBILITIES, VISIBLE, LabSpec
+from labkit.labspec import VISIBILITIES, VISIBLE, LabSpec, Step
 
 RUBRIC_FILE = "rubric.json"
 #: Bumped when the rubric's shape changes, so stale caches are never read.
-RUBRIC_VERSION = 4
+RUBRIC_VERSION = 5
+#: Versions a graded folder's ``rubric.json`` may hold and still be re-scored (4: before the steps were kept).
+READABLE_RUBRIC_VERSIONS = (4, RUBRIC_VERSION)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class LabRubric:
     """What one lab is worth. ``error`` is set (and ``tests`` empty) when the pristine tests did not collect.
 
     ``reference_wall_s``: the reference solution's whole run of the lab (start-up included), when timed.
+    ``steps``: the handout's steps from ``lab.toml`` (feedback names the step to work on next).
     """
 
     lab: str
@@ -83,6 +86,7 @@ class LabRubric:
     talking_points: tuple[TalkingPointSpec, ...] = ()
     error: str | None = None
     reference_wall_s: float | None = None
+    steps: tuple[Step, ...] = ()
 
     @property
     def main_tests(self) -> tuple[RubricTest, ...]:
@@ -130,7 +134,7 @@ class Rubric:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Rubric":
-        if data.get("version") != RUBRIC_VERSION:
+        if data.get("version") not in READABLE_RUBRIC_VERSIONS:
             raise ValueError(f"rubric version {data.get('version')!r}, expected {RUBRIC_VERSION}")
         return cls(tuple(_lab_from_dict(lab) for lab in data["labs"]))
 
@@ -174,6 +178,7 @@ def _lab_from_dict(data: dict[str, Any]) -> LabRubric:
         ),
         error=data.get("error"),
         reference_wall_s=data.get("reference_wall_s"),
+        steps=tuple(Step(s["number"], s["title"], tuple(s["files"]), tuple(s["tests"])) for s in data.get("steps", ())),
     )
 
 
@@ -199,7 +204,7 @@ def parse_collected(spec: LabSpec, collected: dict[str, Any]) -> LabRubric:
                                 str(entry.get("area") or ""), extension=bool(entry.get("extension"))))
     if not tests:
         raise ValueError(f"{spec.package}: no graded tests were collected")
-    return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec))
+    return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec), steps=spec.steps)
 
 
 def with_reference_times(lab: LabRubric, times: ReferenceTimes | None) -> LabRubric:

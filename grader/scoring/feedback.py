@@ -12,6 +12,13 @@ Held-out tests: every renderer shows visible and held-out points separately. The
 cases or their messages); Gradescope gets every case with its own ``visibility`` (``hidden``,
 ``after_due_date``), so Gradescope decides when a student sees it, but never its message (only its
 outcome), and the top-level output names the held-out areas that lost points.
+
+An optional extension step (its tests marked ``extension``) is shown apart wherever a score is: its
+own section of ``feedback.md``, ``extension`` beside a lab's score, ``extension (optional)`` in a
+Gradescope case's name. Every student-facing output names the step to work on next exactly as
+``nox -s labNN`` does (:func:`labkit.step_summary.start_here`: the first unfinished step of the
+handout, held-out tests left out), and its messages name no path of the grader's machine and are
+cut at a sentence or clause (:mod:`grader.scoring.student_text`).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from typing import Any
 
 from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
 from grader.scoring.results import EVIDENCE_PASSED, PASSED, PENDING, LabResult, Points, SubmissionResult, TestResult
+from grader.scoring.student_text import course_relative, student_message
+from labkit import step_summary
 
 FENCE = "`" * 3  # a Markdown code fence
 OUTCOME_ICONS = {PASSED: "✅", PENDING: "⏳", "failed": "❌", "error": "❌", "timeout": "⏱", "crashed": "💥",
@@ -86,6 +95,41 @@ def _md_cell(text: str) -> str:
     return " ".join(text.replace("|", "\\|").split())
 
 
+def _function(test: TestResult) -> str:
+    """The test function's name, without a parametrized case's ``[...]`` (what ``lab.toml`` steps list)."""
+    return test.nodeid.split("::")[-1].split("[", 1)[0]
+
+
+def step_scores(lab: LabResult) -> list[step_summary.StepScore]:
+    """The lab's visible tests grouped by handout step, as ``nox -s labNN`` groups them (held-out ones left out)."""
+    outcomes = {PASSED: step_summary.PASSED, PENDING: step_summary.PENDING, "skipped": step_summary.SKIPPED}
+    return step_summary.score_handout_steps(lab.steps, [
+        step_summary.TestOutcome(test.nodeid, _function(test), test.max_points,
+                                 outcomes.get(test.outcome, step_summary.FAILED), test.message)
+        for test in lab.tests if not test.heldout])
+
+
+def next_step(lab: LabResult) -> list[str]:
+    """What to work on next in ``lab``: ``nox -s labNN``'s own closing lines (empty for a lab without tests)."""
+    return step_summary.start_here(lab.lab, step_scores(lab)) if any(not t.heldout for t in lab.tests) else []
+
+
+def _step_numbers(lab: LabResult) -> dict[str, str]:
+    return {_function(test): str(step.number) for step in lab.steps for test in lab.tests if _function(test) in step.tests}
+
+
+def _test_table(lab: LabResult, tests: list[TestResult]) -> list[str]:
+    packages = [lab.package]
+    steps = _step_numbers(lab)
+    rows = ["| | step | test | points | outcome | why |", "|---|---|---|---|---|---|"]
+    for test in tests:
+        name = test.nodeid.split("::", 1)[-1]
+        rows.append(f"| {OUTCOME_ICONS.get(test.outcome, '')} | {steps.get(_function(test), '-')} | `{name}` "
+                    f"| {test.points}/{test.max_points} | {test.outcome} "
+                    f"| {_md_cell(student_message(test.message, packages))} |")
+    return [*rows, ""]
+
+
 def lab_markdown(lab: LabResult) -> list[str]:
     """One lab's section: score, reason, the test table, the talking-point checklist."""
     split = _split(lab.visible, lab.heldout)
@@ -95,19 +139,18 @@ def lab_markdown(lab: LabResult) -> list[str]:
              f"**{_points(lab.score, lab.max_score, lab.pending)}**" + (f" ({split})" if split else "")
              + f" · status: `{lab.status}`{extension}", ""]
     if lab.reason:
-        first, _, rest = lab.reason.strip().partition("\n")
+        first, _, rest = course_relative(lab.reason, [lab.package]).strip().partition("\n")
         lines += [f"> {_md_cell(first)}", ""]
         if rest.strip():  # a traceback or pytest's output: kept readable, as it was printed
             kept = "\n".join(rest.strip().splitlines()[-60:]).replace(FENCE, "'" * 3)
             lines += [FENCE, kept, FENCE, ""]
-    visible = [test for test in lab.tests if not test.heldout]
-    if visible:
-        lines += ["| | test | points | outcome | why |", "|---|---|---|---|---|"]
-        for test in visible:
-            name = test.nodeid.split("::", 1)[-1]
-            lines.append(f"| {OUTCOME_ICONS.get(test.outcome, '')} | `{name}` | {test.points}/{test.max_points} "
-                         f"| {test.outcome} | {_md_cell(test.message)[:300]} |")
-        lines.append("")
+    upcoming = next_step(lab)
+    if upcoming:
+        lines += ["**Next:** " + upcoming[0].removeprefix("Start here: "),
+                  *(f"{line.strip()}" for line in upcoming[1:]), ""]
+    scored = [test for test in lab.tests if not test.heldout and not test.extension]
+    if scored:
+        lines += _test_table(lab, scored)
     areas = heldout_areas(lab)
     if areas:
         lines += ["**Held-out tests** (cases you have not seen, graded like yours; listed by area):", "",
@@ -117,6 +160,14 @@ def lab_markdown(lab: LabResult) -> list[str]:
             lines.append(f"| {icons[verdict]} | {_md_cell(area)} | {_points(points.score, points.max_score, points.pending)} "
                          f"| {verdict} |")
         lines.append("")
+    extension = [test for test in lab.tests if test.extension and not test.heldout]
+    if extension:
+        points = lab.extension
+        lines += [f"### Optional extension step: {_points(points.score, points.max_score, points.pending)}, "
+                  "apart from the score", "",
+                  "These tests grade an optional step: their points are not in the lab's score or maximum, "
+                  "so skipping it costs nothing.", ""]
+        lines += _test_table(lab, extension)
     if lab.talking_points:
         lines += ["**Talking points** (ready when their tests pass):", ""]
         for point in lab.talking_points:
@@ -150,17 +201,21 @@ def to_gradescope(result: SubmissionResult) -> dict[str, Any]:
     for lab in result.labs:
         if not lab.tests:
             tests.append({"name": f"{lab.lab}: {lab.title}", "score": 0, "max_score": lab.max_score,
-                          "status": "failed", "output": lab.reason or lab.status, "visibility": "visible"})
+                          "status": "failed", "output": course_relative(lab.reason, [lab.package]) or lab.status,
+                          "visibility": "visible"})
+        steps = _step_numbers(lab)
         for test in lab.tests:
-            output = test.message
+            output = course_relative(test.message, [lab.package])
             if test.outcome == PENDING:
                 output = "pending: needs a CUDA GPU; graded separately on a GPU machine"
             elif test.heldout:  # a held-out case's message can quote its source: the outcome only
                 output = test.outcome if test.outcome != PASSED else ""
             elif lab.status not in ("graded",) and test.outcome != PASSED:
-                output = f"{test.outcome}: {test.message} [{lab.status}: {lab.reason}]"
+                output = f"{test.outcome}: {output} [{lab.status}: {course_relative(lab.reason, [lab.package])}]"
             name = test.nodeid.split("::", 1)[-1]
+            step = "" if test.heldout or _function(test) not in steps else f"step {steps[_function(test)]} · "
             kind = f"held-out · {test.area} · " if test.heldout else "extension (optional) · " if test.extension else ""
+            kind += step
             tests.append({"name": f"{lab.lab} · {kind}{name}",
                           "score": test.points, "max_score": test.max_points,
                           "status": "passed" if test.outcome == PASSED else "failed",
@@ -169,7 +224,9 @@ def to_gradescope(result: SubmissionResult) -> dict[str, Any]:
     flags = "".join(f"\nFLAG: {flag}" for flag in result.flags)
     lost = "".join(f"\n{lab.lab}: held-out areas that lost points: {'; '.join(areas)}"
                    for lab in result.labs if (areas := areas_that_lost_points(lab)))
-    return {"score": total["score"], "output": summary_line(result) + lost + flags,
+    upcoming = "".join(f"\n{lab.lab}: " + " ".join(line.strip() for line in lines)
+                       for lab in result.labs if (lines := next_step(lab)))
+    return {"score": total["score"], "output": summary_line(result) + upcoming + lost + flags,
             "stdout_visibility": "visible", "tests": tests,
             "extra_data": {"pending": total["pending"], "max_score": total["max_score"],
                            "visible": total["visible"], "heldout": total["heldout"], "extension": total["extension"]}}

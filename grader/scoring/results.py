@@ -5,6 +5,7 @@
     {"schema": "grader-summary/1", "submission": "alice", "gpu": "auto",
      "labs": {"lab01": {"title", "package", "score", "max_score", "pending", "status", "reason",
                         "wall_s", "visible": {"score", "max_score", "pending"}, "heldout": {...}, "extension": {...},
+                        "steps": [{"number", "title", "files", "tests"}, ...],
                         "tests": [{"nodeid", "name", "points", "max_points", "gpu",
                                    "outcome", "message", "visibility", "area"}, ...],
                         "talking_points": [{"id", "kind", "text", "evidence", "status", "tests"}]}},
@@ -37,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.labspec import VISIBLE
+from labkit.labspec import VISIBLE, Step
 
 SCHEMA = "grader-summary/1"
 PASSED, PENDING = "passed", "pending"
@@ -120,6 +121,8 @@ class LabResult:
     wall_s: float = 0.0
     tests: tuple[TestResult, ...] = ()
     talking_points: tuple[TalkingPointResult, ...] = ()
+    #: the handout's steps (``lab.toml``), so that feedback can name the step to work on next.
+    steps: tuple[Step, ...] = ()
 
     @property
     def visible(self) -> Points:
@@ -180,7 +183,9 @@ class SubmissionResult:
         # asdict's recursive deep copy was the largest cost.
         labs = {}
         for lab in self.labs:
-            entry = {key: value for key, value in vars(lab).items() if key not in ("lab", "tests", "talking_points")}
+            entry = {key: value for key, value in vars(lab).items()
+                     if key not in ("lab", "tests", "talking_points", "steps")}
+            entry["steps"] = [{**vars(step), "files": list(step.files), "tests": list(step.tests)} for step in lab.steps]
             entry["visible"], entry["heldout"] = lab.visible.to_dict(), lab.heldout.to_dict()
             entry["extension"] = lab.extension.to_dict()
             entry["tests"] = [dict(vars(test)) for test in lab.tests]
@@ -201,7 +206,9 @@ class SubmissionResult:
                 TalkingPointResult(p["id"], p["kind"], p["text"], tuple(p["evidence"]), p["status"], dict(p["tests"]))
                 for p in entry.get("talking_points", ())
             )
-            fields = {k: v for k, v in entry.items() if k not in ("tests", "talking_points", *DERIVED_LAB_KEYS)}
-            labs.append(LabResult(lab=lab_id, tests=tests, talking_points=points, **fields))
+            steps = tuple(Step(s["number"], s["title"], tuple(s["files"]), tuple(s["tests"]))
+                          for s in entry.get("steps", ()))
+            fields = {k: v for k, v in entry.items() if k not in ("tests", "talking_points", "steps", *DERIVED_LAB_KEYS)}
+            labs.append(LabResult(lab=lab_id, tests=tests, talking_points=points, steps=steps, **fields))
         return cls(data["submission"], data["gpu"], tuple(labs), tuple(data.get("flags", ())),
                    tuple(data.get("notes", ())))

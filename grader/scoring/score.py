@@ -321,7 +321,7 @@ def score_lab(lab: LabRubric, run: LabRun | LabRuns | None, gpu: str = "auto", n
     score = sum(test.points for test in main)
     pending = sum(test.max_points for test in main if test.outcome == PENDING)
     return LabResult(lab.lab, lab.title, lab.package, score, lab.max_score, pending, status, reason,
-                     round(wall, 3), tests, talking_point_results(lab, tests))
+                     round(wall, 3), tests, talking_point_results(lab, tests), lab.steps)
 
 
 def _stop_streak(run: LabRun | None) -> int:
