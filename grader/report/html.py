@@ -126,33 +126,41 @@ def summary_section(summary: dict[str, Any]) -> str:
         heldout = f"{_one_decimal(lab['heldout_mean'])} of {lab['heldout_max_score']}" if lab["heldout_max_score"] else "none"
         rows.append([Html(f"<a href='#{_esc(lab_id)}'>{_esc(lab_id)}</a>"), lab["title"], lab["max_score"],
                      _one_decimal(lab["mean"]), _one_decimal(lab["median"]), f"{lab['full_marks']} / {lab['students']}",
-                     pending, heldout, statuses])
+                     pending, heldout, _extension_cell(lab), statuses])
         classes.append("")
     total = summary["total"]
     rows.append(["total", "", total["max_score"], _one_decimal(total["mean"]), _one_decimal(total["median"]),
-                 f"{total['full_marks']} / {summary['students']}", "", "", ""])
+                 f"{total['full_marks']} / {summary['students']}", "", "", "", ""])
     classes.append("total")
-    headers = ["lab", "title", "max", "mean", "median", "full marks", "pending GPU", "held-out mean", "statuses"]
+    headers = ["lab", "title", "max", "mean", "median", "full marks", "pending GPU", "held-out mean",
+               EXTENSION_HEADER, "statuses"]
     if not _has_heldout(summary):
         headers, rows = _without_column(headers, rows, "held-out mean")
+    if not _has_extension(summary):
+        headers, rows = _without_column(headers, rows, EXTENSION_HEADER)
     return ("<section id='summary'><h2>Summary per lab</h2>"
-            "<p>Full marks: every CPU point earned (GPU points may still be pending).</p>"
+            "<p>Full marks: every CPU point earned (GPU points may still be pending)."
+            + (" <em>Optional extension</em>: a step whose points are apart, in no maximum, mean or total."
+               if _has_extension(summary) else "") + "</p>"
             + _table(headers, rows, row_classes=classes) + "</section>")
 
 
 def students_section(summary: dict[str, Any]) -> str:
     """One row per student, each lab's score with its status when it was not graded normally."""
     lab_ids = summary["lab_ids"]
-    headers = ["student", "total", "pending GPU", "held-out", *lab_ids, "flags"]
+    headers = ["student", "total", "pending GPU", "held-out", *lab_ids, EXTENSION_HEADER, "flags"]
     rows = []
     for row in summary["rows"]:
         heldout = f"{row.get('heldout_score', 0)}/{row.get('heldout_max', 0)}" if row.get("heldout_max") else ""
+        extension = f"{row.get('extension_score', 0)}/{row.get('extension_max', 0)}" if row.get("extension_max") else ""
         flags = row.get("flags", "")
         rows.append([row["student"], f"{row['score']}/{row['max_score']}", row.get("pending", 0), heldout,
-                     *(_lab_cell(row, lab_id) for lab_id in lab_ids),
+                     *(_lab_cell(row, lab_id) for lab_id in lab_ids), extension,
                      Html(f"<span class='bad' title='{_esc(flags)}'>{len(flags.split(' | '))}</span>") if flags else ""])
     if not _has_heldout(summary):
         headers, rows = _without_column(headers, rows, "held-out")
+    if not _has_extension(summary):
+        headers, rows = _without_column(headers, rows, EXTENSION_HEADER)
     return (f"<section id='students'><h2>Students ({len(rows)})</h2>"
             "<p>Each lab's score; a status in red means that lab was not graded normally (see the student's "
             "<code>feedback.md</code>).</p>" + _table(headers, rows) + "</section>")
@@ -160,6 +168,22 @@ def students_section(summary: dict[str, Any]) -> str:
 
 def _has_heldout(summary: dict[str, Any]) -> bool:
     return any(lab["heldout_max_score"] for lab in summary["labs"].values())
+
+
+#: The column of an optional extension step's points (apart from every score and maximum).
+EXTENSION_HEADER = "optional extension"
+
+
+def _has_extension(summary: dict[str, Any]) -> bool:
+    return any(lab.get("extension_max_score") for lab in summary["labs"].values())
+
+
+def _extension_cell(lab: dict[str, Any]) -> str:
+    """``mean 4.2 of 27 · 3 tried`` for a lab with an extension step, ``none`` without one."""
+    if not lab.get("extension_max_score"):
+        return "none"
+    return (f"mean {_one_decimal(lab['extension_mean'])} of {lab['extension_max_score']} · "
+            f"{lab['extension_students']} with points")
 
 
 def _without_column(headers: list[str], rows: list[list[Any]], header: str) -> tuple[list[str], list[list[Any]]]:
@@ -180,6 +204,8 @@ def _test_name(name: str, entry: dict[str, Any]) -> Html:
             + "</code>")
     if entry.get("visibility", "visible") != "visible":
         text += "<span class='tag'>held-out</span>"
+    if entry.get("extension"):
+        text += "<span class='tag'>extension (optional)</span>"
     if entry.get("pending"):
         text += "<span class='tag'>GPU</span>"
     return Html(text)
@@ -201,6 +227,9 @@ def lab_section(lab_id: str, lab: dict[str, Any], histogram: str) -> str:
     split = (f" · visible tests: mean {_one_decimal(lab['visible_mean'])} of {lab['max_score'] - lab['heldout_max_score']}"
              f" · held-out tests: mean {_one_decimal(lab['heldout_mean'])} of {lab['heldout_max_score']}"
              if lab["heldout_max_score"] else "")
+    if lab.get("extension_max_score"):
+        split += (f" · optional extension (apart from the score): mean {_one_decimal(lab['extension_mean'])} of "
+                  f"{lab['extension_max_score']}, {lab['extension_students']} students with points")
     tests = [[_test_name(name, entry), entry["points"],
               f"pending ({entry['pending']})" if entry["pending"] else f"{entry['passed']} / {entry['graded']}",
               _rate_bar(entry)] for name, entry in lab["tests"].items()]

@@ -64,7 +64,8 @@ def student_row(result: SubmissionResult, lab_ids: list[str]) -> dict[str, Any]:
     total = result.total
     row: dict[str, Any] = {"student": result.submission, "score": total["score"], "max_score": total["max_score"],
                            "pending": total["pending"], "visible_score": total["visible"]["score"],
-                           "heldout_score": total["heldout"]["score"], "heldout_max": total["heldout"]["max_score"]}
+                           "heldout_score": total["heldout"]["score"], "heldout_max": total["heldout"]["max_score"],
+                           "extension_score": total["extension"]["score"], "extension_max": total["extension"]["max_score"]}
     labs = {lab.lab: lab for lab in result.labs}
     for lab_id in lab_ids:
         lab = labs.get(lab_id)
@@ -87,7 +88,8 @@ def _lab_statistics(results: list[SubmissionResult], lab_id: str) -> dict[str, A
     for lab in labs:
         for test in lab.tests:
             entry = tests.setdefault(test.nodeid.split("::", 1)[-1], {"points": test.max_points, "passed": 0, "pending": 0,
-                                                                      "graded": 0, "visibility": test.visibility})
+                                                                      "graded": 0, "visibility": test.visibility,
+                                                                      "extension": test.extension})
             entry["graded"] += 1
             entry["passed"] += test.outcome == PASSED
             entry["pending"] += test.outcome == "pending"
@@ -109,6 +111,10 @@ def _lab_statistics(results: list[SubmissionResult], lab_id: str) -> dict[str, A
         "heldout_max_score": max((lab.heldout.max_score for lab in labs), default=0),
         "heldout_mean": round(statistics.fmean(lab.heldout.score for lab in labs), 3) if labs else 0.0,
         "visible_mean": round(statistics.fmean(lab.visible.score for lab in labs), 3) if labs else 0.0,
+        # an optional extension step's points: apart, never in max_score or mean
+        "extension_max_score": max((lab.extension.max_score for lab in labs), default=0),
+        "extension_mean": round(statistics.fmean(lab.extension.score for lab in labs), 3) if labs else 0.0,
+        "extension_students": sum(1 for lab in labs if lab.extension.score),
         "median": statistics.median(scores) if scores else 0,
         "min": min(scores, default=0),
         "max": max(scores, default=0),

@@ -22,10 +22,10 @@ RUBRIC = Rubric((LabRubric(
 ),))
 
 
-def run_passing(nodeids: list[str]) -> LabRun:
+def run_passing(nodeids: list[str], rubric: Rubric = RUBRIC) -> LabRun:
     """A finished run in which ``nodeids`` passed and every other rubric test failed (GPU ones skipped)."""
     events = [{"event": "configure"}, {"event": "collected", "nodeids": []}]
-    for test in RUBRIC.labs[0].tests:
+    for test in rubric.labs[0].tests:
         outcome = "skipped" if test.gpu else "passed" if test.nodeid in nodeids else "failed"
         events += [{"event": "start", "nodeid": test.nodeid},
                    *({"event": "report", "nodeid": test.nodeid, "when": when, "outcome": outcome if when == "call" else
@@ -72,6 +72,31 @@ def test_the_student_table_shows_each_lab_and_the_status_of_a_lab_not_graded_nor
     page = render_page(summary, {"lab01": ""})
     students = page_text(page[page.index("id='students'"):page.index("id='lab01'")])
     assert "s3" in students and "6/9" in students and "0/9 grader-error" in students
+
+
+def test_the_optional_extension_has_its_own_column_and_its_tests_are_tagged():
+    """As in class.csv and results.json: the extension's points apart, its tests tagged like held-out ones."""
+    extension = RubricTest("lab01_fx_passes/test_lab.py::test_onednn_pipeline", "test_onednn_pipeline", 4, False,
+                           extension=True)
+    rubric = Rubric((LabRubric("lab01", "lab01_fx_passes", "FX", tests=(*RUBRIC.labs[0].tests, extension)),))
+    main = [test.nodeid for test in RUBRIC.labs[0].tests]
+    results = [score_submission(rubric, {"lab01": run_passing(main, rubric)}, submission="skipped_it"),
+               score_submission(rubric, {"lab01": run_passing([*main, extension.nodeid], rubric)}, submission="did_it")]
+    page = render_page(class_summary(results), {"lab01": ""})
+    summary_table = page_text(page[page.index("id='summary'"):page.index("id='students'")])
+    assert "optional extension" in summary_table and "mean 2.0 of 4 · 1 with points" in summary_table
+    assert "2 / 2" in summary_table, "both have full marks: the extension is apart"
+    students = page[page.index("id='students'"):page.index("id='lab01'")]
+    header = page_text(students.split("</tr>")[0])
+    assert "optional extension" in header
+    (did_it,) = [page_text(row) for row in students.split("<tr") if ">did_it<" in row]
+    assert did_it.startswith(">did_it6/9") and did_it.endswith("4/4"), did_it
+    rows = [row for row in page[page.index("id='lab01'"):].split("<tr")]
+    (row,) = [row for row in rows if "test_onednn_pipeline" in page_text(row)]
+    assert "<span class='tag'>extension (optional)</span>" in row
+    assert "extension" not in "".join(row for row in rows if LONG in page_text(row))
+    lab_text = page_text(page[page.index("id='lab01'"):])
+    assert "optional extension (apart from the score): mean 2.0 of 4" in lab_text
 
 
 # ---------------------------------------------------------------- in a real browser (skipped without Chromium)
