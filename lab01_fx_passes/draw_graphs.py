@@ -35,8 +35,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from labkit.graph_drawing import (GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, draw_graph, graphviz_available,
-                                  write_drawing)
+from labkit.graph_drawing import GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, graphviz_available, write_graph
 from labkit.impl import load_lab, selected_impl
 from labkit.labspec import load_lab_spec
 from labkit.step_summary import shorten, step_to_finish_first
@@ -157,17 +156,15 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
     histories = node_histories(names, changes)
     key = legend(changes, colors)
     title = f"{label}, {dialect}: before the pipeline ({len(names)} nodes)"
-    result.drawings.append(write_drawing(
-        draw_graph(original, title, styles=before_styles(histories, colors), legend=key, compact=compact),
-        out / f"{dialect}-before"))
+    result.drawings.append(write_graph(original, title, out / f"{dialect}-before",
+                                       styles=before_styles(histories, colors), legend=key, compact=compact))
     if record and record.graphs:
         final = result.final = record.graphs[-1]
         stopped = f" (stopped: {changes[-1].name} failed)" if error is not None else ""
         passes = ", ".join(c.name for c in changes)
         title = f"{label}, {dialect}: after {passes}{stopped} ({len(final.graph.nodes)} nodes)"
-        result.drawings.append(write_drawing(
-            draw_graph(final, title, styles=after_styles(histories, colors), legend=key, compact=compact),
-            out / f"{dialect}-after"))
+        result.drawings.append(write_graph(final, title, out / f"{dialect}-after",
+                                           styles=after_styles(histories, colors), legend=key, compact=compact))
     return result
 
 
@@ -194,7 +191,7 @@ def changes_table(drawing: DialectDrawing) -> list[str]:
         idle = [c.name for c in drawing.changes if not c.touched]
         if idle:
             lines += ["", f"Found nothing to do here: {', '.join(idle)}."]
-    files = [path.name for d in drawing.drawings for path in (d.source, *d.images)]
+    files = [path.name for d in drawing.drawings for path in (d.source, *d.images, *((d.index,) if d.index else ()))]
     lines += ["", "Pictures: " + ", ".join(f"`{name}`" for name in files), ""]
     return lines
 

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import fx
 
-from labkit.graph_drawing import Cluster, Drawing, NodeStyle, draw_graph, write_drawing
+from labkit.graph_drawing import Cluster, Drawing, NodeStyle, write_graph
 from lab02_npu_backend.coverage import GraphCoverage, NpuCoverageWarning
 from lab02_npu_backend.graphs import capture_graphs
 
-#: Fills of the NPU partitions' nodes, in turn (neighbouring partitions differ).
-NPU_FILLS = ("#a1d99b", "#9ecae1", "#c7e9c0", "#c6dbef")
+#: Fills of the NPU partitions' nodes, in turn: shades of the NPU's green (neighbouring partitions differ).
+NPU_FILLS = ("#a1d99b", "#c7e9c0", "#74c476", "#e5f5e0")
 #: Border of an NPU partition's box.
 NPU_BORDER = "#31a354"
 CPU_FILL = "#fc9272"
@@ -47,12 +47,14 @@ class PartitionedGraph:
         graph_module: the graph as the backend received it (not partitioned).
         partitions: NPU submodule name -> the names of the nodes it holds (in ``graph_module``).
         coverage: the partitioning's :class:`~lab02_npu_backend.coverage.GraphCoverage`.
+        weights: the placeholders that bring the model's parameters and buffers (collapsed in pictures).
     """
 
     dialect: str
     graph_module: fx.GraphModule
     partitions: dict[str, tuple[str, ...]]
     coverage: GraphCoverage
+    weights: frozenset[str] = frozenset()
 
 
 def partition_graphs(lab: Any, model: Any, example_inputs: tuple[Any, ...], dialect: str) -> list[PartitionedGraph]:
@@ -74,7 +76,11 @@ def partition_graphs(lab: Any, model: Any, example_inputs: tuple[Any, ...], dial
             inner = getattr(partitioning.graph_module, submodule).graph.nodes
             partitions[submodule] = tuple(n.name for n in inner
                                           if n.op not in ("placeholder", "output") and n.name in names)
-        results.append(PartitionedGraph(dialect, gm, partitions, partitioning.coverage))
+        state = {id(tensor) for tensor in (*model.parameters(), *model.buffers())}
+        placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
+        weights = frozenset(name for name, value in zip(placeholders, inputs)
+                            if isinstance(value, torch.nn.Parameter) or id(value) in state)
+        results.append(PartitionedGraph(dialect, gm, partitions, partitioning.coverage, weights))
     return results
 
 
@@ -94,7 +100,8 @@ def partition_styles(graph: PartitionedGraph) -> dict[str, NodeStyle]:
 
 
 LEGEND = (
-    ("NPU: one box per partition (fused submodule)", NodeStyle(fill=NPU_FILLS[0], border=NPU_BORDER)),
+    *((f"NPU: one box per partition (fused submodule); shade {index + 1} of {len(NPU_FILLS)}, in turn",
+       NodeStyle(fill=fill, border=NPU_BORDER)) for index, fill in enumerate(NPU_FILLS)),
     ("CPU fallback: the reason is in the node", NodeStyle(fill=CPU_FILL, bold=True)),
     ("elided: does no work anywhere, outside the NPU fraction", NodeStyle(fill=ELIDED_FILL)),
     ("not a compute node (inputs, parameters, outputs)", NodeStyle()),
@@ -108,8 +115,8 @@ def draw_partitioned(graph: PartitionedGraph, title: str, stem: Path) -> Drawing
              f"{len(graph.partitions)} NPU partition(s), {coverage.work_nodes - coverage.npu_nodes} CPU fallback(s)")
     clusters = [Cluster(f"NPU partition {name} ({len(nodes)} nodes)", nodes, NPU_BORDER)
                 for name, nodes in graph.partitions.items() if nodes]
-    dot = draw_graph(graph.graph_module, title, styles=partition_styles(graph), clusters=clusters, legend=LEGEND)
-    return write_drawing(dot, stem)
+    return write_graph(graph.graph_module, title, stem, styles=partition_styles(graph), clusters=clusters,
+                       legend=LEGEND, weights=graph.weights)
 
 
 def draw_model(lab: Any, name: str, model: Any, example_inputs: tuple[Any, ...], dialect: str,

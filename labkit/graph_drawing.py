@@ -15,6 +15,22 @@ Both labs draw them with the same three steps:
    command says how to install it (:data:`GRAPHVIZ_MISSING`) and the text is still written;
 3. :func:`drawn_node_names` / :func:`svg_node_names`: which nodes a drawing names (tests read the
    DOT or the SVG text back).
+
+Pictures stay readable at screen size by construction:
+
+- **parameters and buffers are collapsed** (:func:`weight_nodes`): most of a Dynamo or aten graph's
+  width is one placeholder or ``get_attr`` per weight, each with an edge into its convolution. They
+  are left out and the node that reads them says ``+ 4 parameters/buffers`` (with what the passes did
+  to them); ``collapse_weights=False`` draws them all;
+- **large graphs are split** (:func:`split_parts`): past :data:`MAX_PART_NODES` nodes, the graph is cut
+  into parts in graph order, at the boundary of a top-level module (a block, a stage) where the
+  nodes' ``nn_module_stack`` says one, each part its own picture (``STEM-part2.png``) whose inputs
+  from earlier parts are small grey stubs; ``STEM.md`` is the index. The whole graph is still
+  written as ``STEM.dot`` and ``STEM.svg`` (zoomable);
+- **PNGs are capped** at :data:`PNG_MAX_WIDTH` pixels (Graphviz scales a wider drawing down);
+- **the legend shows only colours that are drawn**: an entry whose fill no node has is drawn white,
+  saying so, so the legend never promises a colour the picture does not show (:func:`legend_fills`,
+  :func:`drawn_fills` read them back).
 """
 
 from __future__ import annotations
@@ -49,7 +65,15 @@ GRAPHVIZ_MISSING = (
 COMPACT_FIELDS = ("name", "op_code", "target", "args", "kwargs", "shape")
 #: How wide a note's lines may get, in characters, before they wrap.
 NOTE_WIDTH = 44
+#: Widest PNG written, in pixels (a laptop screen's width: text stays readable at 100%).
+PNG_MAX_WIDTH = 1600
+#: Graphviz's resolution for PNGs (its default): :data:`PNG_MAX_WIDTH` becomes ``size`` in inches.
+PNG_DPI = 96
+#: Most nodes in one picture before the graph is split into parts.
+MAX_PART_NODES = 45
+_WEIGHT_NAME = re.compile(r"(^|_)(parameters|buffers)(_|$)")
 _LEGEND_PREFIX = "__legend_"
+_STUB_PREFIX = "__from_"
 _FIELD_SEPARATOR = re.compile(r"(?<!\\)\|")
 _FIELD_KEY = re.compile(r"^(\w+)=")
 
@@ -84,16 +108,29 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Drawing:
-    """What :func:`write_drawing` wrote: the DOT text, the images, and why any are missing."""
+    """What :func:`write_drawing` wrote: the DOT text, the images, and why any are missing.
+
+    ``parts``: a large graph's pictures part by part (:func:`write_graph`), each a drawing of its own;
+    ``index``: the Markdown page that lists them.
+    """
 
     source: Path
     images: tuple[Path, ...]
     missing: str | None = None
+    parts: tuple["Drawing", ...] = ()
+    index: Path | None = None
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file written, the parts' included."""
+        own = (self.source, *self.images, *((self.index,) if self.index else ()))
+        return own + tuple(path for part in self.parts for path in part.files)
 
     def describe(self) -> str:
         """One line naming the files (and what is missing), for a command's output."""
-        written = ", ".join(str(path) for path in (self.source, *self.images))
-        return f"wrote {written}" + (f" ({self.missing})" if self.missing else "")
+        written = ", ".join(str(path) for path in (self.source, *self.images, *((self.index,) if self.index else ())))
+        parts = f" and {len(self.parts)} parts ({self.parts[0].source.stem} ...)" if self.parts else ""
+        return f"wrote {written}{parts}" + (f" ({self.missing})" if self.missing else "")
 
 
 def record_text(text: str) -> str:
@@ -136,6 +173,68 @@ def _legend(entries: Sequence[tuple[str, NodeStyle]]) -> pydot.Cluster:
     return legend
 
 
+def weight_nodes(graph_module: fx.GraphModule, weights: Iterable[str] = ()) -> set[str]:
+    """The nodes that only bring a parameter, a buffer or a constant into the graph (collapsed in pictures).
+
+    ``get_attr`` nodes (``symbolic_trace``, ``make_fx``, ``torch.export``, frozen Dynamo graphs);
+    placeholders Dynamo names after a module attribute (``l_self_modules_fc_parameters_weight_``);
+    placeholders nothing reads (a weight that freezing replaced by a constant); and the placeholders
+    named in ``weights``: an aten graph's ``arg3_1`` does not say what it is, but the caller, who
+    holds the example inputs, knows which are parameters and buffers.
+    """
+    named = set(weights)
+    return {node.name for node in graph_module.graph.nodes
+            if node.op == "get_attr" or (node.op == "placeholder" and (
+                node.name in named or _WEIGHT_NAME.search(node.name) or not node.users))}
+
+
+def _collapse_weights(dot: pydot.Dot, graph_module: fx.GraphModule, hidden: set[str],
+                      styles: Mapping[str, NodeStyle]) -> dict[str, str]:
+    """Remove ``hidden`` nodes and their edges; return, per reader, the note that counts what it reads."""
+    counts: dict[str, list[str]] = {}
+    for node in graph_module.graph.nodes:
+        if node.name in hidden:
+            for user in node.users:
+                if user.name not in hidden:
+                    counts.setdefault(user.name, []).append(styles[node.name].note if node.name in styles else "")
+    for edge in list(dot.get_edges()):
+        source, destination = _unquote(edge.get_source()), _unquote(edge.get_destination())
+        if source in hidden or destination in hidden:
+            dot.del_edge(edge.get_source(), edge.get_destination())
+    for name in hidden:
+        dot.del_node(name) or dot.del_node(f'"{name}"')
+    notes = {}
+    for reader, marks in counts.items():
+        what = [f"{mark} x{marks.count(mark)}" for mark in dict.fromkeys(m for m in marks if m)]
+        notes[reader] = f"+ {len(marks)} parameters/buffers" + (f" ({'; '.join(what)})" if what else "")
+    return notes
+
+
+def legend_fills(dot_source: str) -> set[str]:
+    """The fill colours of a drawing's legend entries (white ones left out)."""
+    return {_fill(node) for graph in _all_graphs(dot_source) for node in graph.get_nodes()
+            if node.get_name().strip('"').startswith(_LEGEND_PREFIX)} - {"white", "#ffffff"}
+
+
+def drawn_fills(dot_source: str) -> set[str]:
+    """The fill colours of a drawing's graph nodes (legend and white left out)."""
+    return {_fill(node) for graph in _all_graphs(dot_source) for node in graph.get_nodes()
+            if not node.get_name().strip('"').startswith(_LEGEND_PREFIX) and node.get("fillcolor")} - {"white", "#ffffff"}
+
+
+def _fill(node: pydot.Node) -> str:
+    return _unquote(node.get("fillcolor") or "white").lower()
+
+
+def _all_graphs(dot_source: str) -> list[pydot.Dot]:
+    graphs, stack = [], parse_dot(dot_source)
+    while stack:
+        graph = stack.pop()
+        graphs.append(graph)
+        stack.extend(graph.get_subgraphs())
+    return graphs
+
+
 def draw_graph(
     graph_module: fx.GraphModule,
     title: str,
@@ -145,6 +244,8 @@ def draw_graph(
     legend: Sequence[tuple[str, NodeStyle]] = (),
     unmarked: NodeStyle = NodeStyle(),
     compact: bool = True,
+    collapse_weights: bool = True,
+    weights: Iterable[str] = (),
 ) -> pydot.Dot:
     """Draw ``graph_module``'s graph (not its submodules) with ``FxGraphDrawer`` and mark its nodes.
 
@@ -155,6 +256,9 @@ def draw_graph(
         legend: ``(text, style)`` entries, drawn as a box of sample nodes.
         compact: keep only the name, op, target, arguments and shape in each label
             (:func:`compact_label`); False keeps everything ``FxGraphDrawer`` writes.
+        collapse_weights: leave out the parameter and buffer nodes (:func:`weight_nodes`), counted
+            in the node that reads them.
+        weights: placeholders known to be parameters or buffers (see :func:`weight_nodes`).
 
     Raises:
         KeyError: a style or a cluster names a node the graph does not have.
@@ -170,27 +274,39 @@ def draw_graph(
     dot.set("label", f'"{record_text(title)}"')
     dot.set("labelloc", "t")
     dot.set("fontsize", "18")
-    for name in names:
+    hidden = weight_nodes(graph_module, weights) if collapse_weights else set()
+    counted = _collapse_weights(dot, graph_module, hidden, styles) if hidden else {}
+    if hidden:
+        dot.set("label", f'"{record_text(title)} ({len(hidden)} parameter/buffer nodes collapsed)"')
+    drawn: set[str] = set()
+    for name in names - hidden:
         (node,) = dot.get_node(name) or dot.get_node(f'"{name}"')
         style = styles.get(name, unmarked)
         label = node.get("label")
         if compact:
             label = compact_label(label)
-        if style.note:
-            label = label[:-1] + "|" + _note_field(style.note) + "}"
+        note = "\n".join(part for part in (style.note, counted.get(name, "")) if part)
+        if note:
+            label = label[:-1] + "|" + _note_field(note) + "}"
         node.set("label", label)
         for key, value in _style_attributes(style).items():
             node.set(key, value)
+        drawn.add(style.fill.lower())
     for index, cluster in enumerate(clusters):
         box = pydot.Cluster(f"group_{index}", label=f'"{record_text(cluster.label)}"', color=f'"{cluster.color}"',
                             penwidth="2", fontsize="13")
         for name in cluster.nodes:
+            if name in hidden:
+                continue
             (node,) = dot.get_node(name) or dot.get_node(f'"{name}"')
             dot.del_node(node.get_name())
             box.add_node(node)
         dot.add_subgraph(box)
     if legend:
-        dot.add_subgraph(_legend(legend))
+        shown = [(text, style) if style.fill.lower() in drawn | {"white"} else
+                 (f"{text} (no such node in this graph)", NodeStyle(border="grey", dashed=style.dashed))
+                 for text, style in legend]
+        dot.add_subgraph(_legend(shown))
     return dot
 
 
@@ -206,13 +322,17 @@ def write_drawing(dot: pydot.Dot, stem: Path, formats: Sequence[str] = FORMATS) 
     command goes on (the DOT text says everything the images show).
     """
     stem.parent.mkdir(parents=True, exist_ok=True)
-    source = stem.with_suffix(".dot")
+    source = stem.parent / f"{stem.name}.dot"
     source.write_text(dot.to_string(), encoding="utf-8")
     if not graphviz_available():
         return Drawing(source, (), "Graphviz is not installed: no SVG or PNG")
     images, failed = [], []
     for fmt in formats:
-        path = stem.with_suffix(f".{fmt}")
+        path = stem.parent / f"{stem.name}.{fmt}"
+        # A PNG is for the screen: Graphviz scales a drawing wider than PNG_MAX_WIDTH down to it.
+        # The SVG keeps its natural size (it zooms without losing the text).
+        dot.set("size", f'"{PNG_MAX_WIDTH / PNG_DPI:.2f},10000"' if fmt == "png" else '"10000,10000"')
+        dot.set("dpi", str(PNG_DPI))
         try:
             path.write_bytes(dot.create(prog="dot", format=fmt))
         except Exception as error:  # noqa: BLE001 - one format failing must not lose the others
@@ -220,6 +340,119 @@ def write_drawing(dot: pydot.Dot, stem: Path, formats: Sequence[str] = FORMATS) 
             continue
         images.append(path)
     return Drawing(source, tuple(images), "; ".join(f"Graphviz failed on {f}" for f in failed) or None)
+
+
+def _block(node: fx.Node) -> str | None:
+    """The block a node belongs to (``layer1.0``, ``blocks.1``): its module path's first two parts."""
+    stack = node.meta.get("nn_module_stack")
+    path = list(stack.values())[-1][0] if stack else node.target if node.op == "call_module" else None
+    if not isinstance(path, str):
+        return None
+    path = re.sub(r"\[['\"]?(\w+)['\"]?\]", r".\1", path).removeprefix("L.self.").removeprefix("self.")
+    return ".".join(path.split(".")[:2]) or None
+
+
+def split_parts(graph_module: fx.GraphModule, hidden: set[str] = frozenset(),
+                max_nodes: int = MAX_PART_NODES) -> list[list[str]]:
+    """The graph's drawn nodes in graph order, cut into parts of at most ``max_nodes``.
+
+    Consecutive nodes of one block (:func:`_block`: a ResNet's ``layer1.0``) stay together where the
+    block fits in a part; a part takes whole blocks while they fit. A graph that fits is one part.
+    """
+    order = [node for node in graph_module.graph.nodes if node.name not in hidden]
+    if len(order) <= max_nodes:
+        return [[node.name for node in order]]
+    groups: list[list[str]] = []
+    previous = object()
+    for node in order:
+        block = _block(node)
+        if block is None or block != previous or len(groups[-1]) >= max_nodes:
+            groups.append([])
+        groups[-1].append(node.name)
+        previous = block if block is not None else previous
+    parts: list[list[str]] = [[]]
+    for group in groups:
+        if parts[-1] and len(parts[-1]) + len(group) > max_nodes:
+            parts.append([])
+        parts[-1].extend(group)
+    return parts
+
+
+def _keep_only(dot: pydot.Dot, keep: set[str], part_of: Mapping[str, int]) -> None:
+    """Prune a whole-graph drawing to the nodes ``keep``; an input from another part becomes a grey stub."""
+    graphs, stack = [], [dot]
+    while stack:
+        graph = stack.pop()
+        graphs.append(graph)
+        stack.extend(graph.get_subgraphs())
+    for edge in list(dot.get_edges()):
+        source, destination = _unquote(edge.get_source()), _unquote(edge.get_destination())
+        if destination in keep and source not in keep:
+            stub = f"{_STUB_PREFIX}{source}"
+            if not dot.get_node(f'"{stub}"'):
+                dot.add_node(pydot.Node(f'"{stub}"', label=f'"{record_text(source)} (part {part_of[source] + 1})"',
+                                        shape="box", style='"dashed,rounded"', color="grey", fontcolor="grey30",
+                                        fontsize="10"))
+            dot.add_edge(pydot.Edge(f'"{stub}"', edge.get_destination(), color="grey", style="dashed"))
+        if source not in keep or destination not in keep:
+            dot.del_edge(edge.get_source(), edge.get_destination())
+    for graph in graphs:
+        for node in list(graph.get_nodes()):
+            name = _unquote(node.get_name())
+            if name in ("node", "edge", "graph") or name.startswith((_LEGEND_PREFIX, _STUB_PREFIX)):
+                continue
+            if name not in keep:
+                graph.del_node(node.get_name())
+    for graph in graphs:  # a partition box with none of its nodes here is left out
+        subgraphs = graph.obj_dict.get("subgraphs", {})
+        for name in [n for n, boxes in subgraphs.items() if n != "cluster_legend"
+                     and not any(_box_has_nodes(box) for box in boxes)]:
+            subgraphs.pop(name)
+    fills = drawn_fills(dot.to_string())
+    for graph in graphs:
+        for node in graph.get_nodes():
+            if node.get_name().strip('"').startswith(_LEGEND_PREFIX) and _fill(node) not in fills | {"white"}:
+                node.set("fillcolor", '"white"')
+                node.set("color", "grey")
+                node.set("label", node.get("label")[:-1] + ' (not in this part)"')
+
+
+def _box_has_nodes(box: dict) -> bool:
+    return bool([n for n in box.get("nodes", {}) if n not in ("node", "edge", "graph")]) or any(
+        _box_has_nodes(inner) for boxes in box.get("subgraphs", {}).values() for inner in boxes)
+
+
+def write_graph(graph_module: fx.GraphModule, title: str, stem: Path, *, max_part_nodes: int = MAX_PART_NODES,
+                **options) -> Drawing:
+    """Draw ``graph_module`` (:func:`draw_graph`'s ``options``) to ``stem.*``, in parts when it is large.
+
+    A graph of more than ``max_part_nodes`` drawn nodes gets ``stem.dot`` and ``stem.svg`` of the whole
+    graph, one picture per part (``stem-part1.*`` ...: :func:`split_parts`) and ``stem.md``, the
+    index: each part's nodes and picture. A smaller graph is :func:`write_drawing`'s ``stem.*``.
+    """
+    whole = draw_graph(graph_module, title, **options)
+    hidden = weight_nodes(graph_module, options.get("weights", ())) if options.get("collapse_weights", True) else set()
+    parts = split_parts(graph_module, hidden, max_part_nodes)
+    if len(parts) == 1:
+        return write_drawing(whole, stem)
+    drawing = write_drawing(whole, stem, formats=("svg",))
+    part_of = {name: index for index, names in enumerate(parts) for name in names}
+    drawn = []
+    for index, names in enumerate(parts):
+        dot = draw_graph(graph_module, f"{title}: part {index + 1} of {len(parts)}", **options)
+        _keep_only(dot, set(names), part_of)
+        drawn.append(write_drawing(dot, stem.parent / f"{stem.name}-part{index + 1}"))
+    index_page = stem.parent / f"{stem.name}.md"
+    lines = [f"# {title}", "", f"{len(part_of)} nodes drawn in {len(parts)} parts of at most {max_part_nodes} "
+             f"(the whole graph: `{stem.name}.svg`, `{stem.name}.dot`). An input from another part is a grey "
+             "dashed box naming that part.", ""]
+    for index, (names, part) in enumerate(zip(parts, drawn)):
+        picture = next((p.name for p in part.images if p.suffix == ".png"), part.source.name)
+        lines += [f"## Part {index + 1}: `{names[0]}` to `{names[-1]}` ({len(names)} nodes)", "",
+                  f"![part {index + 1}]({picture})" if picture.endswith(".png") else f"`{picture}`", ""]
+    index_page.write_text("\n".join(lines), encoding="utf-8")
+    missing = "; ".join(dict.fromkeys(d.missing for d in (drawing, *drawn) if d.missing)) or None
+    return Drawing(drawing.source, drawing.images, missing, tuple(drawn), index_page)
 
 
 def _unquote(name: str) -> str:
@@ -241,7 +474,8 @@ def drawn_node_names(dot_source: str) -> set[str]:
         graph = stack.pop()
         names.update(_unquote(node.get_name()) for node in graph.get_nodes())
         stack.extend(graph.get_subgraphs())
-    return {name for name in names if name not in ("node", "edge", "graph") and not name.startswith(_LEGEND_PREFIX)}
+    return {name for name in names if name not in ("node", "edge", "graph")
+            and not name.startswith((_LEGEND_PREFIX, _STUB_PREFIX))}
 
 
 def svg_node_names(svg_text: str) -> set[str]:
@@ -251,4 +485,4 @@ def svg_node_names(svg_text: str) -> set[str]:
     titles = (group.find("svg:title", namespace) for group in root.iter("{http://www.w3.org/2000/svg}g")
               if group.get("class") == "node")
     names = {title.text or "" for title in titles if title is not None}
-    return {name for name in names if not name.startswith(_LEGEND_PREFIX)}
+    return {name for name in names if not name.startswith((_LEGEND_PREFIX, _STUB_PREFIX))}

@@ -185,7 +185,7 @@ def test_lab01_without_graphviz_says_how_to_install_it(tmp_path, monkeypatch, ca
 
 # -- lab 2: where each node runs -------------------------------------------------------------------
 from lab02_npu_backend import report as lab02_report  # noqa: E402
-from lab02_npu_backend.partition_drawing import draw_partitioned, partition_graphs  # noqa: E402
+from lab02_npu_backend.partition_drawing import draw_model, draw_partitioned, partition_graphs  # noqa: E402
 
 
 class CumsumBetweenLinears(nn.Module):
@@ -206,7 +206,9 @@ def test_lab02_draws_partitions_boxed_and_fallbacks_with_their_reasons(tmp_path,
     assert len(graph.partitions) == 2
     drawing = draw_partitioned(graph, "cumsum", tmp_path / "cumsum")
     text = drawing.source.read_text()
-    assert drawn_node_names(text) == {n.name for n in graph.graph_module.graph.nodes}
+    weights = graph_drawing.weight_nodes(graph.graph_module, graph.weights)
+    assert len(weights) == 4, "the linears' weights and biases are graph inputs in both dialects"
+    assert drawn_node_names(text) == {n.name for n in graph.graph_module.graph.nodes} - weights
     found = labels(text)
     (fallback,) = [d for d in graph.coverage.decisions if not d.on_npu]
     assert "cumsum" in fallback.reason and f"CPU: {fallback.reason}" in found[fallback.name].replace("\\n", " ")
@@ -264,3 +266,71 @@ def test_lab01_draws_dynamo_graphs_as_the_backend_sees_them(tmp_path, monkeypatc
     assert result.problem is None
     fired = {c.name for c in result.changes if c.touched}
     assert {"freeze_parameters", "fuse_conv_bn", "convert_to_channels_last"} <= fired, fired
+
+
+# -- readable at screen size: weights collapsed, large graphs in parts, PNGs capped, legends true --------
+def _check_readable(drawing: graph_drawing.Drawing) -> list[tuple[int, int]]:
+    """Every picture of ``drawing`` (its parts included): PNG width capped, legend colours = drawn colours."""
+    from PIL import Image
+
+    sizes = []
+    for picture in (drawing, *drawing.parts):
+        if picture.parts:  # the whole graph of a split drawing: text and SVG only
+            continue
+        text = picture.source.read_text()
+        drawn, legend = graph_drawing.drawn_fills(text), graph_drawing.legend_fills(text)
+        assert legend <= drawn, f"{picture.source.name}: the legend shows colours no node has: {legend - drawn}"
+        if legend:
+            assert drawn <= legend, f"{picture.source.name}: colours the legend does not explain: {drawn - legend}"
+        for image in picture.images:
+            if image.suffix == ".png":
+                width, height = Image.open(image).size
+                assert width <= graph_drawing.PNG_MAX_WIDTH, f"{image.name} is {width} px wide"
+                sizes.append((width, height))
+    return sizes
+
+
+@needs_graphviz
+@pytest.mark.parametrize("model", ["tiny_resnet", "conv_bn_stack", "linear_gelu_mlp"])
+def test_lab01_pictures_of_the_course_models_are_readable_at_screen_size(tmp_path, monkeypatch, model):
+    monkeypatch.setenv("LABKIT_IMPL", "solution")
+    lab = load_lab("lab01_fx_passes")
+    built, inputs = draw_graphs.MODELS[model]()
+    for dialect in ("dynamo", "make_fx"):
+        result = draw_graphs.draw_dialect(lab, model, built, inputs, dialect, tmp_path / dialect)
+        assert result.problem is None
+        for drawing in result.drawings:
+            assert _check_readable(drawing)
+            text = drawing.source.read_text()
+            assert not graph_drawing.weight_nodes(result.captured) & drawn_node_names(text) or dialect == "symbolic_trace"
+
+
+@needs_graphviz
+def test_a_large_graph_is_drawn_in_parts_with_an_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_IMPL", "solution")
+    model, inputs = draw_graphs.MODELS["tiny_resnet"]()
+    captured = capture(model, inputs, "dynamo").graph_module
+    hidden = graph_drawing.weight_nodes(captured)
+    parts = graph_drawing.split_parts(captured, hidden, max_nodes=12)
+    assert len(parts) > 1 and all(len(part) <= 12 for part in parts)
+    assert [name for part in parts for name in part] == [n.name for n in captured.graph.nodes if n.name not in hidden]
+    styles = {"relu_1": NodeStyle(fill="#fdae6b")}
+    drawing = graph_drawing.write_graph(captured, "tiny", tmp_path / "tiny", max_part_nodes=12, styles=styles,
+                                        legend=[("relu_1", NodeStyle(fill="#fdae6b")), ("never drawn", NodeStyle(fill="#9ecae1"))])
+    assert len(drawing.parts) == len(parts) and drawing.index.read_text().count("![part") == len(parts)
+    for part, names in zip(drawing.parts, parts):
+        assert drawn_node_names(part.source.read_text()) == set(names)
+    assert _check_readable(drawing)
+    assert drawn_node_names(drawing.source.read_text()) == {n.name for n in captured.graph.nodes} - hidden
+
+
+@needs_graphviz
+@pytest.mark.parametrize("name", ["mlp", "transformer-encoder"])
+def test_lab02_pictures_of_the_course_models_are_readable_and_their_legend_true(tmp_path, name):
+    from lab02_npu_backend.models import build_model
+
+    lab = load_lab("lab02_npu_backend", "solution")
+    case = build_model(name)
+    for dialect in ("torch", "aten"):
+        for drawing in draw_model(lab, name, case.model, case.example_inputs, dialect, tmp_path):
+            assert _check_readable(drawing)
