@@ -58,15 +58,18 @@ def load_results(graded: Path) -> tuple[list[SubmissionResult], list[str]]:
     return results, missing
 
 
-def student_row(result: SubmissionResult, lab_ids: list[str]) -> dict[str, Any]:
+def student_row(result: SubmissionResult | None, lab_ids: list[str], student: str = "") -> dict[str, Any]:
     """One CSV row: totals, then ``<lab>_score``, ``_max``, ``_pending``, ``_status`` for each lab (and its
-    held-out and optional extension points, apart)."""
-    total = result.total
-    row: dict[str, Any] = {"student": result.submission, "score": total["score"], "max_score": total["max_score"],
-                           "pending": total["pending"], "visible_score": total["visible"]["score"],
+    held-out and optional extension points, apart). ``result`` None: ``student``'s folder had no readable
+    ``summary.json``; the row has the same columns, zeros and the status ``missing``."""
+    empty = {"score": 0, "max_score": 0, "pending": 0}
+    total = result.total if result else {**empty, "visible": empty, "heldout": empty, "extension": empty}
+    row: dict[str, Any] = {"student": result.submission if result else student, "score": total["score"],
+                           "max_score": total["max_score"], "pending": total["pending"],
+                           "visible_score": total["visible"]["score"],
                            "heldout_score": total["heldout"]["score"], "heldout_max": total["heldout"]["max_score"],
                            "extension_score": total["extension"]["score"], "extension_max": total["extension"]["max_score"]}
-    labs = {lab.lab: lab for lab in result.labs}
+    labs = {lab.lab: lab for lab in result.labs} if result else {}
     for lab_id in lab_ids:
         lab = labs.get(lab_id)
         row.update({f"{lab_id}_score": lab.score if lab else 0, f"{lab_id}_max": lab.max_score if lab else 0,
@@ -76,7 +79,7 @@ def student_row(result: SubmissionResult, lab_ids: list[str]) -> dict[str, Any]:
                     f"{lab_id}_extension_score": lab.extension.score if lab else 0,
                     f"{lab_id}_extension_max": lab.extension.max_score if lab else 0,
                     f"{lab_id}_status": lab.status if lab else MISSING})
-    row["flags"] = " | ".join(result.flags)
+    row["flags"] = " | ".join(result.flags) if result else "no readable summary.json: grade this submission again"
     return row
 
 
@@ -133,11 +136,7 @@ def class_summary(results: list[SubmissionResult], missing: list[str] = ()) -> d
     """Everything the report shows, as one JSON-ready dict (pure)."""
     lab_ids = list(dict.fromkeys(lab.lab for result in results for lab in result.labs))
     rows = [student_row(result, lab_ids) for result in results]
-    for student in missing:
-        rows.append({"student": student, "score": 0, "max_score": 0, "pending": 0,
-                     **{key: (MISSING if key.endswith("_status") else 0) for lab in lab_ids
-                        for key in (f"{lab}_score", f"{lab}_max", f"{lab}_pending", f"{lab}_status")},
-                     "flags": "no readable summary.json: grade this submission again"})
+    rows += [student_row(None, lab_ids, student) for student in missing]
     rows.sort(key=lambda row: row["student"])
     totals = [row["score"] for row in rows]
     return {

@@ -129,3 +129,21 @@ def test_the_browser_check_catches_words_broken_letter_by_letter(graded_corpus, 
     page.write_text(page.read_text().replace("</style>", "td,th{overflow-wrap:anywhere}table{width:300px}</style>"))
     problems = check_report(page, tmp_path / "shots", browser, log=lambda _: None)
     assert any("a word is broken across lines" in problem for problem in problems)
+
+
+def test_a_student_without_a_summary_first_in_the_class_gets_a_row_with_every_column(tmp_path):
+    """A folder without a readable summary.json sorting first used to set the CSV's columns and crash the report."""
+    import csv
+
+    from grader.tests.report.graded_folders import lab, write_graded
+
+    graded = tmp_path / "graded"
+    (graded / "aaron").mkdir(parents=True)
+    (graded / "aaron" / "summary.json").write_text("{", encoding="utf-8")  # torn: unreadable
+    write_graded(graded, "zoe", [lab("labA", 7)])
+    write_report(graded, tmp_path / "out")
+    with open(tmp_path / "out" / "class.csv", newline="", encoding="utf-8") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert rows["aaron"]["labA_status"] == "missing" and rows["aaron"]["heldout_score"] == "0"
+    assert "grade this submission again" in rows["aaron"]["flags"]
+    assert rows["zoe"]["labA_score"] == "7"
