@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import zipfile
 import zlib
@@ -151,7 +152,7 @@ _ARCHIVE_ERRNOS = {errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL, errno.ELOOP, 
 
 
 def extract_zip(submission: Path, target: Path, limits: ArchiveLimits = ArchiveLimits()) -> None:
-    """Extract ``submission`` into ``target`` (see the module docstring).
+    """Extract ``submission`` into ``target`` (see the module docstring); a refused archive leaves nothing.
 
     Duplicate names are allowed (the last one wins, as with ``unzip``).
 
@@ -159,6 +160,14 @@ def extract_zip(submission: Path, target: Path, limits: ArchiveLimits = ArchiveL
         ArchiveError: for any problem of the archive's making, with what to do.
         OSError: for the grader's own (a full disk).
     """
+    try:
+        _extract(submission, target, limits)
+    except ArchiveError:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _extract(submission: Path, target: Path, limits: ArchiveLimits) -> None:
     try:
         with zipfile.ZipFile(submission) as archive:
             entries = archive.infolist()
