@@ -99,7 +99,8 @@ def entry_problem(info: zipfile.ZipInfo, limits: ArchiveLimits) -> str:
         return f"{name!r} is encrypted: zip it again without a password"
     if info.compress_type not in READABLE_METHODS:
         method = METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
-        return f"{name!r} is compressed with {method}, which cannot be read: zip it again with ordinary (Deflate) compression"
+        return (f"{name!r} is compressed with {method}, which cannot be read: zip it again with ordinary "
+                "(Deflate) compression")
     if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_ratio * max(info.compress_size, 1):
         return (f"{name!r} expands {info.file_size / max(info.compress_size, 1):,.0f} times "
                 f"(more than {limits.max_ratio:g}: a decompression bomb?)")
@@ -183,5 +184,6 @@ def _extract(submission: Path, target: Path, limits: ArchiveLimits) -> None:
         raise
     except OSError as error:
         if error.errno in _ARCHIVE_ERRNOS:
-            raise ArchiveError(f"a file of the zip cannot be written ({error.strerror}: {error.filename!s:.120})") from None
+            where = f"{error.filename!s:.120}"
+            raise ArchiveError(f"a file of the zip cannot be written ({error.strerror}: {where})") from None
         raise

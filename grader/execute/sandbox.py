@@ -25,8 +25,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.execute.archive import ArchiveError, archive_format_problem, extract_zip
 from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_noise
+from grader.execute.archive import ArchiveError, archive_format_problem, extract_zip
 from labkit.labspec import TEST_FILE, LabSpec
 
 #: Root files pytest reads as configuration or plugins (flagged when a submission adds or edits them).

@@ -34,7 +34,7 @@ killed, a ``killed`` event is recorded, and pytest starts again with the tests n
 
 Artifacts in ``raw_dir`` (``raw/<lab>/`` for the visible part, ``raw/<lab>/heldout/`` for the other):
 ``run.json`` (:class:`RunRecord`), ``limits.json`` (every test's limit and why), ``events.jsonl``,
-``report.json`` (``report.1.json``... after a resume; absent after a crash), ``output.txt``.
+``report.json`` (``report.1.json``... after a resume; absent after a crash, or when refused), ``output.txt``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from grader.evidence.events import (
 from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, LIMITS_FILE, OUTPUT_FILE, RUN_FILE, report_file
 from grader.evidence.runs import report_shape_problem
 from grader.evidence.text import trim_file
-from grader.evidence.untrusted import clear_path, fresh_folder, read_untrusted, parse_untrusted_json
+from grader.evidence.untrusted import clear_path, fresh_folder, parse_untrusted_json, read_untrusted
 from grader.execute.channel import EventRecorder, append_event, original_nodeid
 from grader.execute.command import REPORT_OMIT, pytest_command, pytest_env
 from grader.execute.isolation import Isolation, Unisolated, View
