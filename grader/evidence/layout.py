@@ -27,6 +27,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from grader.evidence.untrusted import parse_untrusted_json
+
 SUMMARY_FILE = "summary.json"
 FEEDBACK_FILE = "feedback.md"
 GRADESCOPE_FILE = "results.json"
@@ -49,11 +51,13 @@ def report_file(process: int) -> str:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or None when the file is missing, torn or not an object."""
+    """A JSON object from ``path``, or None when the file is missing, torn, nested absurdly deep or not an
+    object. Some of these files hold what graded code wrote (``report.json``): reading them never raises."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, json.JSONDecodeError):
+        data = path.read_bytes()
+    except OSError:
         return None
+    value, _problem = parse_untrusted_json(data)
     return value if isinstance(value, dict) else None
 
 

@@ -45,6 +45,8 @@ class LabRun:
         resumed_reports: the reports of the processes started again after a killed test, in order
             (None for one that died before writing it); ``report`` is the first process's.
         isolation: how the processes were isolated (``bubblewrap`` or ``none``).
+        report_problems: why the supervisor did not keep some process's JSON report (graded code made
+            it a link, a FIFO, too large, too deep...): the submission's doing, said in the lab's reason.
     """
 
     lab: str
@@ -59,6 +61,7 @@ class LabRun:
     lab_timeout_s: float | None = None
     resumed_reports: tuple[dict[str, Any] | None, ...] = ()
     isolation: str = "none"
+    report_problems: tuple[str, ...] = ()
 
     @property
     def reports(self) -> tuple[dict[str, Any] | None, ...]:
@@ -72,6 +75,26 @@ class LabRuns:
 
     visible: LabRun | None
     heldout: LabRun | None = None
+
+
+def report_shape_problem(report: Any) -> str:
+    """Why a parsed pytest-json-report is not one the scorer can read ("" when it is): an object whose
+    ``tests`` (when present) is a list of objects, each with a string ``nodeid`` and ``outcome``."""
+    if not isinstance(report, dict):
+        return "it is not a JSON object"
+    tests = report.get("tests", [])
+    if not isinstance(tests, list):
+        return "its tests are not a list"
+    if not all(isinstance(test, dict) and isinstance(test.get("nodeid"), str) and isinstance(test.get("outcome"), str)
+               for test in tests):
+        return "a test in it has no node id or outcome"
+    return ""
+
+
+def read_report(path: Path) -> dict[str, Any] | None:
+    """A kept JSON report, or None when there is none or it is not one the scorer can read."""
+    report = read_json(path)
+    return report if report is not None and not report_shape_problem(report) else None
 
 
 def load_lab_run(raw_dir: Path) -> LabRun | None:
@@ -90,11 +113,12 @@ def load_lab_run(raw_dir: Path) -> LabRun | None:
         output_flooded=bool(record.get("output_flooded")),
         wall_s=float(record.get("wall_s", 0.0)),
         events=read_events(raw_dir / EVENTS_FILE),
-        report=read_json(raw_dir / REPORT_FILE),
+        report=read_report(raw_dir / REPORT_FILE),
         output_tail=tail,
         lab_timeout_s=record.get("lab_timeout_s"),
-        resumed_reports=tuple(read_json(raw_dir / report_file(index)) for index in range(1, processes)),
+        resumed_reports=tuple(read_report(raw_dir / report_file(index)) for index in range(1, processes)),
         isolation=str(record.get("isolation") or "none"),
+        report_problems=tuple(str(problem) for problem in record.get("report_problems") or ()),
     )
 
 

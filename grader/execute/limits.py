@@ -61,7 +61,7 @@ class RunLimits:
         max_consecutive_timeouts: tests in a row that may run out of time before the lab is stopped.
         output_cap_bytes: console output beyond this kills the run (a flood, not a test).
         output_keep_bytes: console output kept after the run (head and tail halves).
-        report_cap_bytes: a JSON report larger than this is rewritten with long strings shortened.
+        report_cap_bytes: a JSON report larger than this is not read at all (the lab's reason says so).
     """
 
     test_timeout_s: float | None = None

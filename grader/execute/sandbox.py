@@ -22,11 +22,11 @@ from __future__ import annotations
 import filecmp
 import os
 import stat
-import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_noise
+from grader.execute.archive import ArchiveError, archive_format_problem, extract_zip
 from labkit.labspec import TEST_FILE, LabSpec
 
 #: Root files pytest reads as configuration or plugins (flagged when a submission adds or edits them).
@@ -44,7 +44,8 @@ raise ImportError("the reference solutions are not available to graded code")
 
 
 class SubmissionError(ValueError):
-    """The submission cannot be read at all (not a folder or zip, unsafe zip)."""
+    """The submission cannot be read at all (not a folder or zip; a zip that is empty, encrypted, corrupt,
+    unsafe or over a limit): graded as ``bad-submission``, the message saying why."""
 
 
 @dataclass
@@ -57,29 +58,27 @@ class Overlay:
 
 
 def unpack_submission(submission: Path, scratch: Path) -> Path:
-    """Return a folder holding the submission, extracting a ``.zip`` into ``scratch`` safely.
+    """Return a folder holding the submission, extracting a ``.zip`` into ``scratch`` safely
+    (:func:`grader.execute.archive.extract_zip`: limits checked before and while extracting).
 
     A zip whose single top-level folder holds the course is unwrapped (``alice.zip/course/...``).
 
     Raises:
-        SubmissionError: for a missing path, another file type, or a zip entry escaping the folder.
+        SubmissionError: for a missing path, another file type (a ``.tar.gz`` is named as such), or a zip
+            that is empty, encrypted, unreadable, unsafe or over a limit.
     """
     if submission.is_dir():
         return submission
-    if not submission.is_file() or submission.suffix != ".zip":
-        raise SubmissionError(f"{submission}: a submission is a folder or a .zip file")
+    problem = archive_format_problem(submission) if submission.is_file() else "there is no such file or folder"
+    if problem:
+        raise SubmissionError(f"{submission.name}: {problem}")
     target = scratch / "unpacked"
     try:
-        with zipfile.ZipFile(submission) as archive:
-            for member in archive.namelist():
-                path = PurePosixPath(member)
-                if path.is_absolute() or ".." in path.parts:
-                    raise SubmissionError(f"{submission}: unsafe path {member!r} in the zip")
-            archive.extractall(target)
-    except zipfile.BadZipFile as error:
-        raise SubmissionError(f"{submission}: not a readable zip ({error})") from None
+        extract_zip(submission, target)
+    except ArchiveError as error:
+        raise SubmissionError(f"{submission.name}: {error}") from None
     entries = [p for p in target.iterdir() if not is_noise(p) and p.name != "__MACOSX"]
-    if len(entries) == 1 and entries[0].is_dir():
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
         return entries[0]
     return target
 

@@ -12,7 +12,18 @@ process
   :class:`~grader.execute.channel.EventRecorder` checks and records in ``events.jsonl``: the graded
   process never names or reaches a file the scorer reads;
 - writes its console output to a third pipe, capped while the run goes on (a flood is killed) and
-  kept as head and tail; and its pytest-json-report into a folder of its own, copied out afterwards.
+  kept as head and tail; and its pytest-json-report into a folder of its own, copied out afterwards;
+- gets **writable folders of its own**, made fresh before it starts and removed once it has ended (home,
+  compiler caches, the report's folder; :func:`process_folders`): no two graded processes share one, so
+  nothing a held-out process writes is readable by a later process whose messages a student sees.
+
+**What a graded process wrote is hostile input.** Its JSON report is taken out of its folder by
+:func:`grader.evidence.untrusted.read_untrusted` (no link followed, a regular file only, at most
+``RunLimits.report_cap_bytes``, never blocking) and parsed with a bound on depth; a report refused for
+any of these reasons is not kept and the reason is recorded (``report_problems`` in ``run.json``): the
+submission made it so, and its tests are scored from the event record, which the report could only
+have taken passes away from. Folders are cleared without following links
+(:func:`grader.evidence.untrusted.clear_path`).
 
 **Per-test time limits** (:mod:`grader.execute.limits`) are enforced twice: inside pytest by the
 probe's alarm (the test fails and the part goes on), and from outside: a test still running a grace
@@ -23,7 +34,7 @@ killed, a ``killed`` event is recorded, and pytest starts again with the tests n
 
 Artifacts in ``raw_dir`` (``raw/<lab>/`` for the visible part, ``raw/<lab>/heldout/`` for the other):
 ``run.json`` (:class:`RunRecord`), ``limits.json`` (every test's limit and why), ``events.jsonl``,
-``report.json`` (``report.1.json``... after a resume; absent after a crash), ``output.txt``.
+``report.json`` (``report.1.json``... after a resume; absent after a crash, or when refused), ``output.txt``.
 """
 
 from __future__ import annotations
@@ -34,9 +45,10 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
@@ -52,7 +64,9 @@ from grader.evidence.events import (
     timeout_streak,
 )  # fmt: skip
 from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, LIMITS_FILE, OUTPUT_FILE, RUN_FILE, report_file
-from grader.evidence.text import shorten_strings, trim_file
+from grader.evidence.runs import report_shape_problem
+from grader.evidence.text import trim_file
+from grader.evidence.untrusted import clear_path, fresh_folder, parse_untrusted_json, read_untrusted
 from grader.execute.channel import EventRecorder, append_event, original_nodeid
 from grader.execute.command import REPORT_OMIT, pytest_command, pytest_env
 from grader.execute.isolation import Isolation, Unisolated, View
@@ -70,7 +84,9 @@ class RunRecord:
 
     ``timed_out``: the part's budget ran out; ``killed_tests``: tests killed for overrunning their limit
     (pytest started again after each); ``stopped``: why the streak rule stopped the part ("" if it did
-    not); ``rejected``: events the supervisor refused (tampering with the results channel).
+    not); ``rejected``: events the supervisor refused (tampering with the results channel);
+    ``report_problems``: why a process's JSON report was not kept (a link, a FIFO, over the size cap,
+    nested too deeply...), one line per refused report.
     """
 
     lab: str
@@ -87,6 +103,7 @@ class RunRecord:
     killed_tests: tuple[str, ...] = ()
     stopped: str = ""
     rejected: int = 0
+    report_problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -237,9 +254,8 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     until the part is done, its budget is spent or the streak rule stops it.
 
     Args:
-        state: a folder the graded processes may write and keep (home, compiler caches): the
-            submission's own, shared by its labs and parts, never by another submission. Each
-            process also gets a fresh folder for its JSON report beside it.
+        state: a folder of the grader's, never visible to graded code as a whole, in which each graded
+            process gets fresh writable folders of its own (:func:`process_folders`), removed after it.
     """
     isolation = isolation or Unisolated()
     sandbox, raw_dir = sandbox.absolute(), raw_dir.absolute()
@@ -248,34 +264,35 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
         stale.unlink(missing_ok=True)
     budget = lab_budget(part.lab, limits, heldout=part.heldout)
     (raw_dir / LIMITS_FILE).write_text(json.dumps(budget.to_dict(), indent=1) + "\n", encoding="utf-8")
-    for folder in (state / "home", state / "cache"):
-        folder.mkdir(parents=True, exist_ok=True)
-    drops = Path(tempfile.mkdtemp(prefix="reports-", dir=state.parent))  # each process's own report folder
     events = raw_dir / EVENTS_FILE
-    env = pytest_env(sandbox, gpu, threads, state=state, cold_caches=cold_caches)
     copyable = copyable_tests(part)
     start = time.monotonic()
     killed: list[str] = []
     started: list[str] = []
     stopped = ""
     commands: list[list[str]] = []
+    report_problems: list[str] = []
     with open(events, "ab") as events_log, open(raw_dir / OUTPUT_FILE, "ab") as output:
         while True:
-            drop = drops / f"{part.lab.lab}-{'heldout' if part.heldout else 'visible'}-{len(commands)}"
-            drop.mkdir(parents=True)
-            argv = pytest_command(
-                python, part.targets, sandbox,
-                "--json-report", "--json-report-file", str(drop / "report.json"), "--json-report-omit", *REPORT_OMIT,
-                "-q", "-p", "no:randomly", "-p", "no:timeout",
-            )
-            commands.append(argv)
-            streak = timeout_streak(read_events(events))
-            control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak}
-            view = View(readable=(sandbox,), writable=(state, drop), hidden=part.hidden, cwd=sandbox)
-            ended = supervise(argv, env=env, view=view, isolation=isolation, control=control, events_log=events_log,
-                              output=output, limits=limits, budget=budget, deadline=start + budget.lab_s,
-                              copyable=copyable)
-            _keep_report(drop / "report.json", raw_dir / report_file(len(commands) - 1), limits.report_cap_bytes)
+            name = f"{part.lab.lab}-{'heldout' if part.heldout else 'visible'}-{len(commands)}"
+            with process_folders(state, name) as (writable, drop):
+                argv = pytest_command(
+                    python, part.targets, sandbox,
+                    "--json-report", "--json-report-file", str(drop / REPORT_NAME), "--json-report-omit", *REPORT_OMIT,
+                    "-q", "-p", "no:randomly", "-p", "no:timeout",
+                )
+                commands.append(argv)
+                streak = timeout_streak(read_events(events))
+                control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak}
+                env = pytest_env(sandbox, gpu, threads, state=writable, cold_caches=cold_caches)
+                view = View(readable=(sandbox,), writable=(writable, drop), hidden=part.hidden, cwd=sandbox)
+                ended = supervise(argv, env=env, view=view, isolation=isolation, control=control,
+                                  events_log=events_log, output=output, limits=limits, budget=budget,
+                                  deadline=start + budget.lab_s, copyable=copyable)
+                kept = report_file(len(commands) - 1)
+                problem = keep_report(drop / REPORT_NAME, raw_dir / kept, limits.report_cap_bytes)
+                if problem:
+                    report_problems.append(f"{kept}: {problem}")
             started += ended.started
             if ended.overrun is None:
                 break
@@ -296,7 +313,7 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     trim_file(raw_dir / OUTPUT_FILE, limits.output_keep_bytes)
     record = RunRecord(part.lab.lab, part.lab.package, part.heldout, commands[0], ended.exit_code, ended.timed_out,
                        ended.flooded, round(wall, 3), budget.lab_s, isolation.name, len(commands), tuple(killed),
-                       stopped, rejected)
+                       stopped, rejected, tuple(report_problems))
     (raw_dir / RUN_FILE).write_text(json.dumps(asdict(record), indent=1) + "\n", encoding="utf-8")
     return record
 
@@ -306,16 +323,45 @@ def part_raw_dir(lab_raw: Path, part: LabPart) -> Path:
     return lab_raw / HELDOUT_RUN_DIR if part.heldout else lab_raw
 
 
-def _keep_report(report: Path, kept: Path, cap: int) -> None:
-    """Copy the process's JSON report out of its folder, rewritten with long strings shortened when huge."""
-    if not report.is_file():
-        return
-    if report.stat().st_size <= cap:
-        kept.write_bytes(report.read_bytes())
-        return
+#: The JSON report's name in a process's report folder.
+REPORT_NAME = "report.json"
+
+
+@contextmanager
+def process_folders(root: Path, name: str) -> Iterator[tuple[Path, Path]]:
+    """Fresh writable folders of one graded process, ``(state, report folder)`` under ``root/name``, removed
+    when it has ended: whatever an earlier process left under that name (a file where ``home`` was, a
+    link) is removed first, without following links (:func:`grader.evidence.untrusted.clear_path`).
+
+    ``state`` holds the process's home and compiler caches (:func:`grader.execute.command.pytest_env`):
+    they work within the process and never outlive it, so no later process reads what it wrote.
+    """
+    if root.is_symlink() or not root.is_dir():
+        fresh_folder(root)
+    base = fresh_folder(root / name)
+    state, drop = base / "state", base / "report"
+    for folder in (state / "home", state / "cache", drop):
+        folder.mkdir(parents=True)
     try:
-        data = json.loads(report.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError:
-        kept.write_bytes(report.read_bytes()[:cap])
-        return
-    kept.write_text(json.dumps(shorten_strings(data, 4000)), encoding="utf-8")
+        yield state, drop
+    finally:
+        clear_path(base)
+
+
+def keep_report(report: Path, kept: Path, cap: int) -> str:
+    """Copy a process's JSON report out of its folder into ``kept``; answer why it was not kept ("" if it
+    was, or if there was none: a process that died before writing it).
+
+    The report is read as hostile input (:func:`grader.evidence.untrusted.read_untrusted`): a link, a
+    FIFO, a device, a hard link or a file over ``cap`` bytes is never read; one that does not parse as
+    JSON within the depth bound is not kept either, so that no reader of ``raw/`` meets it.
+    """
+    taken = read_untrusted(report, cap)
+    if taken.data is None:
+        return "" if taken.missing else f"pytest's JSON report was not used: {taken.problem}"
+    value, problem = parse_untrusted_json(taken.data)
+    problem = problem or report_shape_problem(value)
+    if problem:
+        return f"pytest's JSON report was not used: {problem}"
+    kept.write_bytes(taken.data)
+    return ""

@@ -1,7 +1,8 @@
 """Grade a folder of submissions in parallel, one row per student, whatever happens (the ``batch`` verb's work).
 
 ``SUBMISSIONS_DIR`` holds one entry per student: a folder (a copy of the course) or a ``.zip``; the
-entry's name (without ``.zip``) is the student's id. Each student is graded into ``OUT/<id>/`` by a
+entry's name (without ``.zip``) is the student's id. Every entry gets a row: one the grader cannot read
+(a ``.tar.gz``, a stray file) is a ``bad-submission`` whose reason says so. Each student is graded into ``OUT/<id>/`` by a
 *runner* (default :func:`grader.runners.local.grade_submission`), ``-j N`` at a time. Threads are enough here:
 a runner spends its time waiting on the pytest processes it started, and each submission's labs run in
 their own process groups, so students never share a process. They do share the cores: with ``-j N``
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from grader.course.labs import CourseError, is_noise
-from grader.runners.local import GradingSetup, grade_submission
+from grader.runners.local import GradingSetup, grade_submission, submission_id
 from grader.runners.progress import Progress
 from grader.scoring.feedback import write_outputs
 from grader.scoring.results import SubmissionResult
@@ -67,20 +68,20 @@ def write_batch_index(out: Path, rows: list[BatchRow]) -> Path:
 
 
 def discover_submissions(folder: Path) -> list[tuple[str, Path]]:
-    """(student id, path) for every folder or ``.zip`` directly inside ``folder``, sorted by id.
+    """(student id, path) for every entry directly inside ``folder`` (hidden files and caches aside),
+    sorted by id: folders and ``.zip`` files are graded; any other file still gets its row, a
+    ``bad-submission`` saying what it is (``cannot read .tar.gz archives; submit a folder or a .zip``).
+    Two entries with one id (``alice/`` and ``alice.zip``) keep their full names, so neither row is lost.
 
     Raises:
         CourseError: when ``folder`` is not a folder.
     """
     if not folder.is_dir():
         raise CourseError(f"{folder} is not a folder of submissions")
-    entries = []
-    for path in sorted(folder.iterdir()):
-        if path.name.startswith(".") or is_noise(path):
-            continue
-        if path.is_dir() or path.suffix == ".zip":
-            entries.append((path.name.removesuffix(".zip"), path))
-    return entries
+    paths = [path for path in sorted(folder.iterdir()) if not path.name.startswith(".") and not is_noise(path)]
+    ids = [submission_id(path) for path in paths]
+    entries = [(student if ids.count(student) == 1 else path.name, path) for student, path in zip(ids, paths)]
+    return sorted(entries)
 
 
 def _failed_runner_result(setup: GradingSetup, student: str, out: Path, error: BaseException) -> SubmissionResult:

@@ -26,12 +26,13 @@ from pathlib import Path
 from grader.course.labs import Course
 from grader.course.rubric import Rubric
 from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, SUBMITTED_DIR, keep_submitted, write_submission_meta
+from grader.execute.archive import OTHER_ARCHIVES
 from grader.execute.isolation import Isolation
 from grader.execute.limits import RunLimits
 from grader.execute.sandbox import SubmissionError, build_sandbox, unpack_submission
 from grader.execute.supervisor import lab_parts, part_raw_dir, run_lab
 from grader.scoring.feedback import write_outputs
-from grader.scoring.results import GRADER_ERROR, SubmissionResult
+from grader.scoring.results import BAD_SUBMISSION, GRADER_ERROR, SubmissionResult
 from grader.scoring.score import grader_error_result, rescore
 from labkit.labspec import HELDOUT_DIR, LabSpec
 
@@ -115,7 +116,7 @@ def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name:
                         limits=options.limits, state=scratch / "state", isolation=isolation, python=options.python,
                         threads=options.threads, cold_caches=options.cold_caches)
     if options.keep_sandbox:
-        shutil.copytree(sandbox, out / "sandbox", dirs_exist_ok=True)
+        shutil.copytree(sandbox, out / "sandbox", symlinks=True, dirs_exist_ok=True)  # a link is copied, never followed
 
 
 def own_grader_problem(submission: Path) -> str | None:
@@ -143,6 +144,15 @@ def own_grader_problem(submission: Path) -> str | None:
             "from outside the submission (cd elsewhere, or `.nox/course-env/bin/python -m grader` from the course)")
 
 
+def submission_id(submission: Path) -> str:
+    """The student's id a submission's name gives: its name without ``.zip`` (or another archive suffix)."""
+    name = submission.resolve().name
+    for suffix in (".zip", *OTHER_ARCHIVES):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str | None = None, *,
                      only_labs: Collection[str] | None = None) -> SubmissionResult:
     """Grade ``submission`` (a folder or ``.zip``) into ``out``; never raises (see the module docstring).
@@ -150,18 +160,19 @@ def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str
     ``only_labs`` (lab ids) runs just those labs and keeps the other labs' runs already in ``out``: a
     cluster grades a submission's CPU labs and its GPU labs in two tasks (:mod:`grader.runners.slurm`).
     """
-    name = name or submission.resolve().name.removesuffix(".zip")
+    name = name or submission_id(submission)
     out.mkdir(parents=True, exist_ok=True)
     _clear_runs(out, only_labs)
     setup.rubric.write(out / RUBRIC_FILE)
     try:
-        with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
+        # Cleaning up never fails the grading: what graded code left there is removed without following links.
+        with tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True) as scratch:
             folder = unpack_submission(submission, Path(scratch))
             _run_labs(setup, folder, out, Path(scratch), name, only_labs)
         result = rescore(out)
     except SubmissionError as error:
         _meta(out, submission=name, gpu=setup.options.gpu, flags=[str(error)], not_run_reason=str(error),
-              not_run_status="not-run")
+              not_run_status=BAD_SUBMISSION)
         result = rescore(out)
     except Exception as error:  # noqa: BLE001 - the grader's own bug must still leave a row
         result = grader_error_result(setup.rubric, error, submission=name, gpu=setup.options.gpu)

@@ -28,7 +28,9 @@ points are shown separately), and, worth 0: ``failed``, ``error`` (setup/teardow
 
 Lab statuses: ``graded`` (pytest finished), ``crashed``, ``timeout`` (the lab's time budget ran out),
 ``stopped`` (too many tests in a row ran out of time: the rest was not run), ``collection-error`` (the
-student's code broke test collection), ``void`` (the canary passed), ``not-run``, and the two that are
+student's code broke test collection), ``void`` (the canary passed), ``not-run``, ``bad-submission`` (the
+submission could not be read: not a folder or a ``.zip``, or a zip that is empty, encrypted, corrupt,
+unsafe or over the archive limits; the reason says which), and the two that are
 never the student's fault: ``unavailable`` (the pristine lab cannot be graded) and ``grader-error``
 (the grader itself failed: its plugin did not load, its output folder could not be written, a bug).
 """
@@ -43,6 +45,8 @@ from labkit.labspec import VISIBLE, Step
 SCHEMA = "grader-summary/1"
 PASSED, PENDING = "passed", "pending"
 GRADER_ERROR, UNAVAILABLE = "grader-error", "unavailable"
+#: The submission itself could not be read (its reason says why): the student's to fix, scored 0.
+BAD_SUBMISSION = "bad-submission"
 #: Lab statuses caused by the grader or the course, not the submission: the run exits with EXIT_GRADER_FAULT.
 GRADER_FAULTS = frozenset({GRADER_ERROR, UNAVAILABLE})
 #: Exit statuses of the grading verbs: graded; graded, but the grader failed on some lab; nothing graded.

@@ -291,7 +291,15 @@ def _part(lab: LabRubric, run: LabRun | None, tests: tuple[RubricTest, ...], gpu
     results = tuple(score_test(test, seen.get(test.nodeid), reports, status, gpu) for test in tests)
     if status == "stopped" and run is not None:
         reason = stop_reason(_stop_streak(run), sum(test.outcome == "not-run" for test in results))
+    if run is not None and run.report_problems:
+        reason = "; ".join([*([reason] if reason else []), report_problem_note(run)])
     return status, reason, results, wall
+
+
+def report_problem_note(run: LabRun) -> str:
+    """What the lab's reason says when the submission left a JSON report the supervisor would not take."""
+    return (f"{'; '.join(run.report_problems)} (the submission's code left it so; the tests were scored from "
+            "the grader's own record of them)")
 
 
 def score_lab(lab: LabRubric, run: LabRun | LabRuns | None, gpu: str = "auto", not_run_reason: str = "",
@@ -315,6 +323,8 @@ def score_lab(lab: LabRubric, run: LabRun | LabRuns | None, gpu: str = "auto", n
         wall += h_wall
         if (status == "graded" and h_status != "graded") or (h_status == "void" and status != "void"):
             status, reason = h_status, HELDOUT_REASONS.get(h_status, f"held-out tests: {h_status}")
+        if runs is not None and runs.heldout is not None and runs.heldout.report_problems:
+            reason = "; ".join([*([reason] if reason else []), "held-out tests: " + report_problem_note(runs.heldout)])
     order = {test.nodeid: index for index, test in enumerate(lab.tests)}
     tests = tuple(sorted(visible + heldout, key=lambda test: order[test.nodeid]))
     main = [test for test in tests if not test.extension]  # an optional extension's points are shown apart

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pytest
 
 from grader.course.labs import load_course
 from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
+from grader.execute import supervisor
 from grader.execute.collect import build_rubric, cache_problem, rubric_key
 from grader.execute.isolation import Unisolated
 from grader.runners.local import GradingSetup, grade_submission, own_grader_problem
@@ -53,7 +55,8 @@ def unisolated(setup: GradingSetup) -> GradingSetup:
 
 def test_every_attack_class_of_the_corpus_is_there():
     assert {"attack_reads_reference", "attack_leaks_heldout", "attack_forges_events", "attack_daemon",
-            "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env"} <= set(ATTACKS)
+            "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env",
+            "attack_hostile_leftovers", "attack_carries_heldout"} <= set(ATTACKS)
 
 
 @needs_bubblewrap
@@ -200,3 +203,73 @@ def test_a_lab_folder_linked_to_the_reference_earns_nothing(demo_setup, tmp_path
     (submission / "labA_arith").symlink_to(DEMO_COURSE / "solutions" / "labA_arith", target_is_directory=True)
     result = grade_submission(submission, tmp_path / "graded", demo_setup)
     assert result.total["score"] == 0 and any("symbolic link" in flag for flag in result.flags)
+
+
+# ---------------------------------------------------------------- what graded code leaves behind
+
+def _heldout_lines(package: str = "labA_arith") -> set[str]:
+    """Every line of a lab's held-out tests long enough to be recognised in a message."""
+    return {line.strip() for path in (DEMO_COURSE / package / "heldout").glob("test_*.py")
+            for line in path.read_text().splitlines() if len(line.strip()) >= 25}
+
+
+@contextmanager
+def one_state_for_every_process(root: Path, name: str):
+    """The grader before per-process folders: one home and cache for every lab and part (the control)."""
+    state, drop = root / "shared", root / name / "report"
+    for folder in (state / "home", state / "cache", drop):
+        folder.mkdir(parents=True, exist_ok=True)
+    yield state, drop
+
+
+def test_a_heldout_process_leaves_nothing_a_later_process_prints(demo_setup, tmp_path):
+    out = tmp_path / "graded"
+    result = grade_submission(materialize("attack_carries_heldout", tmp_path / "sub"), out, demo_setup)
+    text = student_facing(out)
+    assert "CARRIED: nothing" in text, "lab B's visible tests ran and found no folder of an earlier process"
+    assert not [line for line in _heldout_lines() if line in text]
+    assert result.lab("labA").status == result.lab("labB").status == "graded"
+
+
+def test_with_one_writable_state_for_every_process_the_heldout_tests_leak(demo_setup, tmp_path, monkeypatch):
+    monkeypatch.setattr(supervisor, "process_folders", one_state_for_every_process)
+    out = tmp_path / "graded"
+    grade_submission(materialize("attack_carries_heldout", tmp_path / "sub"), out, demo_setup)
+    assert [line for line in _heldout_lines() if line in student_facing(out)], "the attack is real"
+
+
+def _grader_environ() -> bytes:
+    return Path("/proc/self/environ").read_bytes()[:200]
+
+
+def _raw_files(out: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(out)): path.read_bytes() for path in (out / "raw").rglob("*") if path.is_file()}
+
+
+def test_a_report_replaced_by_a_link_a_deep_nest_and_a_broken_home_are_the_submissions(demo_setup, tmp_path):
+    out = tmp_path / "graded"
+    result = grade_submission(materialize("attack_hostile_leftovers", tmp_path / "sub"), out, demo_setup,
+                              only_labs=["labA"])
+    lab = result.lab("labA")
+    assert lab.status == "graded", lab.reason
+    assert "report.json: pytest's JSON report was not used: it is a symbolic link" in lab.reason
+    assert "held-out tests: report.json: pytest's JSON report was not used: it is nested more than" in lab.reason
+    raw = _raw_files(out)
+    assert not [name for name, data in raw.items() if _grader_environ() in data], "the grader's environment"
+    assert {"raw/labA/events.jsonl", "raw/labA/heldout/events.jsonl", "raw/labA/heldout/run.json"} <= set(raw)
+    assert not (out / "raw" / "labA" / "report.json").exists(), "a refused report is not kept"
+    assert [test.outcome for test in lab.tests if test.heldout] and rescore(out).to_dict() == summary(out).to_dict()
+
+
+def _keep_report_following_links(report: Path, kept: Path, cap: int) -> str:
+    """The grader's report copy before untrusted reads: ``is_file`` and ``read_bytes`` follow links."""
+    if report.is_file() and report.stat().st_size <= cap:
+        kept.write_bytes(report.read_bytes())
+    return ""
+
+
+def test_a_supervisor_that_follows_links_copies_its_own_environment(demo_setup, tmp_path, monkeypatch):
+    monkeypatch.setattr(supervisor, "keep_report", _keep_report_following_links)
+    out = tmp_path / "graded"
+    grade_submission(materialize("attack_hostile_leftovers", tmp_path / "sub"), out, demo_setup, only_labs=["labA"])
+    assert _grader_environ() in (out / "raw" / "labA" / "report.json").read_bytes(), "the attack is real"

@@ -1,0 +1,189 @@
+"""Unpack a submitted ``.zip`` safely: every limit is checked on the archive's directory before anything
+is extracted, and again on the bytes actually written (a header may lie).
+
+A zip is the student's input like any other, so it may be a decompression bomb (a few megabytes that
+expand to gigabytes), hold thousands of entries, names that escape the folder (``../``, absolute paths),
+symbolic links, names longer than the filesystem allows, or be empty, encrypted, corrupt, or compressed
+with a method Python cannot read (Deflate64, which Windows' Explorer uses for large files). Each of these
+is a :class:`ArchiveError` naming what was wrong and what to do, which the grader reports as the
+submission's problem (status ``bad-submission``), never its own.
+
+Limits (:class:`ArchiveLimits`): the sum of the entries' declared sizes, their number, and each large
+entry's compression ratio, checked first (as Python's ``zipfile`` documentation advises against
+decompression bombs); then each entry is copied in chunks, and extraction stops as soon as an entry
+writes more than it declared or the total passes the limit. Caches and build output (``.nox``,
+``__pycache__``, ``.git``...: :func:`grader.course.labs.is_noise`) are never extracted nor counted, so a
+student who zipped their virtual environment along with the course is still graded.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from grader.course.labs import is_noise
+
+#: Compression methods Python's ``zipfile`` reads.
+READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "Deflate", zipfile.ZIP_BZIP2: "bzip2",
+                    zipfile.ZIP_LZMA: "LZMA"}
+#: Names of methods it does not, for the message (APPNOTE.TXT section 4.4.5).
+METHOD_NAMES = {9: "Deflate64", 12: "bzip2", 93: "Zstandard", 95: "xz", 98: "PPMd", 99: "AES encryption"}
+#: Archive formats students send instead of a zip, named in the message that refuses them.
+OTHER_ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".rar", ".7z", ".gz", ".bz2", ".xz")
+#: Longest file name (one path component) most filesystems accept, in bytes.
+NAME_MAX_BYTES = 255
+_CHUNK = 1 << 20
+
+
+class ArchiveError(ValueError):
+    """The archive cannot be graded: empty, encrypted, unreadable, unsafe or over a limit (the message says which)."""
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """What an archive may expand to. A copy of the course with its lab files is a few megabytes.
+
+    Attributes:
+        max_total_bytes: the sum of the extracted entries' sizes.
+        max_entries: how many entries are extracted.
+        max_ratio: uncompressed / compressed size of one entry larger than ``ratio_floor_bytes``
+            (text compresses about 5x; a bomb a thousandfold).
+        ratio_floor_bytes: entries smaller than this are never refused for their ratio.
+    """
+
+    max_total_bytes: int = 256 * 1024 * 1024
+    max_entries: int = 20_000
+    max_ratio: float = 200.0
+    ratio_floor_bytes: int = 1024 * 1024
+
+
+def archive_format_problem(path: Path) -> str:
+    """Why ``path`` (a file) is not a submission the grader reads ("" for a ``.zip``)."""
+    name = path.name.lower()
+    if name.endswith(".zip"):
+        return ""
+    for suffix in OTHER_ARCHIVES:
+        if name.endswith(suffix):
+            return f"cannot read {suffix} archives; submit a folder or a .zip"
+    return "a submission is a folder or a .zip file"
+
+
+def _is_link(info: zipfile.ZipInfo) -> bool:
+    return stat.S_ISLNK(info.external_attr >> 16)
+
+
+def _kept(info: zipfile.ZipInfo) -> bool:
+    """Entries that are extracted: not folders, not caches or build output anywhere on their path."""
+    return not info.is_dir() and not any(is_noise(Path(part)) for part in PurePosixPath(info.filename).parts)
+
+
+def entry_problem(info: zipfile.ZipInfo, limits: ArchiveLimits) -> str:
+    """Why one entry refuses the whole archive ("" when it does not): read from its header alone."""
+    name = info.filename
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts:
+        return f"unsafe path {name!r} in the zip"
+    if "\0" in name:
+        return f"a file name with a NUL character ({name!r})"
+    if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES for part in path.parts):
+        return f"a file name longer than {NAME_MAX_BYTES} bytes ({name[:80]!r}...)"
+    if _is_link(info):
+        return f"{name!r} is a symbolic link: zip the files themselves"
+    if info.flag_bits & 0x1:
+        return f"{name!r} is encrypted: zip it again without a password"
+    if info.compress_type not in READABLE_METHODS:
+        method = METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
+        return (f"{name!r} is compressed with {method}, which cannot be read: zip it again with ordinary "
+                "(Deflate) compression")
+    if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_ratio * max(info.compress_size, 1):
+        return (f"{name!r} expands {info.file_size / max(info.compress_size, 1):,.0f} times "
+                f"(more than {limits.max_ratio:g}: a decompression bomb?)")
+    return ""
+
+
+def check_archive(entries: list[zipfile.ZipInfo], limits: ArchiveLimits) -> None:
+    """Refuse the archive from its directory alone, before anything is extracted.
+
+    Raises:
+        ArchiveError: see :func:`entry_problem`, and for an empty archive or one over the limits.
+    """
+    kept = [info for info in entries if _kept(info)]
+    if not kept:
+        raise ArchiveError("the zip is empty: it holds no file of the course")
+    for info in entries:
+        problem = entry_problem(info, limits) if _kept(info) or _escapes(info) else ""
+        if problem:
+            raise ArchiveError(problem)
+    if len(kept) > limits.max_entries:
+        raise ArchiveError(f"the zip holds {len(kept):,} files, more than the limit of {limits.max_entries:,}")
+    total = sum(info.file_size for info in kept)
+    if total > limits.max_total_bytes:
+        raise ArchiveError(f"the zip expands to {total:,} bytes, more than the limit of {limits.max_total_bytes:,}")
+
+
+def _escapes(info: zipfile.ZipInfo) -> bool:
+    path = PurePosixPath(info.filename)
+    return path.is_absolute() or ".." in path.parts
+
+
+def _extract_one(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, budget: list[int]) -> None:
+    """Write one entry under ``target``, never past its declared size nor the archive's remaining ``budget``."""
+    dest = target.joinpath(*PurePosixPath(info.filename).parts)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    written = 0
+    with archive.open(info) as source, os.fdopen(os.open(dest, flags, 0o644), "wb") as sink:
+        while chunk := source.read(_CHUNK):
+            written += len(chunk)
+            budget[0] -= len(chunk)
+            if written > info.file_size or budget[0] < 0:
+                raise ArchiveError(f"{info.filename!r} expands past the size its header declares or the zip's limit")
+            sink.write(chunk)
+
+
+#: Errors of extraction that are the archive's (its names, its data), not the grader's machine's.
+_ARCHIVE_ERRNOS = {errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL, errno.ELOOP, errno.EISDIR, errno.ENOTDIR,
+                   errno.EEXIST}
+
+
+def extract_zip(submission: Path, target: Path, limits: ArchiveLimits = ArchiveLimits()) -> None:
+    """Extract ``submission`` into ``target`` (see the module docstring); a refused archive leaves nothing.
+
+    Duplicate names are allowed (the last one wins, as with ``unzip``).
+
+    Raises:
+        ArchiveError: for any problem of the archive's making, with what to do.
+        OSError: for the grader's own (a full disk).
+    """
+    try:
+        _extract(submission, target, limits)
+    except ArchiveError:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _extract(submission: Path, target: Path, limits: ArchiveLimits) -> None:
+    try:
+        with zipfile.ZipFile(submission) as archive:
+            entries = archive.infolist()
+            check_archive(entries, limits)
+            target.mkdir(parents=True, exist_ok=True)
+            budget = [limits.max_total_bytes]
+            for info in entries:
+                if _kept(info):
+                    _extract_one(archive, info, target, budget)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as error:
+        raise ArchiveError(f"not a readable zip ({error})") from None
+    except ArchiveError:
+        raise
+    except OSError as error:
+        if error.errno in _ARCHIVE_ERRNOS:
+            where = f"{error.filename!s:.120}"
+            raise ArchiveError(f"a file of the zip cannot be written ({error.strerror}: {where})") from None
+        raise

@@ -1,0 +1,118 @@
+"""Submitted archives (:mod:`grader.execute.archive`): every archive the grader cannot or must not unpack
+is refused before anything is written, saying why; what held before still holds."""
+
+from __future__ import annotations
+
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.execute.archive import ArchiveLimits, extract_zip
+from grader.execute.sandbox import SubmissionError, unpack_submission
+
+COURSE_FILE = "course/labA_arith/arith.py"
+
+
+def _zip(path: Path, entries: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> Path:
+    with zipfile.ZipFile(path, "w", method) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _refused(path: Path, match: str, scratch: Path) -> None:
+    with pytest.raises(SubmissionError, match=match):
+        unpack_submission(path, scratch)
+    assert not any((scratch / "unpacked").rglob("*")) if (scratch / "unpacked").exists() else True
+
+
+def _patch(path: Path, local: int, central: int, value: int, width: int = 2) -> Path:
+    """Rewrite one field of every entry in both its headers (local at offset ``local``, central at ``central``)."""
+    data = bytearray(path.read_bytes())
+    for signature, offset in ((b"PK\x03\x04", local), (b"PK\x01\x02", central)):
+        start = 0
+        while (start := data.find(signature, start)) != -1:
+            data[start + offset:start + offset + width] = value.to_bytes(width, "little")
+            start += 4
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_extracted(tmp_path):
+    bomb = _zip(tmp_path / "bomb.zip", {COURSE_FILE: b"X = 1\n", "course/padding.bin": b"\0" * (20 * 1024 * 1024)})
+    assert bomb.stat().st_size < 100 * 1024
+    _refused(bomb, "expands 1,0[0-9][0-9] times", tmp_path / "s1")
+    many = _zip(tmp_path / "many.zip", {f"course/f{i}.txt": b"x" for i in range(30)})
+    with pytest.raises(ValueError, match="30 files, more than the limit of 20"):
+        extract_zip(many, tmp_path / "s2", ArchiveLimits(max_entries=20))
+    big = _zip(tmp_path / "big.zip", {"course/a.txt": b"a" * 3000, "course/b.txt": b"b" * 3000})
+    with pytest.raises(ValueError, match="expands to 6,000 bytes, more than the limit of 5,000"):
+        extract_zip(big, tmp_path / "s3", ArchiveLimits(max_total_bytes=5000))
+
+
+def test_an_entry_that_writes_more_than_its_header_says_is_stopped(tmp_path):
+    archive = _zip(tmp_path / "liar.zip", {COURSE_FILE: b"X = 1\n" * 1000}, zipfile.ZIP_STORED)
+    _patch(archive, 22, 24, 10, width=4)  # the uncompressed size its headers declare: 10 bytes
+    _refused(archive, "not a readable zip|expands past", tmp_path / "s")
+
+
+@pytest.mark.parametrize("case, match", [
+    ("empty", "the zip is empty"),
+    ("only_caches", "the zip is empty"),
+    ("encrypted", "is encrypted: zip it again without a password"),
+    ("deflate64", "compressed with Deflate64, which cannot be read"),
+    ("corrupt", "not a readable zip"),
+    ("long_name", "a file name longer than 255 bytes"),
+    ("link", "is a symbolic link"),
+    ("absolute", "unsafe path"),
+    ("text", "not a readable zip"),
+])
+def test_unreadable_archives_are_the_submissions_problem_and_say_why(tmp_path, case, match):
+    path = tmp_path / f"{case}.zip"
+    if case == "empty":
+        _zip(path, {})
+    elif case == "only_caches":
+        _zip(path, {"course/.nox/env/x.py": b"x", "course/__pycache__/a.pyc": b"x"})
+    elif case == "encrypted":
+        _patch(_zip(path, {COURSE_FILE: b"X = 1\n"}), 6, 8, 0x1)  # general purpose flag: encrypted
+    elif case == "deflate64":
+        _patch(_zip(path, {COURSE_FILE: b"X = 1\n"}), 8, 10, 9)  # a Deflate64 zip, as Windows writes one
+    elif case == "corrupt":
+        data = bytearray(_zip(path, {COURSE_FILE: b"X = 1\n" * 500}).read_bytes())
+        data[40:120] = b"\xff" * 80
+        path.write_bytes(bytes(data))
+    elif case == "long_name":
+        _zip(path, {"course/" + "n" * 300 + ".py": b"x"})
+    elif case == "link":
+        with zipfile.ZipFile(path, "w") as archive:
+            info = zipfile.ZipInfo("course/labA_arith/arith.py")
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            archive.writestr(info, b"/etc/passwd")
+    elif case == "absolute":
+        _zip(path, {"/etc/owned": b"x"})
+    else:
+        path.write_text("not a zip at all")
+    _refused(path, match, tmp_path / "scratch")
+
+
+def test_what_held_before_still_holds(tmp_path):
+    with zipfile.ZipFile(tmp_path / "dup.zip", "w") as archive:
+        archive.writestr(COURSE_FILE, b"X = 1\n")
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            archive.writestr(COURSE_FILE, b"X = 2\n")
+        archive.writestr("course/labB_text/<b>html</b>\nname.py", b"Y = 1\n")
+        archive.writestr("course/.nox/env/huge.bin", b"\0" * (20 * 1024 * 1024))  # a zipped venv is skipped
+    folder = unpack_submission(tmp_path / "dup.zip", tmp_path / "scratch")
+    assert (folder / "labA_arith" / "arith.py").read_text() == "X = 2\n", "the last duplicate wins, as with unzip"
+    assert (folder / "labB_text" / "<b>html</b>\nname.py").read_text() == "Y = 1\n"
+    assert not (folder / ".nox").exists()
+
+
+@pytest.mark.parametrize("name, match", [("alice.tar.gz", "cannot read .tar.gz archives; submit a folder or a .zip"),
+                                         ("bob.rar", "cannot read .rar archives"),
+                                         ("notes.txt", "a submission is a folder or a .zip")])
+def test_other_formats_are_named(tmp_path, name, match):
+    (tmp_path / name).write_bytes(b"\x1f\x8b whatever")
+    _refused(tmp_path / name, match, tmp_path / "scratch")
