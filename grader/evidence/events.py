@@ -9,7 +9,9 @@ The scorer reads only that file. The probe's events:
   order), ``collect_error``;
 - per test: ``start``, one ``report`` per phase (``setup``, ``call``, ``teardown``: outcome,
   message, duration, ``"timeout": true`` when the grader's alarm stopped it), ``finish``;
-- ``session_finish``.
+- ``session_finish``;
+- ``introspection_refused`` (``what``, ``file``, ``line``): a student file asked for a frame, the
+  garbage collector's objects, ``ctypes``..., and was refused; the submission is flagged for review.
 
 The supervisor adds its own: ``killed`` (a test overran its limit and did not stop: its process was
 killed), ``stopped`` (the streak rule ended the lab), ``rejected`` (an event it refused, with why).
@@ -34,7 +36,10 @@ from typing import Any
 #: The probe's events (see the module docstring).
 CONFIGURE, COLLECTED, COLLECT_ERROR = "configure", "collected", "collect_error"
 START, REPORT, FINISH, SESSION_FINISH = "start", "report", "finish", "session_finish"
-PROBE_EVENTS = frozenset({CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH})
+#: A student file tried introspection the grading refuses (:mod:`grader.execute.introspection_guard`).
+INTROSPECTION_EVENT = "introspection_refused"
+PROBE_EVENTS = frozenset({CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH,
+                          INTROSPECTION_EVENT})
 #: The supervisor's events.
 KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
 STOPPED_EVENT = "stopped"  # the streak rule stopped the lab

@@ -147,7 +147,7 @@ class EventRecorder:
         if kind == SESSION_FINISH:
             self.finished = True
             return "" if self.running is None else "the session ended while a test was running"
-        if kind == COLLECT_ERROR:
+        if kind in (COLLECT_ERROR, INTROSPECTION_EVENT):
             return ""
         if kind == COLLECTED:
             if self.order is not None:

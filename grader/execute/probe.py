@@ -54,11 +54,13 @@ try:
 except ImportError:  # Windows: no children's CPU time
     resource = None
 
+from grader.execute.introspection_guard import install as install_introspection_guard
 from grader.evidence.events import (
     COLLECT_ERROR,
     COLLECTED,
     CONFIGURE,
     FINISH,
+    INTROSPECTION_EVENT,
     REPORT,
     SESSION_FINISH,
     START,
@@ -284,12 +286,23 @@ def pytest_configure(config: pytest.Config) -> None:
     if verdict_fd is not None:
         _verdicts = Verdicts(verdict_fd)
     config.stash[_SKIP] = set(control.get("skip", ()))
+    root = config.rootpath
+    install_introspection_guard(
+        [str(root / path) for path in control.get("editable", ())],
+        lambda what, file, line: _emit(INTROSPECTION_EVENT, what=what, file=_relative(file, root), line=line))
     if "limits" in control:
         _clock = TimeKeeper(control["limits"])
     _emit(CONFIGURE, pid=os.getpid())
 
 
 _SKIP = pytest.StashKey[set]()
+
+
+def _relative(path: str, root: Any) -> str:
+    try:
+        return os.path.relpath(path, root)
+    except ValueError:
+        return path
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

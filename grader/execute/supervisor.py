@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
+from grader.course.labs import CourseError, load_course
 from grader.course.rubric import LabRubric
 from grader.evidence.events import (
     KILLED_EVENT,
@@ -226,6 +227,14 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
     return ended
 
 
+def student_files(sandbox: Path) -> list[str]:
+    """Every lab's editable files in ``sandbox``, relative to it (the introspection guard's students)."""
+    try:
+        return [str(path) for path in load_course(sandbox).editable_paths()]
+    except CourseError:
+        return []
+
+
 def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: RunLimits, state: Path,
             isolation: Isolation | None = None, python: str = sys.executable, threads: int | None = None,
             cold_caches: bool = False) -> RunRecord:
@@ -251,6 +260,7 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     drops = Path(tempfile.mkdtemp(prefix="reports-", dir=state.parent))  # each process's own report folder
     events = raw_dir / EVENTS_FILE
     env = pytest_env(sandbox, gpu, threads, state=state, cold_caches=cold_caches)
+    editable = student_files(sandbox)
     start = time.monotonic()
     killed: list[str] = []
     started: list[str] = []
@@ -267,7 +277,8 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
             )
             commands.append(argv)
             streak = timeout_streak(read_events(events))
-            control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak}
+            control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak,
+                       "editable": editable}
             view = View(readable=(sandbox,), writable=(state, drop), hidden=part.hidden, cwd=sandbox)
             ended = supervise(argv, env=env, view=view, isolation=isolation, control=control, events_log=events_log,
                               output=output, limits=limits, budget=budget, deadline=start + budget.lab_s)
