@@ -40,6 +40,7 @@ from grader.evidence.events import (
     PROBE_EVENTS,
     REJECTED_EVENT,
     GO_ON,
+    INTROSPECTION_EVENT,
     REPORT,
     SESSION_FINISH,
     START,

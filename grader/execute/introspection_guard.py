@@ -15,8 +15,7 @@ flagged for review).
 
 What it guarantees: a student file cannot call these operations *directly or through inspect/traceback*.
 What it does not: code that reaches them another way (a C extension it builds, a callback it hands to
-torch that torch calls) is not refused; that is what the static review (:mod:`grader.review`) and a
-reader of the flagged file are for.
+torch that torch calls) is not refused, nor is reading a module's attributes (CPython audits neither).
 """
 
 from __future__ import annotations
