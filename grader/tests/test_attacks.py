@@ -53,7 +53,8 @@ def unisolated(setup: GradingSetup) -> GradingSetup:
 
 def test_every_attack_class_of_the_corpus_is_there():
     assert {"attack_reads_reference", "attack_leaks_heldout", "attack_forges_events", "attack_daemon",
-            "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env"} <= set(ATTACKS)
+            "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env",
+            "attack_reads_test_frames"} <= set(ATTACKS)
 
 
 @needs_bubblewrap
