@@ -9,16 +9,18 @@ The scorer reads only that file. The probe's events:
   order), ``collect_error``;
 - per test: ``start``, one ``report`` per phase (``setup``, ``call``, ``teardown``: outcome,
   message, duration, ``"timeout": true`` when the grader's alarm stopped it), ``finish``;
-- ``session_finish``.
+- ``session_finish``;
+- ``introspection_refused`` (``what``, ``file``, ``line``): a student file asked for a frame, the
+  garbage collector's objects, ``ctypes``..., and was refused; the submission is flagged for review.
 
 The supervisor adds its own: ``killed`` (a test overran its limit and did not stop: its process was
 killed), ``stopped`` (the streak rule ended the lab), ``rejected`` (an event it refused, with why).
 
-**Canaries.** After each real test the run holds a *canary*: a second copy of one of the lab's quick
-tests (same name, node id, markers and fixtures) whose body always fails. Which test is copied, and
-where, follows from a random seed the supervisor hands the probe over a private pipe
-(:func:`run_order`), so nothing a submission can read on disk, on the command line or in the
-environment tells a canary from the test it copies. Honest code cannot make a canary pass; code that
+**Canaries.** Every real test runs beside a *canary*: its twin (same name, node id, markers, fixtures
+and body) that fails when called. Which twin is the canary follows from a random seed only the
+supervisor holds (:func:`run_order`); it tells the probe at the start of each call, over a pipe, so
+nothing on disk, on the command line, in the environment or in the graded process's memory before the
+call tells a canary from its test. Honest code cannot make a canary pass; code that
 rewrites pytest's outcomes makes one pass and the run is void. In the recorded log a canary's events
 carry the node id :func:`canary_nodeid` gives it.
 """
@@ -34,12 +36,18 @@ from typing import Any
 #: The probe's events (see the module docstring).
 CONFIGURE, COLLECTED, COLLECT_ERROR = "configure", "collected", "collect_error"
 START, REPORT, FINISH, SESSION_FINISH = "start", "report", "finish", "session_finish"
-PROBE_EVENTS = frozenset({CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH})
+#: A student file tried introspection the grading refuses (:mod:`grader.execute.introspection_guard`).
+INTROSPECTION_EVENT = "introspection_refused"
+PROBE_EVENTS = frozenset({CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH,
+                          INTROSPECTION_EVENT})
 #: The supervisor's events.
 KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
 STOPPED_EVENT = "stopped"  # the streak rule stopped the lab
 REJECTED_EVENT = "rejected"  # an event the supervisor refused (the graded process tampered with its channel)
 PHASES = ("setup", "call", "teardown")
+#: The supervisor's answers on the verdict pipe: at the start of each call (run it, or fail it: a canary)
+#: and after each test (go on, or stop: the streak rule). One byte each.
+VERDICT_RUN, VERDICT_CANARY, GO_ON, STOP = b"R", b"C", b"G", b"S"
 #: The recorded node id of a canary case starts with this.
 CANARY_PREFIX = "grader-canary"
 
@@ -54,21 +62,21 @@ def is_canary(nodeid: str) -> bool:
     return nodeid.startswith(CANARY_PREFIX + "#")
 
 
-def run_order(real: Sequence[str], seed: int, copyable: Iterable[str]) -> list[tuple[str, bool]]:
+def run_order(real: Sequence[str], seed: int) -> list[tuple[str, bool]]:
     """The order a graded process runs its items in: ``(node id, is_canary)`` pairs.
 
-    One canary follows each real test; each canary copies a test drawn (with ``seed``) from the
-    ``copyable`` ones that were collected (the quick ones: a canary runs its copy's fixtures), or from
-    all of ``real`` when none of them was. The probe and the supervisor both call this, so they agree
-    on every position without the order ever being written down where the graded code could read it.
+    Every real test runs as a pair of twins, two identical copies, one of which is the test and the
+    other its canary; ``seed`` decides which comes first. The probe builds the pairs without knowing
+    which is which: the supervisor, which alone holds the seed, tells it at the start of each call.
+    Because a canary copies the test beside it, it requests exactly the fixtures (and parameters) its
+    twin requests, under its twin's time limit: it never builds a module-, class- or session-scoped
+    fixture that its twin would not have built in its place, and never tears one down.
     """
-    real = list(real)
-    pool = sorted(set(copyable) & set(real)) or sorted(set(real))
     rng = random.Random(seed)
     order: list[tuple[str, bool]] = []
     for nodeid in real:
-        order.append((nodeid, False))
-        order.append((rng.choice(pool), True))
+        canary_first = rng.random() < 0.5
+        order += [(nodeid, canary_first), (nodeid, not canary_first)]
     return order
 
 

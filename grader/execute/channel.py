@@ -10,6 +10,10 @@ events that fit the run:
   of the collected tests and this process's seed), and each ``start`` must name the test at the next
   position of that order (canaries included: the recorder renames a canary's events with
   :func:`~grader.evidence.events.canary_nodeid`);
+- on each ``start`` it answers the probe on the verdict pipe whether this item is the test or its
+  canary (the probe reads that byte when the call begins), and on each ``finish`` whether to go on or
+  stop: the **streak rule** is counted here, over real tests only, and its ``stopped`` event is the
+  recorder's own (the probe cannot send one);
 - ``report`` and ``finish`` only for the test that is running, each phase at most once: **the first
   report of a (test, phase) wins**.
 
@@ -21,9 +25,9 @@ supervisor's watch for tests that overrun their limit), and caps the stream's si
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,17 +39,23 @@ from grader.evidence.events import (
     PHASES,
     PROBE_EVENTS,
     REJECTED_EVENT,
+    GO_ON,
+    INTROSPECTION_EVENT,
     REPORT,
     SESSION_FINISH,
     START,
+    STOP,
     STOPPED_EVENT,
+    VERDICT_CANARY,
+    VERDICT_RUN,
     canary_nodeid,
     is_canary,
     run_order,
+    stop_reason,
 )  # fmt: skip
 
-#: Events the probe may send (the streak rule's ``stopped`` included).
-ACCEPTED = PROBE_EVENTS | {STOPPED_EVENT}
+#: Events the probe may send.
+ACCEPTED = PROBE_EVENTS
 #: Longest line kept; longer ones are refused (the probe's own lines stay far below it).
 MAX_LINE_BYTES = 64 * 1024
 #: Refusals recorded per process (a flood of forged events is summarised, not copied).
@@ -57,13 +67,19 @@ class EventRecorder:
 
     Args:
         log: the open ``events.jsonl`` (shared by the lab part's processes, appended to).
-        seed: this process's canary seed; ``copyable``: the tests a canary may copy.
+        seed: this process's canary seed (it never leaves the supervisor).
+        verdicts: the write end of the verdict pipe (see the module docstring), or None.
+        streak: real tests in a row that ran out of time before this process; ``max_streak``: the
+            streak rule's length (None: never stop).
         stream_cap_bytes: the most the process may send; past it the rest is dropped and
             :attr:`flooded` is set.
     """
 
-    def __init__(self, log: IO[bytes], *, seed: int, copyable: Iterable[str], stream_cap_bytes: int) -> None:
-        self.log, self.seed, self.copyable, self.cap = log, seed, tuple(copyable), stream_cap_bytes
+    def __init__(self, log: IO[bytes], *, seed: int, stream_cap_bytes: int, verdicts: int | None = None,
+                 streak: int = 0, max_streak: int | None = None) -> None:
+        self.log, self.seed, self.cap, self.verdicts = log, seed, stream_cap_bytes, verdicts
+        self.streak, self.max_streak = streak, max_streak
+        self.timed_out = False  # a phase of the running real test reported the grader's time limit
         self.order: list[tuple[str, bool]] | None = None
         self.position = 0  # the next start's index in ``order``
         self.running: tuple[str, float] | None = None  # recorded node id, monotonic start
@@ -132,7 +148,7 @@ class EventRecorder:
         if kind == SESSION_FINISH:
             self.finished = True
             return "" if self.running is None else "the session ended while a test was running"
-        if kind in (COLLECT_ERROR, STOPPED_EVENT):
+        if kind in (COLLECT_ERROR, INTROSPECTION_EVENT):
             return ""
         if kind == COLLECTED:
             if self.order is not None:
@@ -140,7 +156,7 @@ class EventRecorder:
             nodeids = event.get("nodeids")
             if not isinstance(nodeids, list) or not all(isinstance(n, str) for n in nodeids):
                 return "a collected event without its node ids"
-            self.order = run_order(nodeids, self.seed, self.copyable)
+            self.order = run_order(nodeids, self.seed)
             return ""
         if self.order is None:
             return f"a {kind} before the tests were collected"
@@ -158,10 +174,11 @@ class EventRecorder:
                 return f"a start of {str(nodeid)[:200]!r} where the run order has {expected!r}"
             recorded = canary_nodeid(self.position, expected) if canary else expected
             self.position += 1
-            self.running, self.phases = (recorded, time.monotonic()), set()
+            self.running, self.phases, self.timed_out = (recorded, time.monotonic()), set(), False
             if not canary:
                 self.started.append(recorded)
             event["nodeid"] = recorded
+            self._answer(VERDICT_CANARY if canary else VERDICT_RUN)
             return ""
         if self.running is None or nodeid not in (self.running[0], original_nodeid(self.running[0])):
             return f"a {kind} for {str(nodeid)[:200]!r}, which is not running"
@@ -173,11 +190,32 @@ class EventRecorder:
             if when in self.phases:
                 return f"a second {when} report for {self.running[0]} (the first one stands)"
             self.phases.add(when)
+            self.timed_out = self.timed_out or bool(event.get("timeout"))
             return ""
         if kind == FINISH:
-            self.running = None
+            finished, self.running = self.running[0], None
+            self._count_streak(finished)
             return ""
         return f"an unexpected {kind}"
+
+    def _answer(self, byte: bytes) -> None:
+        if self.verdicts is None:
+            return
+        try:
+            os.write(self.verdicts, byte)
+        except OSError:
+            pass  # the process is gone
+
+    def _count_streak(self, finished: str) -> None:
+        """After each test: count a real one in the streak, then tell the probe to go on or stop."""
+        if not is_canary(finished):
+            self.streak = self.streak + 1 if self.timed_out else 0
+        if self.max_streak and self.streak >= self.max_streak and not is_canary(finished):
+            self._write({"event": STOPPED_EVENT, "t": round(time.time(), 3), "streak": self.streak,
+                         "reason": stop_reason(self.streak)})
+            self._answer(STOP)
+        else:
+            self._answer(GO_ON)
 
     def close(self) -> None:
         """The process is over: whatever still arrives (from a process that escaped it) is ignored."""

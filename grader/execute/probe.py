@@ -10,13 +10,14 @@ library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. It
    where no graded process can reach (:mod:`grader.execute.supervisor`).
 2. **Its instructions from the supervisor** (``--grader-control-fd M``): one JSON object read from a
    second pipe at start-up, before any test module (so any student code) is imported, and the pipe
-   closed: the canary seed, the quick tests a canary may copy, the tests to skip when resuming after a
-   killed test, the streak so far and every test's time limit. None of it is on the command line, in
-   the environment or in a file.
-3. **Canaries** (see :mod:`grader.evidence.events`): after collection, a copy of a quick test after
-   each real test, in the order :func:`~grader.evidence.events.run_order` gives for the seed. A copy
-   has its original's name, node id, markers and fixtures; only its body differs: it always fails.
-   Real tests' functions are wrapped the same way, so neither kind is the module's own function object.
+   closed: the tests to skip when resuming after a killed test and every test's time limit.
+3. **Canaries** (see :mod:`grader.evidence.events`): after collection each test becomes a pair of
+   twins, two copies made the same way (name, node id, markers, fixtures, and one body: the same
+   function, its code object, its closure). The probe does not know which twin is the canary: the
+   supervisor holds the seed and answers one byte on a third pipe (``--grader-verdict-fd``) when the
+   call begins: run the test, or fail (a canary). After each test a second byte says go on or stop
+   (the streak rule, counted by the supervisor). Only after the call does this process know what the
+   item was (it then names the canary's reports apart, for pytest-json-report).
 4. **The rubric** (``--grader-rubric FILE``, with ``--collect-only`` on the pristine course): every
    collected test's node id, function name, points, GPU need, visibility and area, written as JSON.
 5. **Per-test time limits** (:mod:`grader.execute.limits`): two alarms armed while the test's setup,
@@ -26,13 +27,13 @@ library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. It
    ``TestTimeLimit`` derives from ``BaseException`` (like ``KeyboardInterrupt``), which Hypothesis,
    ``except Exception`` and ``pytest.raises(Exception)`` all let through, so the test fails at once
    and alone (pytest-timeout's ``Failed`` is caught by Hypothesis, which re-runs the hanging example
-   with no alarm left). Its report event carries ``"timeout": true``. After
-   ``max_consecutive_timeouts`` real tests in a row timed out, the session stops with a ``stopped``
-   event (the streak rule). Code that swallows even a ``BaseException``, or hangs in native code, is
+   with no alarm left). Its report event carries ``"timeout": true``. Code that swallows even a ``BaseException``, or hangs in native code, is
    killed from outside by the supervisor, which then starts pytest again to go on after it.
 
 Everything here can be undone by code running in the same process: the probe *detects* tampering with
 pytest's results (a canary passes, or its event stream breaks the run order), it cannot prevent it.
+What it guarantees is narrower: before a call, nothing in this process's memory tells a canary from
+its test, because that fact is not in this process until the call asks for it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import select
 import signal
 import time
 from collections.abc import Callable
@@ -52,18 +54,19 @@ try:
 except ImportError:  # Windows: no children's CPU time
     resource = None
 
+from grader.execute.introspection_guard import install as install_introspection_guard
 from grader.evidence.events import (
     COLLECT_ERROR,
     COLLECTED,
     CONFIGURE,
     FINISH,
+    INTROSPECTION_EVENT,
     REPORT,
     SESSION_FINISH,
     START,
-    STOPPED_EVENT,
+    STOP,
+    VERDICT_CANARY,
     canary_nodeid,
-    run_order,
-    stop_reason,
 )  # fmt: skip
 
 #: Longest failure message kept per event (the full text stays in pytest-json-report's report).
@@ -82,6 +85,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grader", "course autograder (internal)")
     group.addoption("--grader-events-fd", type=int, default=None, help="write one JSON line per test event here")
     group.addoption("--grader-control-fd", type=int, default=None, help="read the supervisor's instructions here")
+    group.addoption("--grader-verdict-fd", type=int, default=None, help="read each call's verdict here")
     group.addoption("--grader-rubric", default=None, help="write the collected tests' points as JSON here")
 
 
@@ -129,7 +133,7 @@ def short_message(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 class TimeKeeper:
-    """The per-test limits and the streak rule (see the module docstring).
+    """The per-test limits (see the module docstring).
 
     Each test has a CPU limit, counted by ``ITIMER_PROF`` (the CPU time of every thread of this
     process), and a wall-clock backstop, counted by ``ITIMER_REAL``; both are shared by its setup, call
@@ -137,12 +141,9 @@ class TimeKeeper:
     process's and that of its children that ended) goes into its report event as ``cpu``.
     """
 
-    def __init__(self, limits: dict[str, Any], streak: int, is_canary: Callable[[pytest.Item], bool]) -> None:
+    def __init__(self, limits: dict[str, Any]) -> None:
         self.tests: dict[str, dict[str, Any]] = limits.get("tests", {})
         self.default: dict[str, Any] = limits.get("default", {"cpu_s": 60.0, "wall_s": 300.0, "basis": ""})
-        self.max_streak = int(limits.get("max_consecutive_timeouts", 0)) or None
-        self.streak, self.is_canary = streak, is_canary
-        self.timed_out: set[int] = set()
         self.has_alarm = hasattr(signal, "setitimer")  # not on Windows: the supervisor's kill still applies
         self.phase_cpu = 0.0
 
@@ -188,21 +189,38 @@ class TimeKeeper:
         self.wall_left -= time.monotonic() - self.phase_start
         self.phase_cpu = self._cpu_now() - self.phase_cpu_start
 
-    def finished(self, item: pytest.Item) -> str | None:
-        """Count ``item``'s outcome in the streak; return the stop reason when the streak is complete."""
-        if self.is_canary(item):
-            return None
-        self.streak = self.streak + 1 if id(item) in self.timed_out else 0
-        if self.max_streak and self.streak >= self.max_streak:
-            return stop_reason(self.streak)
-        return None
+
+class Verdicts:
+    """The supervisor's answers, one byte each, on an inherited pipe (see the module docstring).
+
+    The answer for an item is read once: when its call begins, or, if its setup did not pass (no call
+    follows), when that setup is reported. The go-on-or-stop byte after each test is read with a time
+    limit, so a supervisor that refused the test's events (a void run) cannot hang the process.
+    """
+
+    #: How long the end-of-test read waits for the supervisor (it answers within milliseconds).
+    END_WAIT_S = 30.0
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def read(self, wait_s: float | None = None) -> bytes:
+        if wait_s is not None and not select.select([self._fd], [], [], wait_s)[0]:
+            return b""
+        try:
+            return os.read(self._fd, 1)
+        except OSError:
+            return b""
 
 
 _channel: EventChannel | None = None
 _clock: TimeKeeper | None = None
+_verdicts: Verdicts | None = None
 _session: pytest.Session | None = None
-_arrange: Callable[[list[pytest.Item]], None] | None = None
-_canary_of: Callable[[pytest.Item], str | None] = lambda item: None  # noqa: E731
+#: Per item: its position in the run order (not secret: every item has one), and, once its verdict
+#: has been read, whether it was the canary (known only after its call began).
+_POSITION = pytest.StashKey[int]()
+_WAS_CANARY = pytest.StashKey[bool]()
 
 
 def _emit(event: str, **fields: Any) -> None:
@@ -216,76 +234,75 @@ def _wrapped(function: Callable, body: Callable) -> Callable:
     return functools.wraps(function)(body)
 
 
-def _real_body(function: Callable) -> Callable:
+def _verdict(item: pytest.Item) -> bool:
+    """Whether ``item`` is a canary: asks the supervisor the first time, remembers the answer after."""
+    if _WAS_CANARY not in item.stash:
+        item.stash[_WAS_CANARY] = _verdicts is not None and _verdicts.read() == VERDICT_CANARY
+    return item.stash[_WAS_CANARY]
+
+
+def _twin_body(function: Callable, item_of: Callable[[], pytest.Item]) -> Callable:
+    """The one body every item runs: ask the supervisor, then fail (a canary) or run ``function``."""
+
     def body(*args: Any, **kwargs: Any) -> Any:
+        if _verdict(item_of()):
+            raise AssertionError  # a canary always fails
         return function(*args, **kwargs)
 
     return _wrapped(function, body)
 
 
-def _canary_body(function: Callable) -> Callable:
-    def body(*args: Any, **kwargs: Any) -> Any:
-        assert False  # noqa: B011, PT015 - a canary always fails
-
-    return _wrapped(function, body)
-
-
-def _copy_of(item: pytest.Function) -> pytest.Function:
-    """A canary: ``item``'s name, node id, markers, parameters and fixtures, with a body that fails."""
-    copy = pytest.Function.from_parent(
-        item.parent, name=item.name, callspec=getattr(item, "callspec", None), callobj=_canary_body(item.obj),
-        fixtureinfo=item._fixtureinfo, keywords=dict(item.keywords), originalname=item.originalname)
-    copy.own_markers = list(item.own_markers)
-    return copy
+def _twin(item: pytest.Function) -> pytest.Function:
+    """A copy of ``item`` (name, node id, markers, parameters, fixtures) running :func:`_twin_body`."""
+    holder: list[pytest.Function] = []
+    twin = pytest.Function.from_parent(
+        item.parent, name=item.name, callspec=getattr(item, "callspec", None),
+        callobj=_twin_body(item.obj, lambda: holder[0]), fixtureinfo=item._fixtureinfo,
+        keywords=dict(item.keywords), originalname=item.originalname)
+    twin.own_markers = list(item.own_markers)
+    holder.append(twin)
+    return twin
 
 
-def _make_arranger(seed: int, copyable: set[str]) -> tuple[Callable[[list[pytest.Item]], None],
-                                                             Callable[[pytest.Item], str | None]]:
-    """The function that places the canaries, and the question "which canary is this item?".
-
-    The seed lives in this closure only, and is forgotten once the items are arranged. A canary's
-    reports carry its recorded node id (:func:`~grader.evidence.events.canary_nodeid`), so that its
-    outcome is never mistaken for its original's (pytest-json-report keys its tests by node id).
-    """
-    canaries: dict[int, str] = {}
-    state = {"seed": seed}
-
-    def arrange(items: list[pytest.Item]) -> None:
-        real = [item for item in items if isinstance(item, pytest.Function)]
-        by_nodeid = {item.nodeid: item for item in real}
-        ordered: list[pytest.Item] = []
-        for position, (nodeid, canary) in enumerate(run_order([item.nodeid for item in real], state.pop("seed"),
-                                                             copyable)):
-            if canary:
-                copy = _copy_of(by_nodeid[nodeid])
-                canaries[id(copy)] = canary_nodeid(position, nodeid)
-                ordered.append(copy)
-            else:
-                ordered.append(by_nodeid[nodeid])
-        for item in real:
-            item.obj = _real_body(item.obj)
-        items[:] = ordered + [item for item in items if not isinstance(item, pytest.Function)]
-
-    return arrange, lambda item: canaries.get(id(item))
+def arrange_twins(items: list[pytest.Item]) -> None:
+    """Replace each test by its pair of twins, in place (other items keep their places at the end)."""
+    ordered: list[pytest.Item] = []
+    for item in items:
+        if isinstance(item, pytest.Function):
+            ordered += [_twin(item), _twin(item)]
+    for position, item in enumerate(ordered):
+        item.stash[_POSITION] = position
+    items[:] = ordered + [item for item in items if not isinstance(item, pytest.Function)]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _channel, _clock, _arrange
+    global _channel, _clock, _verdicts
     events_fd = config.getoption("--grader-events-fd")
     if events_fd is not None:
         _channel = EventChannel(events_fd)
     control_fd = config.getoption("--grader-control-fd")
     control = read_control(control_fd) if control_fd is not None else {}
-    global _canary_of
-    if "seed" in control:
-        _arrange, _canary_of = _make_arranger(int(control["seed"]), set(control.get("copyable", ())))
+    verdict_fd = config.getoption("--grader-verdict-fd")
+    if verdict_fd is not None:
+        _verdicts = Verdicts(verdict_fd)
     config.stash[_SKIP] = set(control.get("skip", ()))
+    root = config.rootpath
+    install_introspection_guard(
+        [str(root / path) for path in control.get("editable", ())],
+        lambda what, file, line: _emit(INTROSPECTION_EVENT, what=what, file=_relative(file, root), line=line))
     if "limits" in control:
-        _clock = TimeKeeper(control["limits"], int(control.get("streak", 0)), lambda item: _canary_of(item) is not None)
+        _clock = TimeKeeper(control["limits"])
     _emit(CONFIGURE, pid=os.getpid())
 
 
 _SKIP = pytest.StashKey[set]()
+
+
+def _relative(path: str, root: Any) -> str:
+    try:
+        return os.path.relpath(path, root)
+    except ValueError:
+        return path
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -329,8 +346,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         with open(rubric_path, "w", encoding="utf-8") as handle:
             json.dump({"tests": [rubric_entry(item) for item in items]}, handle, indent=1)
     _emit(COLLECTED, nodeids=[item.nodeid for item in items])
-    if _arrange is not None:
-        _arrange(items)
+    if _verdicts is not None:
+        arrange_twins(items)
 
 
 def _timed_phase(begin: bool):
@@ -366,15 +383,14 @@ pytest_runtest_teardown = _timed_phase(begin=False)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    canary = _canary_of(item)
-    if canary is not None:
-        report.nodeid = canary
+    if _POSITION in item.stash and (report.when != "setup" or not report.passed) and _verdict(item):
+        # After the call (or a setup that did not pass: no call follows), this item's verdict is known;
+        # a canary's reports get its own node id, so pytest-json-report never mixes it with its twin's.
+        report.nodeid = canary_nodeid(item.stash[_POSITION], report.nodeid)
     if _clock is not None:
         report.grader_cpu = _clock.phase_cpu
     if call.excinfo is not None and call.excinfo.errisinstance(TestTimeLimit):
         report.grader_timeout = True
-        if _clock is not None:
-            _clock.timed_out.add(id(item))
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:
@@ -391,10 +407,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     yield
-    reason = _clock.finished(item) if _clock is not None else None
-    if reason and _session is not None:
-        _emit(STOPPED_EVENT, streak=_clock.streak, reason=reason)
-        _session.shouldstop = reason
+    if _verdicts is None or _POSITION not in item.stash:
+        return
+    _verdict(item)  # an item whose setup was skipped or errored before its reports were made
+    if _verdicts.read(Verdicts.END_WAIT_S) == STOP and _session is not None:
+        _session.shouldstop = "too many tests in a row ran out of time"
 
 
 def pytest_runtest_logfinish(nodeid: str) -> None:

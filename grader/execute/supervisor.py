@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
+from grader.course.labs import CourseError, load_course
 from grader.course.rubric import LabRubric
 from grader.evidence.events import (
     KILLED_EVENT,
@@ -72,8 +73,6 @@ from grader.execute.command import REPORT_OMIT, pytest_command, pytest_env
 from grader.execute.isolation import Isolation, Unisolated, View
 from grader.execute.limits import LabBudget, RunLimits, lab_budget
 
-#: A canary copies a test the reference runs in at most this long (its fixtures run again for it).
-QUICK_TEST_S = 0.5
 #: How long the supervisor waits for a killed process's pipes to close.
 PIPE_GRACE_S = 5.0
 
@@ -182,31 +181,37 @@ def _send(fd: int, payload: bytes) -> None:
 
 
 def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Isolation, control: dict,
-              events_log: IO[bytes], output: IO[bytes], limits: RunLimits, budget: LabBudget, deadline: float,
-              copyable: list[str]) -> Supervised:
+              events_log: IO[bytes], output: IO[bytes], limits: RunLimits, budget: LabBudget,
+              deadline: float) -> Supervised:
     """Run one graded pytest process (``argv`` without the channel options) until it exits or must be killed.
 
     It is killed (its whole group) when the wall clock passes ``deadline`` (``time.monotonic()``), when
     its output passes ``limits.output_cap_bytes``, or when a test runs past its limit plus a grace
     period. The exit code is negative for a signal (``-11`` = segfault), None only if waiting failed.
     """
-    seed = secrets.randbits(63)
-    recorder = EventRecorder(events_log, seed=seed, copyable=copyable, stream_cap_bytes=limits.output_cap_bytes)
     events_read, events_write = os.pipe()
     control_read, control_write = os.pipe()
+    verdict_read, verdict_write = os.pipe()
     output_read, output_write = os.pipe()
-    argv = [*argv, "--grader-events-fd", str(events_write), "--grader-control-fd", str(control_read)]
+    recorder = EventRecorder(events_log, seed=secrets.randbits(63), stream_cap_bytes=limits.output_cap_bytes,
+                             verdicts=verdict_write, streak=int(control.get("streak", 0)),
+                             max_streak=budget.max_consecutive_timeouts or None)
+    argv = [*argv, "--grader-events-fd", str(events_write), "--grader-control-fd", str(control_read),
+            "--grader-verdict-fd", str(verdict_read)]
     command, command_env = isolation.command(argv, env, view)
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
     try:
         process = subprocess.Popen(command, cwd=view.cwd, env=command_env, stdin=subprocess.DEVNULL,
                                    stdout=output_write, stderr=output_write, start_new_session=True,
-                                   pass_fds=(events_write, control_read))
+                                   pass_fds=(events_write, control_read, verdict_read))
+    except BaseException:
+        os.close(verdict_write)
+        raise
     finally:
-        for fd in (events_write, control_read, output_write):
+        for fd in (events_write, control_read, verdict_read, output_write):
             os.close(fd)
-    payload = json.dumps({**control, "seed": seed, "copyable": copyable}).encode()
+    payload = json.dumps(control).encode()
     threads = [threading.Thread(target=_send, args=(control_write, payload), daemon=True),
                threading.Thread(target=recorder.drain, args=(os.fdopen(events_read, "rb"),), daemon=True),
                threading.Thread(target=_copy_output, args=(os.fdopen(output_read, "rb"), output,
@@ -234,15 +239,17 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
         for thread in threads:
             thread.join(timeout=PIPE_GRACE_S)
         recorder.close()
+        os.close(verdict_write)
     ended.started = list(recorder.started)
     return ended
 
 
-def copyable_tests(part: LabPart) -> list[str]:
-    """The tests a canary may copy: those the reference runs quickly (all of them when none is timed)."""
-    quick = [test.nodeid for test in part.lab.tests if test.heldout == part.heldout
-             and test.reference_s is not None and test.reference_s <= QUICK_TEST_S and not test.gpu]
-    return quick or part.nodeids
+def student_files(sandbox: Path) -> list[str]:
+    """Every lab's editable files in ``sandbox``, relative to it (the introspection guard's students)."""
+    try:
+        return [str(path) for path in load_course(sandbox).editable_paths()]
+    except CourseError:
+        return []
 
 
 def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: RunLimits, state: Path,
@@ -265,7 +272,7 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     budget = lab_budget(part.lab, limits, heldout=part.heldout)
     (raw_dir / LIMITS_FILE).write_text(json.dumps(budget.to_dict(), indent=1) + "\n", encoding="utf-8")
     events = raw_dir / EVENTS_FILE
-    copyable = copyable_tests(part)
+    editable = student_files(sandbox)
     start = time.monotonic()
     killed: list[str] = []
     started: list[str] = []
@@ -283,12 +290,13 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
                 )
                 commands.append(argv)
                 streak = timeout_streak(read_events(events))
-                control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak}
+                control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak,
+                           "editable": editable}
                 env = pytest_env(sandbox, gpu, threads, state=writable, cold_caches=cold_caches)
                 view = View(readable=(sandbox,), writable=(writable, drop), hidden=part.hidden, cwd=sandbox)
                 ended = supervise(argv, env=env, view=view, isolation=isolation, control=control,
                                   events_log=events_log, output=output, limits=limits, budget=budget,
-                                  deadline=start + budget.lab_s, copyable=copyable)
+                                  deadline=start + budget.lab_s)
                 kept = report_file(len(commands) - 1)
                 problem = keep_report(drop / REPORT_NAME, raw_dir / kept, limits.report_cap_bytes)
                 if problem:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.course.rubric import LabRubric, Rubric, RubricTest
-from grader.evidence.events import KILLED_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, stop_reason
+from grader.evidence.events import INTROSPECTION_EVENT, KILLED_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, stop_reason
 from grader.evidence.layout import RUBRIC_FILE, SUBMISSION_FILE, read_json
 from grader.evidence.runs import LabRun, LabRuns, load_lab_runs
 from grader.evidence.text import truncate_text
@@ -358,7 +358,18 @@ def score_submission(rubric: Rubric, runs: dict[str, LabRun | LabRuns | None], *
         labs.append(replace(scored, reason=f"{note}; {scored.reason}" if scored.reason else note) if note else scored)
     labs = tuple(labs)
     void = [f"{lab.lab}: {lab.reason}" for lab in labs if lab.status == "void"]
-    return SubmissionResult(submission, gpu, labs, tuple(flags) + tuple(void), tuple(notes))
+    refused = [flag for lab in rubric.labs for flag in introspection_flags(lab.lab, runs.get(lab.lab))]
+    return SubmissionResult(submission, gpu, labs, tuple(flags) + tuple(void) + tuple(refused), tuple(notes))
+
+
+def introspection_flags(lab: str, runs: LabRun | LabRuns | None) -> list[str]:
+    """One review flag per distinct refusal of the introspection guard in a lab's runs (file, line, what)."""
+    parts = [runs] if isinstance(runs, LabRun) else [runs.visible, runs.heldout] if runs is not None else []
+    flags = {f"{lab}: introspection: {event.get('file')}:{event.get('line')} tried {event.get('what')} "
+             "while graded (refused)"
+             for run in parts if run is not None for event in run.events
+             if event.get("event") == INTROSPECTION_EVENT}
+    return sorted(flags)
 
 
 def grader_error_result(rubric: Rubric, error: BaseException, *, submission: str, gpu: str = "auto") -> SubmissionResult:

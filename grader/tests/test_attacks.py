@@ -56,7 +56,7 @@ def unisolated(setup: GradingSetup) -> GradingSetup:
 def test_every_attack_class_of_the_corpus_is_there():
     assert {"attack_reads_reference", "attack_leaks_heldout", "attack_forges_events", "attack_daemon",
             "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env",
-            "attack_hostile_leftovers", "attack_carries_heldout"} <= set(ATTACKS)
+            "attack_hostile_leftovers", "attack_carries_heldout", "attack_reads_test_frames"} <= set(ATTACKS)
 
 
 @needs_bubblewrap
@@ -273,3 +273,51 @@ def test_a_supervisor_that_follows_links_copies_its_own_environment(demo_setup, 
     out = tmp_path / "graded"
     grade_submission(materialize("attack_hostile_leftovers", tmp_path / "sub"), out, demo_setup, only_labs=["labA"])
     assert _grader_environ() in (out / "raw" / "labA" / "report.json").read_bytes(), "the attack is real"
+
+
+FRAME_ATTACK = Path(__file__).parent / "fixtures" / "submissions" / "attack_reads_test_frames" / "labA_arith" / "arith.py"
+#: A test calling the frame-reading submission, run in a fresh interpreter with or without the guard.
+_FRAME_PROBE = """
+import importlib.util, sys
+from grader.execute.introspection_guard import install
+refused = []
+if sys.argv[2] == "guarded":
+    install([sys.argv[1]], lambda what, file, line: refused.append(what))
+spec = importlib.util.spec_from_file_location("arith", sys.argv[1])
+arith = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(arith)
+
+def test_add():
+    a, b = 2, 40
+    return arith.add(a, b)
+
+def test_fib():
+    return [arith.fib(n) for n in range(8)] == [0, 1, 1, 2, 3, 5, 8, 13]
+
+def test_torch_like_library_call():
+    return sys._getframe(0).f_code.co_name  # not a student file: never refused
+
+for test in (test_add, test_fib, test_torch_like_library_call):
+    try:
+        print(test.__name__, test())
+    except RuntimeError as error:
+        print(test.__name__, "refused", type(error).__name__)
+print("refusals", sorted(set(refused)))
+"""
+
+
+@pytest.mark.parametrize("mode", ["unguarded", "guarded"])
+def test_a_student_file_reading_the_tests_frames_is_refused(mode, tmp_path):
+    script = tmp_path / "test_frames.py"  # a file: inspect.stack() reads the tests' source lines from it
+    script.write_text(_FRAME_PROBE)
+    done = subprocess.run([sys.executable, str(script), str(FRAME_ATTACK), mode], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["test_torch_like_library_call"] == "test_torch_like_library_call", "other code's calls pass"
+    if mode == "unguarded":  # the control: the attack is real
+        assert (lines["test_add"], lines["test_fib"]) == ("42", "True"), done.stdout
+        assert lines["refusals"] == "[]"
+    else:
+        assert lines["test_add"].startswith("refused") and lines["test_fib"].startswith("refused"), done.stdout
+        assert "sys._getframe" in lines["refusals"], done.stdout
