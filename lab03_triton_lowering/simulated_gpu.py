@@ -27,7 +27,7 @@ GPU they run the real thing instead.
 
 Usage::
 
-    python -m lab03_triton_lowering.simulated_gpu kernel      # LABKIT_IMPL=solution for the reference
+    python -m lab03_triton_lowering.simulated_gpu kernel
     python -m lab03_triton_lowering.simulated_gpu inductor
     python -m lab03_triton_lowering.simulated_gpu cpu
 

@@ -44,9 +44,12 @@ from grader.execute.command import pytest_env
 from grader.release.student_docs import (
     DocsError,
     documented_commands,
+    instructor_sessions,
     reference_mentions,
+    scaffold_mentions,
     run_documented_commands,
     strip_instructor_sections,
+    strip_scaffold_sections,
 )
 from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from labkit.labspec import HELDOUT_DIR
@@ -110,7 +113,9 @@ def build_release(course: Course, out: Path, *, include_heldout: bool = False, s
             shutil.copy2(course.root / name, out / name)
     for document in student_documents(out):
         try:
-            stripped = strip_instructor_sections(document.read_text(encoding="utf-8"), str(document.relative_to(out)))
+            source = str(document.relative_to(out))
+            stripped = strip_scaffold_sections(strip_instructor_sections(document.read_text(encoding="utf-8"), source),
+                                               scaffold, source)
         except DocsError as error:
             raise CourseError(str(error)) from error
         document.write_text(stripped, encoding="utf-8")
@@ -144,20 +149,36 @@ def student_documents(release: Path) -> list[Path]:
     return sorted(release.rglob("*.md"))
 
 
-def check_student_documents(release: Path) -> list[str]:
-    """Step 1b: no document shows the reference; return the commands the documents show.
+def student_sources(release: Path) -> list[Path]:
+    """The Python files of the release's labs: their docstrings and comments are read by students too."""
+    return sorted(path for path in release.glob("lab[0-9]*/**/*.py") if path.is_file())
+
+
+def check_student_documents(release: Path, scaffold: str = "full") -> list[str]:
+    """Step 1b: no document (nor a lab's Python file) shows the reference or an instructor session, and
+    a minimal release never speaks of the guidance blocks it left out; return the commands the documents show.
 
     Raises:
-        ReleaseError: naming each line that still shows the reference or an instructor command.
+        ReleaseError: naming each line that still shows instructor material, or contradicts the scaffold.
     """
-    mentions, commands = [], []
-    for document in student_documents(release):
+    mentions, commands, contradictions = [], [], []
+    for document in [*student_documents(release), *student_sources(release)]:
         text = document.read_text(encoding="utf-8")
-        mentions += reference_mentions(text, str(document.relative_to(release)))
-        commands += documented_commands(text)
+        source = str(document.relative_to(release))
+        mentions += reference_mentions(text, source)
+        if scaffold == "minimal":
+            contradictions += scaffold_mentions(text, source)
+        if document.suffix == ".md":
+            shown = documented_commands(text)
+            mentions += [f"{source}: `{command}` runs an instructor session" for command in instructor_sessions(shown)]
+            commands += shown
     if mentions:
         raise ReleaseError("student documents show instructor material (put it between <!-- instructor-only --> "
                            "and <!-- /instructor-only -->):\n  " + "\n  ".join(mentions))
+    if contradictions:
+        raise ReleaseError("the minimal release's files speak of the guidance blocks it leaves out (put such text "
+                           "between <!-- scaffold: full --> and <!-- /scaffold: full -->):\n  "
+                           + "\n  ".join(contradictions))
     return list(dict.fromkeys(commands))
 
 
@@ -217,7 +238,7 @@ def count_installed_tests(site: Path, packages: list[str], python: str = sys.exe
 
 
 def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print,
-                   pristine: Course | None = None) -> None:
+                   pristine: Course | None = None, scaffold: str = "full") -> None:
     """Run the six checks of the module docstring on the built release.
 
     Args:
@@ -228,7 +249,7 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
     """
     check_no_solution_imports(release)
     log("  ok: no module imports the reference solutions")
-    commands = check_student_documents(release)
+    commands = check_student_documents(release, scaffold)
     log(f"  ok: no document shows the reference or an instructor command ({len(commands)} commands shown)")
     course = load_course(release)
     labs = course.select(None)
