@@ -9,8 +9,9 @@ standing on the visible tests with ``nox -s grade-me``.
 
 Verification (skipped with ``--no-verify``), each step failing loudly:
 
-1. nothing in the release names the solutions package in an import, and no document shows the
-   reference or an instructor command;
+1. nothing in the release names the solutions package in an import; no document (nor a lab's Python
+   file) shows the reference, an instructor command or an instructor session; a minimal release never
+   speaks of the guidance blocks it leaves out;
 2. no held-out test is in it: no ``heldout/`` folder, and every test its rubric collects is
    ``visible`` (the pristine course's held-out tests and points are counted, to show what was left out);
 3. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug);
@@ -18,8 +19,9 @@ Verification (skipped with ``--no-verify``), each step failing loudly:
    files must be declared as package data);
 5. every lab's tests collect from the *installed* copy, as many as the release's rubric lists;
 6. every command the student documents show works in the release, with the course environment's
-   interpreter: lab, benchmark and report commands run for real on the starter (each must pass, or stop
-   at an unfinished step saying which, without a traceback); slower ones (grading the whole course, the
+   interpreter, each in its own scratch copy: lab, benchmark, report, picture and check commands run
+   for real on the starter (each must pass, or stop at an unfinished step saying which, without a
+   traceback, a module with exit status 3); slower ones (grading the whole course, the
    GPU check) are only parsed (``--help``); the two kinds are counted apart
    (:func:`grader.release.student_docs.cheap_form`).
 
