@@ -239,7 +239,7 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
         if not sessions:
             return CheapRun(command, skipped="runs nox's default sessions (the labs' tests, checked one by one)")
         if all(RUN_SESSIONS.fullmatch(session) for session in sessions):
-            if all(PYTEST_SESSION.fullmatch(session) for session in sessions):
+            if all(PYTEST_SESSION.fullmatch(session) for session in sessions) and not {"-x", "--exitfirst"} & set(after):
                 after = [*after, "-x"]  # the starter's first failing test ends the run: the step table, in seconds
             return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after) if after else
                             (python, "-m", "nox", "-s", *sessions), tuple(env), kind=RUNS)

@@ -72,6 +72,7 @@ nox -s not-a-command-either
 
 @pytest.mark.parametrize("command, argv, kind, skipped", [
     ("nox -s lab01 -- -k conv_bn", (PY, "-m", "nox", "-s", "lab01", "--", "-k", "conv_bn", "-x"), "runs", ""),
+    ("nox -s lab02 -- -k simulator -x", (PY, "-m", "nox", "-s", "lab02", "--", "-k", "simulator", "-x"), "runs", ""),
     ("nox -s lab01 -- --tb=long", (PY, "-m", "nox", "-s", "lab01", "--", "--tb=long", "-x"), "runs", ""),
     ("python3 -m nox -s lab01 lab02", (PY, "-m", "nox", "-s", "lab01", "lab02", "--", "-x"), "runs", ""),
     ("nox -s draw-lab01", (PY, "-m", "nox", "-s", "draw-lab01"), "runs", ""),
