@@ -37,8 +37,8 @@ from torch import fx, nn
 
 from labkit.graph_drawing import GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, graphviz_available, write_graph
 from labkit.impl import load_lab, selected_impl
-from labkit.labspec import load_lab_spec
-from labkit.step_summary import shorten, step_to_finish_first
+from labkit.step_summary import shorten
+from labkit.unfinished import UNFINISHED_EXIT, unfinished_step_line
 from lab01_fx_passes.capture import DIALECTS, capture
 from lab01_fx_passes.models import ConvBNStack, LinearGeluMLP, TinyResNet, large_output_resnet50, randomize_batch_norm
 from lab01_fx_passes.pass_changes import Event, NodeHistories, PassChanges, node_histories, run_recorded
@@ -121,8 +121,12 @@ def legend(changes: Sequence[PassChanges], colors: dict[str, str]) -> list[tuple
             ("dashed: removed (before) / thick: added (after)", NodeStyle(dashed=True, bold=True))]
 
 
+#: What a TODO stops in a drawing (:func:`labkit.unfinished.unfinished_step_line`).
+PIPELINE_NEEDS = "the pictures' default_pipeline"
+
+
 def _problem(error: BaseException) -> str:
-    unfinished = step_to_finish_first(error, load_lab_spec(PACKAGE))
+    unfinished = unfinished_step_line(error, PACKAGE, PIPELINE_NEEDS)
     return unfinished or shorten(f"{type(error).__name__}: {error}")
 
 
@@ -212,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out / args.model
     dialects = DIALECTS if args.dialect == "all" else (args.dialect,)
     lines = [f"# {args.model}: the graph before and after the pipeline ({selected_impl()} implementation)", ""]
-    finished = True
+    finished, unfinished = True, None
     for dialect in dialects:
         print(f"{args.model}, {dialect}: capturing, running the pipeline, drawing ...", flush=True)
         drawing = draw_dialect(lab, args.model, model, inputs, dialect, out, compact=not args.full_labels)
@@ -222,11 +226,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {written.describe()}")
         lines += table
         finished = finished and drawing.problem is None
+        if drawing.problem and drawing.problem.startswith(PIPELINE_NEEDS):
+            unfinished = drawing.problem
     report = out / "changes.md"
     report.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {report}")
     if not graphviz_available():
         print(GRAPHVIZ_MISSING, file=sys.stderr)
+    if unfinished:  # the graphs as captured are drawn; the last line names the step to finish
+        print(unfinished, file=sys.stderr, flush=True)
+        return UNFINISHED_EXIT
     return 0 if finished else 1
 
 

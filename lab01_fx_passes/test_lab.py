@@ -1,6 +1,6 @@
 """Graded tests for Lab 01: FX graph transformation passes.
 
-Run: ``nox -s lab01`` (your code) or ``nox -s lab01 -- --impl=solution`` (the reference).
+Run: ``nox -s lab01`` (your code; ``-- --step N`` for one handout step's tests).
 
 Every pass is checked twice: that it FIRES (a positive count of rewritten nodes, counted here from
 the graph itself) and that the outputs do NOT CHANGE. A pass that silently does nothing passes

@@ -34,6 +34,7 @@ from labkit.bench import (
     write_json,
 )
 from labkit.impl import load_lab, selected_impl
+from labkit.unfinished import finish_steps_first
 from lab02_npu_backend.models import STANDARD_MODELS, build_model
 
 PACKAGE = "lab02_npu_backend"
@@ -109,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(repeats=DEFAULT_REPEATS)  # calls take milliseconds: many rounds cost little
     args = parser.parse_args(argv)
     apply_threads(args.threads)
-    lab = load_lab(PACKAGE)
+    with finish_steps_first(PACKAGE, "the NPU benchmark"):
+        return measure(args, load_lab(PACKAGE))
+
+
+def measure(args, lab) -> int:
+    """Time and cover the models, write the JSON and the chart."""
     started = time.perf_counter()
     print(f"npu_simulator benchmark ({selected_impl()} implementation), {machine_info()}", flush=True)
 

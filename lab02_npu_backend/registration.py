@@ -7,7 +7,7 @@ works after ``pip install`` without importing the lab first.
     npu_simulator = "lab02_npu_backend.registration:npu_simulator"
 
 PyTorch loads this function the first time the name is used. It dispatches to the implementation
-selected by ``LABKIT_IMPL`` (the student's package by default, ``solutions`` with ``--impl=solution``).
+selected by ``LABKIT_IMPL`` (the student's package by default).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import torch
 from labkit.graph_drawing import GRAPHVIZ_MISSING, graphviz_available
 from labkit.impl import load_lab, selected_impl
 from labkit.numerics import output_error
+from labkit.unfinished import finish_steps_first
 from lab02_npu_backend import coverage
 from lab02_npu_backend.coverage import PartitionReport
 from lab02_npu_backend.models import STANDARD_MODELS, build_model
@@ -98,6 +99,7 @@ def zoo_table_lines(rows: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print and write the report; on an unfinished lab, one line naming the step to finish (exit 3)."""
     parser = argparse.ArgumentParser(description="NPU coverage of standard models under the npu_simulator backend.")
     parser.add_argument("--model", default="llama-tiny", choices=[*STANDARD_MODELS, "all"])
     parser.add_argument("--dialect", default=None, choices=list(DIALECTS),
@@ -113,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.draw and args.zoo:
         parser.error("--draw draws the standard models (--model); the zoo's report has no pictures")
 
-    lab = load_lab(PACKAGE)
+    with finish_steps_first(PACKAGE, "the coverage report"):
+        return write_reports(args, load_lab(PACKAGE))
+
+
+def write_reports(args: argparse.Namespace, lab) -> int:
+    """The zoo's table, or each standard model's coverage table and JSON, then the summary."""
     if args.zoo:
         lines = zoo_report(lab, DIALECTS[args.dialect or "both"])
         args.out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Graded tests for lab 02: the npu_simulator torch.compile backend.
 
-Run with ``nox -s lab02`` (your code) or ``nox -s lab02 -- --impl=solution`` (the reference).
+Run with ``nox -s lab02`` (your code; ``-- --step N`` for one handout step's tests).
 Every standard model is compiled once per module (fixtures), so the whole file runs in minutes.
 """
 

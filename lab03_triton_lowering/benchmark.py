@@ -57,8 +57,7 @@ from labkit.bench import (
     write_json,
 )
 from labkit.impl import load_lab, selected_impl
-from labkit.labspec import load_lab_spec
-from labkit.step_summary import step_to_finish_first
+from labkit.unfinished import finish_steps_first
 
 PACKAGE = "lab03_triton_lowering"
 #: The spec's target shape: (batch, seq, d_model).
@@ -351,14 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     apply_threads(args.threads)
-    try:
+    with finish_steps_first(PACKAGE, "the kernel benchmark"):  # an unfinished step: one line, exit 3
         return measure_all(args)
-    except Exception as error:  # an unfinished step: one line saying which, not a traceback
-        unfinished = step_to_finish_first(error, load_lab_spec(PACKAGE))
-        if unfinished is None:
-            raise
-        print(unfinished, file=sys.stderr)
-        return 1
 
 
 def measure_all(args) -> int:

@@ -27,11 +27,12 @@ GPU they run the real thing instead.
 
 Usage::
 
-    python -m lab03_triton_lowering.simulated_gpu kernel      # LABKIT_IMPL=solution for the reference
+    python -m lab03_triton_lowering.simulated_gpu kernel
     python -m lab03_triton_lowering.simulated_gpu inductor
     python -m lab03_triton_lowering.simulated_gpu cpu
 
-Each prints what it found and exits 1 on failure. The simulation reaches into PyTorch internals of
+Each prints what it found and exits 1 on failure; on an unfinished starter, one line naming the
+handout step to finish first, and exit status 3 (:mod:`labkit.unfinished`). The simulation reaches into PyTorch internals of
 the course's supported versions; it is a stand-in for a GPU, not a replacement for the ``gpu`` tests.
 """
 
@@ -44,6 +45,8 @@ import sys
 import types
 from dataclasses import dataclass
 
+from labkit.unfinished import stop_if_unfinished
+
 #: The simulated GPU: Triton target (backend, compute capability, warp size) and device properties.
 TARGET = ("cuda", 90, 32)
 DEVICE_PROPERTIES = types.SimpleNamespace(
@@ -53,6 +56,9 @@ DEVICE_PROPERTIES = types.SimpleNamespace(
     uuid="simulated", clock_rate=1980000, memory_clock_rate=2619000, memory_bus_width=5120,
 )
 CHECKS = ("kernel", "inductor", "cpu")
+PACKAGE = "lab03_triton_lowering"
+#: What an unfinished starter stops (:func:`labkit.unfinished.stop_if_unfinished`: one line, exit 3).
+CHECK_NEEDS = "the simulated GPU check"
 #: Half-precision dtypes the lowering must fire for on CUDA.
 HALF_DTYPES = ("float16", "bfloat16")
 #: How far the kernel may be from eager: fp32 within 1e-4; half precision within two units in the last place.
@@ -208,7 +214,8 @@ def _run_cases(lab, cases: tuple[Case, ...], device: str) -> bool:
     for case in cases:
         try:
             problem = _matches_eager(lab, case, device)
-        except Exception as error:  # report every case, then fail
+        except Exception as error:  # report every case, then fail (a starter TODO: one line, exit 3)
+            stop_if_unfinished(error, PACKAGE, CHECK_NEEDS)
             problem = f"{type(error).__name__}: {error}"
         failures += problem is not None
         print(f"{'FAILED ' if problem else 'ok     '} {case.describe()}{': ' + problem if problem else ''}")
@@ -229,7 +236,8 @@ def check_kernel(lab) -> bool:
         before = len(launches)
         try:
             lab.layernorm_gelu(*_inputs(case), eps=1e-5, approximate=case.approximate)
-        except Exception as error:  # report every case, then fail
+        except Exception as error:  # report every case, then fail (a starter TODO: one line, exit 3)
+            stop_if_unfinished(error, PACKAGE, CHECK_NEEDS)
             failures += 1
             detail = str(error).strip() or repr(error)
             print(f"FAILED  {case.describe()}: {type(error).__name__}:\n        " + detail.replace("\n", "\n        "))
@@ -351,6 +359,7 @@ def check_inductor(lab, simulated: bool) -> bool:
     try:
         handle = lab.install_lowering()
     except Exception as error:
+        stop_if_unfinished(error, PACKAGE, CHECK_NEEDS)
         print(f"FAILED: install_lowering raised {type(error).__name__}: {error}")
         return False
     problems = []
@@ -363,6 +372,7 @@ def check_inductor(lab, simulated: bool) -> bool:
                 with torch.no_grad():
                     codes = _compile_simulated(*_fake_cuda_model(dtype)) if simulated else _compile_on_gpu(*_gpu_model(dtype))
             except Exception as error:
+                stop_if_unfinished(error, PACKAGE, CHECK_NEEDS)
                 problems.append(f"{dtype_name}: Inductor did not finish compiling: {type(error).__name__}: {error}")
                 continue
             problems += [f"{dtype_name}: {p}" for p in _read_inductor_code("\n".join(codes), handle.replacements - before)]
@@ -412,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         passed = check_inductor(lab, simulated)
     else:
         passed = check_cpu(lab, simulated)
-    return 0 if passed else 1
+    return 0 if passed else 1  # a starter TODO has exited 3 already, with one line naming the step
 
 
 if __name__ == "__main__":

@@ -506,7 +506,7 @@ def test_install_is_idempotent_and_uninstall_restores_inductor_config(lab):
 def test_cache_key_changes_with_the_operator_namespace(lab, monkeypatch):
     # Inductor's cache serves compiled code whose key matches; that code calls the operator by its
     # qualified name (torch.ops.<namespace>.layernorm_gelu). The same files imported as another
-    # package (the reference under solutions/, then dropped over the starter to be graded) must not
+    # package (a reference solution, then dropped over the starter to be graded) must not
     # be served each other's code.
     lowering = sys.modules[f"{lab.__name__}.lowering"]
     graph_pass = lab.install_lowering().graph_pass

@@ -18,8 +18,9 @@ is ``torch.utils.benchmark``: ``Timer`` / ``Measurement`` / ``Compare``):
 5. **Progress on long work.** :func:`progress` shows a bar on a terminal and a plain line every few
    seconds in a log, with the time left.
 6. **One line for an unfinished lab.** Run on a starter, a benchmark stops at the first TODO;
-   :func:`finish_steps_first` turns that ``NotImplementedError`` into one line naming the handout
-   step to finish (as ``nox -s labNN`` does), not a traceback.
+   :func:`finish_steps_first` (:mod:`labkit.unfinished`, shared with the reports and checks) turns
+   that ``NotImplementedError`` into one line naming the handout step to finish (as ``nox -s labNN``
+   does) and exit status 3, not a traceback.
 
 Every benchmark prints tables a person can read (:func:`print_table`), writes the same numbers as
 JSON (:func:`write_json`) and saves charts with error bars and the target line (:func:`bar_chart`).
@@ -45,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from labkit.unfinished import finish_steps_first  # noqa: F401 - the benchmarks' one line (rule 6)
 
 MET, MISSED, INCONCLUSIVE = "met", "missed", "inconclusive (noise)"
 #: Fewer samples than this give no verdict: four quartiles need a few points to mean anything.
@@ -395,29 +398,6 @@ def bar_chart(
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
-
-
-@contextmanager
-def finish_steps_first(package: str, needs: str) -> Iterator[None]:
-    """Exit with one line naming the handout step to finish when a starter TODO stops the benchmark.
-
-    Args:
-        package: the lab's package (``"lab01_fx_passes"``): its ``lab.toml`` maps files to steps.
-        needs: what the benchmark was running, in a few words (``"the benchmark's default_pipeline"``).
-
-    A ``NotImplementedError`` from anywhere else (PyTorch's own) propagates with its traceback.
-    """
-    try:
-        yield
-    except NotImplementedError as error:
-        from labkit.labspec import load_lab_spec
-        from labkit.step_summary import step_to_finish_first
-
-        line = step_to_finish_first(error, load_lab_spec(package))
-        if line is None:
-            raise
-        print(f"{needs}: {line}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
 
 
 def benchmark_parser(description: str, default_out: str) -> argparse.ArgumentParser:

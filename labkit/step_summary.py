@@ -137,26 +137,43 @@ def starter_todo(error: BaseException, spec: LabSpec) -> str | None:
 _TODO_STEP = re.compile(r"\bTODO\(step (\d+)\)")
 
 
-def step_to_finish_first(error: BaseException, spec: LabSpec) -> str | None:
+def todo_frame(error: BaseException, spec: LabSpec) -> traceback.FrameSummary | None:
+    """The innermost frame of the lab's TODO ``NotImplementedError`` in ``error``'s chain, or None."""
+    found = _todo_error(error, spec)
+    return found[1] if found else None
+
+
+def todo_step(spec: LabSpec, message: str, file: str) -> Step | None:
+    """The step a TODO belongs to: the one its message names (``TODO(step 5): ...``), else the
+    first step that edits its ``file``."""
+    named = _TODO_STEP.search(message)
+    if named:
+        return next((s for s in spec.steps if s.number == int(named.group(1))), None)
+    return next((s for s in spec.steps if file in s.files), None)
+
+
+def step_to_finish_first(error: BaseException, spec: LabSpec, open_steps: Sequence[Step] = ()) -> str | None:
     """If ``error`` is a starter TODO, one line naming the handout step to finish first (else None).
 
     For a script that runs a lab (a benchmark, a report) on unfinished code: one line instead of a
-    traceback. The step is the one the TODO's message names (``TODO(step 5): ...``), else the first
-    step that edits the TODO's file.
+    traceback. The step is the first of ``open_steps`` (the steps whose TODOs still stand, in handout
+    order: :func:`labkit.unfinished.open_steps`) when it comes before the TODO's own step (:func:`todo_step`),
+    else the TODO's own: the step ``nox -s labNN`` would say to start with.
     """
     found = _todo_error(error, spec)
     if found is None:
         return None
     todo, frame = found
-    named = _TODO_STEP.search(str(todo))
-    file = Path(frame.filename).name
-    step = (next((s for s in spec.steps if s.number == int(named.group(1))), None) if named
-            else next((s for s in spec.steps if file in s.files), None))  # fmt: skip
+    own = todo_step(spec, str(todo), Path(frame.filename).name)
+    step = own
+    if open_steps and (own is None or open_steps[0].number < own.number):
+        step = open_steps[0]
     where = starter_todo(error, spec)
     if step is None:
         return f"{spec.id}: not implemented yet: {where}"
-    return (f"{spec.id}: finish step {step.number} first ({step.title}): {where}; "
-            f"its tests: nox -s {spec.id} -- --step {step.number}")
+    met = "" if step is own or own is None else f", step {own.number}'s"
+    return (f"{spec.id}: finish step {step.number} first ({step.title}; {', '.join(step.files)}): "
+            f"stopped at a TODO{met}: {where}; its tests: nox -s {spec.id} -- --step {step.number}")
 
 
 #: Where a shortened message may end: after a sentence (``. ! ?``), then a clause (``; : ,`` or a dash).

@@ -9,8 +9,9 @@ standing on the visible tests with ``nox -s grade-me``.
 
 Verification (skipped with ``--no-verify``), each step failing loudly:
 
-1. nothing in the release names the solutions package in an import, and no document shows the
-   reference or an instructor command;
+1. nothing in the release names the solutions package in an import; no document (nor a lab's Python
+   file) shows the reference, an instructor command or an instructor session; a minimal release never
+   speaks of the guidance blocks it leaves out;
 2. no held-out test is in it: no ``heldout/`` folder, and every test its rubric collects is
    ``visible`` (the pristine course's held-out tests and points are counted, to show what was left out);
 3. the untouched starters score 0 on every lab (a graded test that passes on the starter is a rubric bug);
@@ -18,8 +19,9 @@ Verification (skipped with ``--no-verify``), each step failing loudly:
    files must be declared as package data);
 5. every lab's tests collect from the *installed* copy, as many as the release's rubric lists;
 6. every command the student documents show works in the release, with the course environment's
-   interpreter: lab, benchmark and report commands run for real on the starter (each must pass, or stop
-   at an unfinished step saying which, without a traceback); slower ones (grading the whole course, the
+   interpreter, each in its own scratch copy: lab, benchmark, report, picture and check commands run
+   for real on the starter (each must pass, or stop at an unfinished step saying which, without a
+   traceback, a module with exit status 3); slower ones (grading the whole course, the
    GPU check) are only parsed (``--help``); the two kinds are counted apart
    (:func:`grader.release.student_docs.cheap_form`).
 
@@ -44,9 +46,12 @@ from grader.execute.command import pytest_env
 from grader.release.student_docs import (
     DocsError,
     documented_commands,
+    instructor_sessions,
     reference_mentions,
+    scaffold_mentions,
     run_documented_commands,
     strip_instructor_sections,
+    strip_scaffold_sections,
 )
 from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from labkit.labspec import HELDOUT_DIR
@@ -110,7 +115,9 @@ def build_release(course: Course, out: Path, *, include_heldout: bool = False, s
             shutil.copy2(course.root / name, out / name)
     for document in student_documents(out):
         try:
-            stripped = strip_instructor_sections(document.read_text(encoding="utf-8"), str(document.relative_to(out)))
+            source = str(document.relative_to(out))
+            stripped = strip_scaffold_sections(strip_instructor_sections(document.read_text(encoding="utf-8"), source),
+                                               scaffold, source)
         except DocsError as error:
             raise CourseError(str(error)) from error
         document.write_text(stripped, encoding="utf-8")
@@ -144,20 +151,36 @@ def student_documents(release: Path) -> list[Path]:
     return sorted(release.rglob("*.md"))
 
 
-def check_student_documents(release: Path) -> list[str]:
-    """Step 1b: no document shows the reference; return the commands the documents show.
+def student_sources(release: Path) -> list[Path]:
+    """The Python files of the release's labs: their docstrings and comments are read by students too."""
+    return sorted(path for path in release.glob("lab[0-9]*/**/*.py") if path.is_file())
+
+
+def check_student_documents(release: Path, scaffold: str = "full") -> list[str]:
+    """Step 1b: no document (nor a lab's Python file) shows the reference or an instructor session, and
+    a minimal release never speaks of the guidance blocks it left out; return the commands the documents show.
 
     Raises:
-        ReleaseError: naming each line that still shows the reference or an instructor command.
+        ReleaseError: naming each line that still shows instructor material, or contradicts the scaffold.
     """
-    mentions, commands = [], []
-    for document in student_documents(release):
+    mentions, commands, contradictions = [], [], []
+    for document in [*student_documents(release), *student_sources(release)]:
         text = document.read_text(encoding="utf-8")
-        mentions += reference_mentions(text, str(document.relative_to(release)))
-        commands += documented_commands(text)
+        source = str(document.relative_to(release))
+        mentions += reference_mentions(text, source)
+        if scaffold == "minimal":
+            contradictions += scaffold_mentions(text, source)
+        if document.suffix == ".md":
+            shown = documented_commands(text)
+            mentions += [f"{source}: `{command}` runs an instructor session" for command in instructor_sessions(shown)]
+            commands += shown
     if mentions:
         raise ReleaseError("student documents show instructor material (put it between <!-- instructor-only --> "
                            "and <!-- /instructor-only -->):\n  " + "\n  ".join(mentions))
+    if contradictions:
+        raise ReleaseError("the minimal release's files speak of the guidance blocks it leaves out (put such text "
+                           "between <!-- scaffold: full --> and <!-- /scaffold: full -->):\n  "
+                           + "\n  ".join(contradictions))
     return list(dict.fromkeys(commands))
 
 
@@ -217,7 +240,7 @@ def count_installed_tests(site: Path, packages: list[str], python: str = sys.exe
 
 
 def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print,
-                   pristine: Course | None = None) -> None:
+                   pristine: Course | None = None, scaffold: str = "full") -> None:
     """Run the six checks of the module docstring on the built release.
 
     Args:
@@ -228,7 +251,7 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
     """
     check_no_solution_imports(release)
     log("  ok: no module imports the reference solutions")
-    commands = check_student_documents(release)
+    commands = check_student_documents(release, scaffold)
     log(f"  ok: no document shows the reference or an instructor command ({len(commands)} commands shown)")
     course = load_course(release)
     labs = course.select(None)

@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.unfinished import UNFINISHED_EXIT
+
 INSTRUCTOR_BEGIN = "<!-- instructor-only -->"
 INSTRUCTOR_END = "<!-- /instructor-only -->"
 #: What a student document must never show: ways to run or read the reference solutions, and the
@@ -44,18 +46,35 @@ REFERENCE_PATTERN = re.compile(
 )
 #: Nox sessions that run pytest: the release check only collects their tests (``-- --co -q``).
 PYTEST_SESSION = re.compile(r"lab\d\d|gpu")
-#: How long one documented command may take in the release check.
-COMMAND_TIMEOUT_S = 600.0
+#: How long one documented command's cheap form may take in the release check. Measured on 2 idle
+#: cores, the slowest cheap form (a lab session's collection and first failing test, a report
+#: stopping at its first TODO) takes ~30 s: a limit 10x that keeps the verdict the same on a loaded machine.
+COMMAND_TIMEOUT_S = 300.0
+#: Commands run at once: at most 2, so that the check does not load the machine it measures beyond
+#: what the limit above allows for.
+MAX_JOBS = 2
 _FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 _SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console", "zsh"}
 _ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
-#: A placeholder in a documented command (``labNN``, ``SUBMISSION``, ``DIR``): the command is a template.
-_PLACEHOLDER = re.compile(r"[A-Z]{2,}")
+#: A placeholder in a documented command (``labNN``, ``SUBMISSION``, ``DIR``, ``N``, ``<file>``): the
+#: command is a template: a word in capitals (``N``), a run of capitals in a word (``labNN``), or angle brackets.
+_PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*$|[A-Z]{2,}|<[^>]*>")
+#: The course's nox sessions students may run; any other session a student document shows is an
+#: instructor session (it needs the reference, or builds the instructors' images) and fails the release.
+STUDENT_SESSIONS = re.compile(r"lab\d\d|bench-lab\d\d|report-lab\d\d|draw-lab\d\d|zoo-lab02|grade-me|gpu|course-env")
 
 
 class DocsError(ValueError):
     """A student document is malformed (unbalanced markers) or shows instructor material."""
+
+
+#: Text true of the full scaffold only (it speaks of the starters' guidance blocks): dropped from a
+#: ``--scaffold minimal`` release, whose starters have none.
+FULL_SCAFFOLD_BEGIN = "<!-- scaffold: full -->"
+FULL_SCAFFOLD_END = "<!-- /scaffold: full -->"
+#: What a minimal release's documents and starters must not show: the guidance blocks it left out.
+GUIDANCE_MENTION = re.compile(r"guidance: (?:begin|end)|guidance comments|guidance blocks?")
 
 
 def strip_instructor_sections(text: str, source: str = "document") -> str:
@@ -64,6 +83,47 @@ def strip_instructor_sections(text: str, source: str = "document") -> str:
     Raises:
         DocsError: for a marker without its partner, or nested markers.
     """
+    return strip_sections(text, INSTRUCTOR_BEGIN, INSTRUCTOR_END, source)
+
+
+def strip_scaffold_sections(text: str, scaffold: str, source: str = "document") -> str:
+    """``text`` for a release of ``scaffold``: the full scaffold's sections kept only in a full release
+    (their markers dropped either way; pure)."""
+    if scaffold == "full":
+        return "".join(line for line in text.splitlines(keepends=True)
+                       if line.strip() not in (FULL_SCAFFOLD_BEGIN, FULL_SCAFFOLD_END))
+    return strip_sections(text, FULL_SCAFFOLD_BEGIN, FULL_SCAFFOLD_END, source)
+
+
+def scaffold_mentions(text: str, source: str = "document") -> list[str]:
+    """``source:line: text`` for every line of a minimal release that speaks of guidance blocks (pure)."""
+    return [f"{source}:{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1)
+            if GUIDANCE_MENTION.search(line)]
+
+
+def instructor_sessions(commands: list[str]) -> list[str]:
+    """The documented nox commands that name a session outside :data:`STUDENT_SESSIONS` (pure)."""
+    shown = []
+    for command in commands:
+        words = [word for word in shlex.split(command) if not _ENV_ASSIGNMENT.match(word)]
+        if words[1:3] == ["-m", "nox"]:
+            words = ["nox", *words[3:]]
+        if words[:1] != ["nox"] or "-s" not in words:
+            continue
+        options = words[: words.index("--")] if "--" in words else words
+        sessions = options[options.index("-s") + 1:]
+        if any(not STUDENT_SESSIONS.fullmatch(session) and not _PLACEHOLDER.search(session) for session in sessions):
+            shown.append(command)
+    return shown
+
+
+def strip_sections(text: str, begin: str, end: str, source: str = "document") -> str:
+    """``text`` without the lines from each ``begin`` marker line to its ``end`` (pure).
+
+    Raises:
+        DocsError: for a marker without its partner, or nested markers.
+    """
+    INSTRUCTOR_BEGIN, INSTRUCTOR_END = begin, end  # noqa: N806 - the messages name the markers met
     kept, inside, opened_at = [], False, 0
     for number, line in enumerate(text.splitlines(keepends=True), 1):
         marker = line.strip()
@@ -129,7 +189,7 @@ def documented_commands(text: str) -> list[str]:
 
 #: nox sessions the release check runs for real on the starter: they are quick there (a lab's tests fail
 #: fast, a benchmark or report stops at the first unfinished step with one line saying which).
-RUN_SESSIONS = re.compile(r"lab\d\d|bench-lab\d\d|report-lab\d\d|course-env")
+RUN_SESSIONS = re.compile(r"lab\d\d|bench-lab\d\d|report-lab\d\d|draw-lab\d\d|course-env")
 #: A run for real passed when it exited 0, or stopped where an unfinished starter must stop: with the
 #: step table's "Start here" or a script's one-line "finish step N first", and no traceback.
 STOPPED_AT_A_STEP = re.compile(r"Start here:|finish step \d+ first")
@@ -179,8 +239,10 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
         if not sessions:
             return CheapRun(command, skipped="runs nox's default sessions (the labs' tests, checked one by one)")
         if all(RUN_SESSIONS.fullmatch(session) for session in sessions):
-            return CheapRun(command, (python, "-m", "nox", "-s", *sessions, *(["--", *after] if after else [])),
-                            tuple(env), kind=RUNS)
+            if all(PYTEST_SESSION.fullmatch(session) for session in sessions) and not {"-x", "--exitfirst"} & set(after):
+                after = [*after, "-x"]  # the starter's first failing test ends the run: the step table, in seconds
+            return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after) if after else
+                            (python, "-m", "nox", "-s", *sessions), tuple(env), kind=RUNS)
         return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after, "--help"), tuple(env))
     if words[1:2] == ["-m"] and len(words) > 2:
         if re.match(r"lab\d\d_", words[2]):
@@ -202,8 +264,14 @@ def _run_one(run: CheapRun, cwd: Path, env: dict[str, str]) -> str | None:
     if done.returncode == 0:
         return None
     tail = "\n".join(output.strip().splitlines()[-40:])
-    if run.kind == RUNS and STOPPED_AT_A_STEP.search(tail) and "Traceback (most recent call last)" not in tail:
+    # A lab module stopped at a TODO exits UNFINISHED_EXIT; nox reports any failing session as 1.
+    expected = 1 if run.argv[1:3] == ("-m", "nox") else UNFINISHED_EXIT
+    stopped = run.kind == RUNS and STOPPED_AT_A_STEP.search(tail) and "Traceback (most recent call last)" not in output
+    if stopped and done.returncode == expected:
         return None
+    if stopped:
+        return (f"`{shlex.join(run.argv[1:])}` stopped at an unfinished step but exited {done.returncode}, "
+                f"not {expected} (labkit.unfinished.UNFINISHED_EXIT)")
     return f"`{shlex.join(run.argv[1:])}` exited {done.returncode}: {output.strip()[-800:]}"
 
 
@@ -230,10 +298,16 @@ def run_documented_commands(release: Path, commands: list[str], python: str = sy
     env.update(COURSE_PYTHON=python, PYTHONDONTWRITEBYTECODE="1", PYTEST_ADDOPTS="-p no:cacheprovider")
     failures = []
     with tempfile.TemporaryDirectory(prefix="grader-docs-") as scratch:
-        copy = Path(scratch) / "release"
-        shutil.copytree(release, copy)
-        with ThreadPoolExecutor(max_workers=jobs or min(4, os.cpu_count() or 1)) as pool:
-            outcomes = pool.map(lambda run: (run, _run_one(run, copy, env)), runs.values())
+        def run_in_own_copy(index: int, run: CheapRun) -> tuple[CheapRun, str | None]:
+            copy = Path(scratch) / f"release-{index}"  # its own copy: no command sees another's output
+            shutil.copytree(release, copy, symlinks=True)
+            try:
+                return run, _run_one(run, copy, env)
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
+
+        with ThreadPoolExecutor(max_workers=jobs or min(MAX_JOBS, os.cpu_count() or 1)) as pool:
+            outcomes = pool.map(run_in_own_copy, *zip(*enumerate(runs.values())))
             for run, failure in outcomes:
                 verdict = "FAILED" if failure else "ran" if run.kind == RUNS else "parses"
                 log(f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]})")

@@ -36,7 +36,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     options = GradeOptions(gpu="off", limits=limits_from_args(args))
     try:
-        verify_release(args.out, options=options, cache_dir=None if args.no_cache else args.cache_dir, pristine=course)
+        verify_release(args.out, options=options, cache_dir=None if args.no_cache else args.cache_dir, pristine=course,
+                       scaffold=args.scaffold)
     except (ReleaseError, CourseError) as error:
         print(f"grader release: VERIFICATION FAILED: {error}", file=sys.stderr)
         return 1

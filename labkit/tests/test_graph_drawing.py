@@ -166,8 +166,9 @@ def test_lab01_draws_before_and_after_with_each_pass_marked(tmp_path, monkeypatc
 def test_lab01_on_the_starter_draws_the_captured_graph_and_names_the_step(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LABKIT_IMPL", "student")
     status = draw_graphs.main(["--model", "conv_bn_stack", "--dialect", "symbolic_trace", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert status == 1 and "finish step" in out
+    captured = capsys.readouterr()
+    assert status == 3 and "finish step" in captured.out  # labkit.unfinished.UNFINISHED_EXIT
+    assert captured.err.strip().splitlines()[-1].startswith("the pictures' default_pipeline: lab01: finish step 0 first")
     assert (tmp_path / "conv_bn_stack" / "symbolic_trace-before.dot").exists()
     assert not (tmp_path / "conv_bn_stack" / "symbolic_trace-after.dot").exists()
     assert "did not finish" in (tmp_path / "conv_bn_stack" / "changes.md").read_text()

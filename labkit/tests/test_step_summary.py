@@ -328,9 +328,30 @@ def test_lab01s_benchmark_on_the_starter_names_the_step_to_finish_in_one_line(ca
 
     with pytest.raises(SystemExit) as caught, finish_steps_first("lab01_fx_passes", "the benchmark's default_pipeline"):
         load_lab("lab01_fx_passes", "student").default_pipeline(None)
-    assert caught.value.code == 2
+    assert caught.value.code == 3  # labkit.unfinished.UNFINISHED_EXIT
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "finish step 9 first" in lines[0] and "nox -s lab01 -- --step 9" in lines[0], lines
+    # The TODO met is step 9's, but the untouched starter's first open step is 0: that one is named.
+    assert len(lines) == 1 and "finish step 0 first" in lines[0] and "nox -s lab01 -- --step 0" in lines[0], lines
+    assert "step 9's: default_pipeline" in lines[0], lines
+
+
+def test_the_step_named_is_the_first_whose_todo_still_stands(tmp_path):
+    """A starter with steps 0-8 written names step 9, the TODO's own; an untouched one names step 0."""
+    import shutil
+
+    from labkit.labspec import load_lab_spec
+    from labkit.unfinished import open_steps, standing_todos
+
+    spec = load_lab_spec("lab01_fx_passes")
+    assert [step.number for step in open_steps(spec)][:2] == [0, 1]
+    folder = tmp_path / "lab01_fx_passes"
+    shutil.copytree(spec.directory, folder)
+    for step in spec.steps:
+        if step.number < 9:
+            for name in step.files:
+                (folder / name).write_text("def done():\n    if False:\n        raise NotImplementedError('mine')\n")
+    assert [step.number for step in open_steps(spec, folder)] == [9, 10]
+    assert standing_todos("def f():\n    raise NotImplementedError('TODO(step 5): x')\n") == ["TODO(step 5): x"]
 
 
 def test_a_not_implemented_error_from_elsewhere_keeps_its_traceback():

@@ -39,6 +39,8 @@ def test_lab03_benchmark_on_the_starter_ends_in_one_line_naming_step_1(monkeypat
     # What the first timing does on a GPU, on CPU tensors: call the lab's kernel.
     monkeypatch.setattr(benchmark, "measure_shape", lambda lab, shape, dtype: lab.layernorm_gelu(torch.ones(2, 8)))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "a GPU")
-    assert benchmark.main(["--quick", "--out", "unused"]) == 1
+    with pytest.raises(SystemExit) as stopped:
+        benchmark.main(["--quick", "--out", "unused"])
+    assert stopped.value.code == 3  # labkit.unfinished.UNFINISHED_EXIT, as every lab command
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("lab03: finish step 1 first"), err
+    assert len(err) == 1 and err[0].startswith("the kernel benchmark: lab03: finish step 1 first"), err

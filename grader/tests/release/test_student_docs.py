@@ -71,8 +71,11 @@ nox -s not-a-command-either
 
 
 @pytest.mark.parametrize("command, argv, kind, skipped", [
-    ("nox -s lab01 -- -k conv_bn", (PY, "-m", "nox", "-s", "lab01", "--", "-k", "conv_bn"), "runs", ""),
-    ("python3 -m nox -s lab01 lab02", (PY, "-m", "nox", "-s", "lab01", "lab02"), "runs", ""),
+    ("nox -s lab01 -- -k conv_bn", (PY, "-m", "nox", "-s", "lab01", "--", "-k", "conv_bn", "-x"), "runs", ""),
+    ("nox -s lab02 -- -k simulator -x", (PY, "-m", "nox", "-s", "lab02", "--", "-k", "simulator", "-x"), "runs", ""),
+    ("nox -s lab01 -- --tb=long", (PY, "-m", "nox", "-s", "lab01", "--", "--tb=long", "-x"), "runs", ""),
+    ("python3 -m nox -s lab01 lab02", (PY, "-m", "nox", "-s", "lab01", "lab02", "--", "-x"), "runs", ""),
+    ("nox -s draw-lab01", (PY, "-m", "nox", "-s", "draw-lab01"), "runs", ""),
     ("nox -s bench-lab01 -- --quick", (PY, "-m", "nox", "-s", "bench-lab01", "--", "--quick"), "runs", ""),
     ("python -m lab02_npu_backend.report --model all", (PY, "-m", "lab02_npu_backend.report", "--model", "all"),
      "runs", ""),
@@ -81,6 +84,8 @@ nox -s not-a-command-either
      "parses", ""),
     ("python3 -m pip install nox", (), "parses", "installs packages"),
     ("nox -s labNN", (), "parses", "a template (labNN stands for a value)"),
+    ("nox -s lab01 -- --step N", (), "parses", "a template (N stands for a value)"),
+    ("python -m lab01_fx_passes.draw_graphs --model <name>", (), "parses", "a template (<name> stands for a value)"),
 ])
 def test_each_command_runs_for_real_or_only_parses(command, argv, kind, skipped):
     run = cheap_form(command, PY)
@@ -93,10 +98,30 @@ def test_a_run_on_the_starter_passes_when_it_stops_at_an_unfinished_step(tmp_pat
     def run(script: str):
         return _run_one(CheapRun("x", (sys.executable, "-c", script), kind="runs"), tmp_path, dict(os.environ))
 
-    assert run("print('lab01: finish step 2 first (Constant folding)'); raise SystemExit(1)") is None
-    assert run("print('Start here: step 0, op_name'); raise SystemExit(1)") is None
+    assert run("print('lab01: finish step 2 first (Constant folding)'); raise SystemExit(3)") is None
+    assert "exited 1, not 3" in run("print('lab01: finish step 2 first'); raise SystemExit(1)"), \
+        "a module stopped at a step exits UNFINISHED_EXIT"
+    nox = _run_one(CheapRun("x", (sys.executable, "-m", "nox", "--version"), kind="runs"), tmp_path, dict(os.environ))
+    assert nox is None
     assert "exited 1" in run("raise NotImplementedError('TODO')"), "a traceback is a failure"
     assert "exited 1" in run("print('finish step 2 first'); raise ValueError('and then a crash')")
+
+
+def test_instructor_sessions_are_found_in_the_commands_a_document_shows():
+    from grader.release.student_docs import instructor_sessions
+
+    shown = ["nox -s zoo-lab01", "python3 -m nox -s lab01 -- --step 2", "nox -s grade-me", "nox -s labNN",
+             "nox -s bench-lab01 report-check", "LABKIT_IMPL=student nox -s draw-lab01"]
+    assert instructor_sessions(shown) == ["nox -s zoo-lab01", "nox -s bench-lab01 report-check"]
+
+
+def test_the_full_scaffolds_sections_leave_a_minimal_release():
+    from grader.release.student_docs import scaffold_mentions, strip_scaffold_sections
+
+    text = "a\n<!-- scaffold: full -->\nthe `# guidance: begin` comments spell it out\n<!-- /scaffold: full -->\nb\n"
+    assert strip_scaffold_sections(text, "minimal") == "a\nb\n"
+    assert strip_scaffold_sections(text, "full") == "a\nthe `# guidance: begin` comments spell it out\nb\n"
+    assert scaffold_mentions("x\nsee the guidance blocks\n", "h.md") == ["h.md:2: see the guidance blocks"]
 
 
 def test_the_env_assignment_of_a_command_is_kept():
@@ -156,6 +181,7 @@ def test_the_real_student_docs_show_no_instructor_command_and_only_existing_sess
     shown = {name for command in commands for run in [cheap_form(command)] if run.argv[1:3] == ("-m", "nox")
              for name in run.argv[run.argv.index("-s") + 1:run.argv.index("--") if "--" in run.argv else None]}
     assert shown and shown <= sessions, shown - sessions
+    assert "zoo-lab01" not in documents["README.md"], "an instructor session in a student document"
 
 
 def test_the_real_courses_minimal_release_has_contracts_without_step_by_step_guidance(tmp_path):
@@ -168,3 +194,5 @@ def test_the_real_courses_minimal_release_has_contracts_without_step_by_step_gui
         ast.parse(text, filename=str(path))
         assert text.count("raise NotImplementedError") == (course.root / path).read_text().count(
             "raise NotImplementedError"), f"{path}: every TODO a student replaces is still there"
+    commands = check_student_documents(release, "minimal")  # raises on a mention of the guidance left out
+    assert commands and "spell out one way" not in (release / "lab01_fx_passes" / "README.md").read_text()
