@@ -179,6 +179,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
     control_read, control_write = os.pipe()
     output_read, output_write = os.pipe()
     argv = [*argv, "--grader-events-fd", str(events_write), "--grader-control-fd", str(control_read)]
+    isolation.prepare(view)
     command, command_env = isolation.command(argv, env, view)
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
@@ -271,7 +272,8 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
             commands.append(argv)
             streak = timeout_streak(read_events(events))
             control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak}
-            view = View(readable=(sandbox,), writable=(state, drop), hidden=part.hidden, cwd=sandbox)
+            view = View(readable=(sandbox,), writable=(state, drop), hidden=part.hidden, cwd=sandbox,
+                        private=drop.with_name(f"{drop.name}-private"))
             ended = supervise(argv, env=env, view=view, isolation=isolation, control=control, events_log=events_log,
                               output=output, limits=limits, budget=budget, deadline=start + budget.lab_s,
                               copyable=copyable)
