@@ -52,6 +52,7 @@ from typing import Protocol
 
 import grader
 import labkit
+from grader.execute.bwrap import WHEEL, BwrapProgram, candidates, system_program
 from grader.execute.preflight import GraderEnvironmentError
 
 #: Folders every process needs (read-only): programs, libraries, configuration, the kernel's view.
@@ -63,9 +64,11 @@ NOBODY = 65534
 #: The host user (and group) a graded process started by root runs as: ``nobody``, who owns nothing.
 GRADED_UID = NOBODY
 #: Drops root to :data:`GRADED_UID` inside the sandbox: no groups, no capabilities, no new privileges.
+SETPRIV = shutil.which("setpriv", path=f"{os.defpath}:/usr/sbin:/sbin") or "setpriv"
 SETPRIV_ARGS = (f"--reuid={GRADED_UID}", f"--regid={GRADED_UID}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs")
-INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install -y bubblewrap)"
+#: The one command that gives the course environment a bubblewrap of its own.
+INSTALL_COMMAND = f"{sys.executable} -m pip install {WHEEL}"
 
 
 class IsolationError(GraderEnvironmentError):
@@ -187,17 +190,24 @@ class Bubblewrap:
     Args:
         python: the grading interpreter (its folders are made visible).
         course_root: the pristine course; no folder holding it is made visible whole.
-        executable: the ``bwrap`` program.
+        program: the ``bwrap`` program (default: the first that works, :func:`find_bubblewrap`).
         as_root: drop root to :data:`GRADED_UID` instead of making a user namespace (default: whether
             the grader runs as root).
     """
 
-    name = "bubblewrap"
-
-    def __init__(self, python: str, course_root: Path, executable: str = "bwrap", *,
+    def __init__(self, python: str, course_root: Path, program: BwrapProgram | None = None, *,
                  as_root: bool | None = None) -> None:
-        self.python, self.course_root, self.executable = python, Path(course_root).resolve(), executable
+        if program is None:
+            program, problems = find_bubblewrap()
+            if program is None:
+                raise IsolationError(f"cannot isolate the graded code: {'; '.join(problems)}")
+        self.python, self.course_root, self.program = python, Path(course_root).resolve(), program
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
+
+    @property
+    def name(self) -> str:
+        """What isolates the run, as the grader's output and ``run.json`` say it."""
+        return self.program.describe()
 
     def _runtime_paths(self) -> list[Path]:
         """The interpreter's folders, except any that would show the course root (and so its solutions)."""
@@ -222,7 +232,7 @@ class Bubblewrap:
 
     def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
         packages = [Path(module.__file__).resolve().parent for module in (grader, labkit)]
-        mounts = Mounts([shutil.which(self.executable) or self.executable, "--die-with-parent", "--new-session",
+        mounts = Mounts([self.program.path, "--die-with-parent", "--new-session",
                          *self._user_args()])
         for name in SYSTEM_PATHS:
             path = Path(name)
@@ -244,12 +254,13 @@ class Bubblewrap:
         for path in view.writable:
             mounts.add("--bind", path, path)
         for path in [*(package / "tests" for package in packages), *view.hidden]:
-            if path.is_dir():
+            if path.is_dir():  # empty and read-only (no memory-backed space to fill)
                 mounts.add("--tmpfs", None, path)
+                mounts.args += ["--remount-ro", str(path)]
         args = [*mounts.args, "--chdir", str(view.cwd), "--clearenv"]
         for key, value in sorted(env.items()):
             args += ["--setenv", key, value]
-        drop = [shutil.which("setpriv") or "setpriv", *SETPRIV_ARGS, "--"] if self.as_root else []
+        drop = [SETPRIV, *SETPRIV_ARGS, "--"] if self.as_root else []
         return [*args, "--", *drop, *argv], {}
 
     def exit_status(self, code: int) -> int:
@@ -262,34 +273,69 @@ class Bubblewrap:
         return code
 
 
-@functools.cache
-def bubblewrap_problem(executable: str = "bwrap") -> str | None:
-    """Why bubblewrap cannot isolate a process here (None when it can).
+def program_problem(program: BwrapProgram) -> str | None:
+    """Why ``program`` cannot isolate a process here (None when it can).
 
-    Tried once: the grader's interpreter starts in the sandbox as the user graded code runs as (as
-    root, that also proves ``setpriv`` works and the interpreter is readable by :data:`GRADED_UID`).
+    Tried: the grader's interpreter starts in the sandbox as the user graded code runs as (as root,
+    that also proves ``setpriv`` works and the interpreter is readable by :data:`GRADED_UID`).
     """
-    if shutil.which(executable) is None:
-        return f"bubblewrap ({executable}) is not installed"
-    trial = Bubblewrap(sys.executable, Path("/nonexistent-course"), executable)
-    if trial.as_root and shutil.which("setpriv") is None:
+    if program.too_old():
+        return program.too_old()
+    trial = Bubblewrap(sys.executable, Path("/nonexistent-course"), program)
+    if trial.as_root and not Path(SETPRIV).is_file():
         return "setpriv (util-linux), which drops root to an unprivileged user inside the sandbox, is not installed"
     argv, env = trial.command([sys.executable, "-E", "-c", "import os; print(os.getuid())"],
                               {"PATH": "/usr/bin:/bin"}, View((), (), (), Path("/")))
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bubblewrap could not start ({error})"
+        return f"{program.describe()} could not start ({error})"
     if done.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {done.stderr.strip()[-300:]}"
+        return f"{program.describe()} cannot create namespaces here: {done.stderr.strip()[-300:]}"
     if trial.as_root and done.stdout.strip() != str(GRADED_UID):
         return f"the sandboxed process was not user {GRADED_UID} but {done.stdout.strip()!r}"
     return None
 
 
+@functools.cache
+def find_bubblewrap() -> tuple[BwrapProgram | None, tuple[str, ...]]:
+    """The ``bwrap`` that isolates graded code here: the system's where it works and is new enough, else
+    the course environment's (:mod:`grader.execute.bwrap`); and why each one passed over was."""
+    problems = []
+    if system_program() is None:
+        problems.append("bubblewrap (bwrap) is not installed on this system")
+    for program in candidates():
+        problem = program_problem(program)
+        if problem is None:
+            return program, tuple(problems)
+        problems.append(problem)
+    if not any(program.origin != "system" for program in candidates()):
+        problems.append(f"the course environment has no {WHEEL}")
+    return None, tuple(problems)
+
+
+def bubblewrap_problem() -> str | None:
+    """Why no bubblewrap can isolate a process here (None when one can)."""
+    program, problems = find_bubblewrap()
+    return None if program is not None else "; ".join(problems)
+
+
+def fix_command() -> str:
+    """The one command that lets a sandbox work here (called when none does)."""
+    from grader.execute.bwrap import wheel_program
+
+    if wheel_program() is None:
+        return INSTALL_COMMAND
+    if os.geteuid() != 0 and Path("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").exists():
+        return "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+    if os.geteuid() != 0 and Path("/proc/sys/kernel/unprivileged_userns_clone").exists():
+        return "sudo sysctl -w kernel.unprivileged_userns_clone=1"
+    return "sudo sysctl -w user.max_user_namespaces=15000"
+
+
 def choose_isolation(python: str, course_root: Path, *, instructor_course: bool, unsafe: bool,
                      log=lambda line: print(line, file=sys.stderr)) -> Isolation:
-    """The isolation a grading gets (see the module docstring).
+    """The isolation a grading gets (see the module docstring), said in one line of the grader's output.
 
     Args:
         python: the grading interpreter.
@@ -298,17 +344,22 @@ def choose_isolation(python: str, course_root: Path, *, instructor_course: bool,
         unsafe: ``--unsafe-no-sandbox`` was given.
 
     Raises:
-        IsolationError: an instructor's grading without working bubblewrap, not allowed to go unisolated.
+        IsolationError: an instructor's grading where no bubblewrap works, not allowed to go unisolated.
     """
     if unsafe:
         log("WARNING: --unsafe-no-sandbox: graded code runs with your user, files, network and environment")
         return Unisolated()
-    problem = bubblewrap_problem()
-    if problem is None:
-        return Bubblewrap(python, course_root)
+    program, problems = find_bubblewrap()
+    if program is not None:
+        isolation = Bubblewrap(python, course_root, program)
+        passed_over = f" ({'; '.join(problems)})" if problems else ""
+        user = f"uid {GRADED_UID} on the host" if isolation.as_root else "nobody in a user namespace"
+        log(f"isolation: {isolation.name}{passed_over}; graded code runs as {user}")
+        return isolation
+    problem = "; ".join(problems)
     if instructor_course:
         raise IsolationError(f"cannot isolate the graded code: {problem}. This course holds solutions or held-out "
-                             f"tests that graded code must not see: {INSTALL_HINT}, or grade anyway with "
+                             f"tests that graded code must not see: run `{fix_command()}`, or grade anyway with "
                              "--unsafe-no-sandbox (graded code can then read them)")
     log(f"note: grading unisolated ({problem}): your code runs with your own user and files, as in `nox -s lab01`")
     return Unisolated()
