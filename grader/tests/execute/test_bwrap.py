@@ -39,9 +39,10 @@ def system_path(tmp_path, monkeypatch):
 
 
 def fake_bwrap(folder: Path, version: str, works: bool) -> None:
+    """A ``bwrap`` on ``PATH`` that says ``version`` and either runs the wheel's or fails as without namespaces."""
+    run = f'exec {WHEEL.path} "$@"' if works else "echo no namespaces here >&2; exit 1"
     script = folder / "bwrap"
-    script.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "bubblewrap {version}"; exit 0; fi\n'
-                      f'{f"exec {WHEEL.path} \"$@\"" if works else "echo no namespaces here >&2; exit 1"}\n')
+    script.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "bubblewrap {version}"; exit 0; fi\n{run}\n')
     script.chmod(0o755)
 
 
