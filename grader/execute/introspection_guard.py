@@ -30,9 +30,10 @@ REFUSED = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sy
                      "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
 #: Audit event prefixes refused (every ``ctypes`` operation: raw memory).
 REFUSED_PREFIXES = ("ctypes.",)
-#: Attributes whose reads CPython audits as ``object.__getattr__``: a frame or a code object.
-FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code", "cr_code",
-                              "ag_code", "f_code", "__code__"})
+#: Attributes whose reads CPython audits as ``object.__getattr__`` and that lead to a frame. Code objects
+#: (``__code__``, ``f_code``) are not refused: ``inspect.signature`` reads them, a student's own
+#: legitimate call, and a canary shares its twin's code object, so they tell nothing.
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 #: Standard-library modules that introspect on their caller's behalf: a call through them counts as
 #: the caller's.
 WRAPPERS = ("inspect.py", "traceback.py", "linecache.py", "dis.py")
@@ -59,14 +60,15 @@ def install(editable: Iterable[str], on_refusal: Callable[[str, str, int], None]
     busy = threading.local()
     real_paths: dict[str, str] = {}
 
-    def asker(frame) -> tuple[str, int] | None:
-        """The student file (and line) asking, when the first frame outside the wrappers is one."""
+    def asker(frame, through_wrappers: bool) -> tuple[str, int] | None:
+        """The student file (and line) asking: the first frame (outside the wrappers, if
+        ``through_wrappers``), when it is one."""
         while frame is not None:
             filename = frame.f_code.co_filename
             path = real_paths.get(filename)
             if path is None:
                 path = real_paths[filename] = os.path.realpath(filename)
-            if path not in wrappers:
+            if not through_wrappers or path not in wrappers:
                 return (path, frame.f_lineno) if path in student else None
             frame = frame.f_back
         return None
@@ -75,16 +77,16 @@ def install(editable: Iterable[str], on_refusal: Callable[[str, str, int], None]
         if event == "object.__getattr__":
             if len(args) < 2 or args[1] not in FRAME_ATTRIBUTES:
                 return
-            what = f"reading .{args[1]}"
+            what, through_wrappers = f"reading .{args[1]}", False  # traceback.print_exc() reads tb_frame
         elif event in REFUSED or event.startswith(REFUSED_PREFIXES):
-            what = event
+            what, through_wrappers = event, True
         else:
             return
         if getattr(busy, "on", False):
             return  # this hook's own frame walk
         busy.on = True
         try:
-            found = asker(sys._getframe(1))
+            found = asker(sys._getframe(1), through_wrappers)
         finally:
             busy.on = False
         if found is None:

@@ -13,8 +13,18 @@ after the run. So each process runs under `bubblewrap <https://github.com/contai
   one for the submission's compiler caches. The rest of the machine (the instructor's repository,
   home, the rubric cache, other students, the grader's outputs) does not exist in it. ``/tmp`` is private;
 - **its own PID namespace**, which dies with it: no process it starts outlives the run;
-- **no network** (a namespace with loopback only), **no capabilities**, the user ``nobody``, and a
+- **no network** (a namespace with loopback only), **no capabilities**, an unprivileged user, and a
   clean environment (:func:`grader.execute.command.pytest_env`).
+
+**Which user.** Started by a normal user, bubblewrap puts the process in a user namespace where it is
+``nobody``: outside, it is that user (its files are theirs anyway). Started by **root** (a container's
+default user, CI, a Slurm job) a user namespace would not help: the namespace's ``nobody`` is mapped onto
+the user who created it, root, so graded code could read ``/etc/shadow`` and leave root-owned setuid
+files. As root, bubblewrap therefore makes no user namespace (root does the mounts), and inside it
+``setpriv`` (util-linux) turns the process into the host's real :data:`GRADED_UID` (``nobody``) before
+the graded command starts: no supplementary groups, no capability (the bounding set emptied too),
+``no_new_privs`` (no setuid program can give any back). What it must write (:attr:`View.writable`, its
+private folder) is handed to that user first (:func:`hand_over`); every mount is ``nosuid``.
 
 :class:`Unisolated` runs the command as it is (its own process group only): for a student grading
 their own copy on a laptop without bubblewrap. An instructor's grading (a course with solutions or
@@ -30,8 +40,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -40,13 +52,23 @@ from typing import Protocol
 
 import grader
 import labkit
+from grader.execute.bwrap import WHEEL, BwrapProgram, candidates, system_program
 from grader.execute.preflight import GraderEnvironmentError
 
 #: Folders every process needs (read-only): programs, libraries, configuration, the kernel's view.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc", "/opt", "/sys")
+#: Mount points under which no parent folder is ever made (they are the host's own, read-only).
+SYSTEM_MOUNTS = tuple(Path(name) for name in SYSTEM_PATHS)
 #: The user a graded process runs as inside its namespace.
 NOBODY = 65534
-INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install -y bubblewrap)"
+#: The host user (and group) a graded process started by root runs as: ``nobody``, who owns nothing.
+GRADED_UID = NOBODY
+#: Drops root to :data:`GRADED_UID` inside the sandbox: no groups, no capabilities, no new privileges.
+SETPRIV = shutil.which("setpriv", path=f"{os.defpath}:/usr/sbin:/sbin") or "setpriv"
+SETPRIV_ARGS = (f"--reuid={GRADED_UID}", f"--regid={GRADED_UID}", "--clear-groups", "--inh-caps=-all",
+                "--bounding-set=-all", "--no-new-privs")
+#: The one command that gives the course environment a bubblewrap of its own.
+INSTALL_COMMAND = f"{sys.executable} -m pip install {WHEEL}"
 
 
 class IsolationError(GraderEnvironmentError):
@@ -62,18 +84,29 @@ class View:
         writable: folders visible read-write, at the same path.
         hidden: folders inside those that appear empty (another lab's or part's held-out tests).
         cwd: the working directory.
+        private: a fresh folder of this process's own on disk, whose ``tmp`` and ``shm`` sub-folders
+            become its ``/tmp`` and ``/dev/shm`` (None: memory-backed ones).
     """
 
     readable: tuple[Path, ...]
     writable: tuple[Path, ...]
     hidden: tuple[Path, ...]
     cwd: Path
+    private: Path | None = None
+
+    def private_folders(self) -> dict[str, Path]:
+        """Where the process's ``/tmp`` and ``/dev/shm`` are on the host (empty without :attr:`private`)."""
+        return {} if self.private is None else {"/tmp": self.private / "tmp", "/dev/shm": self.private / "shm"}
 
 
 class Isolation(Protocol):
     """How a graded command is started (see the module docstring)."""
 
     name: str
+
+    def prepare(self, view: View) -> None:
+        """Make the folders ``view`` lets the process write writable by the user it runs as."""
+        ...
 
     def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
         """The command line and environment that run ``argv`` (with ``env``) isolated to ``view``."""
@@ -88,6 +121,10 @@ class Unisolated:
     """No isolation: the process has the grader's user, files, network and environment (see the docstring)."""
 
     name = "none"
+
+    def prepare(self, view: View) -> None:
+        for folder in view.private_folders().values():
+            folder.mkdir(parents=True, exist_ok=True)
 
     def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
         return list(argv), dict(env)
@@ -108,19 +145,69 @@ def interpreter_paths(python: str) -> tuple[Path, ...]:
     return tuple(Path(entry) for entry in json.loads(done.stdout.strip().splitlines()[-1]) if entry)
 
 
+def hand_over(folder: Path, uid: int) -> None:
+    """Make ``folder`` and everything in it owned by ``uid`` (its group too), as root, before a run.
+
+    Nothing is followed: a symbolic link is re-owned itself (never its target, which graded code may
+    have pointed at ``/etc/shadow``), a linked folder is not entered, and a file with several hard links
+    is left alone (it may be a link to a file outside the folder).
+    """
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in [".", *dirs, *files]:
+            path = Path(root) / name
+            info = path.lstat()
+            if info.st_uid == uid and info.st_gid == uid:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                continue
+            os.chown(path, uid, uid, follow_symlinks=False)
+
+
+class Mounts:
+    """bubblewrap's mount options, in order, each mount point's missing parents made first, mode 0755.
+
+    bubblewrap would create them itself with the host's modes: a parent such as ``/root`` or the
+    grader's private ``/tmp/grader-...`` (0700, root's) would bar the graded user from what lies below.
+    """
+
+    def __init__(self, args: list[str]) -> None:
+        self.args = args
+        self._made: set[Path] = {Path("/")}
+
+    def add(self, option: str, source: Path | None, target: Path) -> None:
+        """``option [source] target``, after ``--perms 0755 --dir`` for each parent not made or mounted yet."""
+        for parent in reversed(target.parents):
+            if parent not in self._made and not any(made in parent.parents for made in SYSTEM_MOUNTS):
+                self.args += ["--perms", "0755", "--dir", str(parent)]
+                self._made.add(parent)
+        self.args += [option, *([str(source)] if source is not None else []), str(target)]
+        self._made.add(target)
+
+
 class Bubblewrap:
     """Each process in its own bubblewrap namespace (see the module docstring).
 
     Args:
         python: the grading interpreter (its folders are made visible).
         course_root: the pristine course; no folder holding it is made visible whole.
-        executable: the ``bwrap`` program.
+        program: the ``bwrap`` program (default: the first that works, :func:`find_bubblewrap`).
+        as_root: drop root to :data:`GRADED_UID` instead of making a user namespace (default: whether
+            the grader runs as root).
     """
 
-    name = "bubblewrap"
+    def __init__(self, python: str, course_root: Path, program: BwrapProgram | None = None, *,
+                 as_root: bool | None = None) -> None:
+        if program is None:
+            program, problems = find_bubblewrap()
+            if program is None:
+                raise IsolationError(f"cannot isolate the graded code: {'; '.join(problems)}")
+        self.python, self.course_root, self.program = python, Path(course_root).resolve(), program
+        self.as_root = os.geteuid() == 0 if as_root is None else as_root
 
-    def __init__(self, python: str, course_root: Path, executable: str = "bwrap") -> None:
-        self.python, self.course_root, self.executable = python, Path(course_root).resolve(), executable
+    @property
+    def name(self) -> str:
+        """What isolates the run, as the grader's output and ``run.json`` say it."""
+        return self.program.describe()
 
     def _runtime_paths(self) -> list[Path]:
         """The interpreter's folders, except any that would show the course root (and so its solutions)."""
@@ -130,30 +217,51 @@ class Bubblewrap:
                 paths.append(path)
         return paths
 
+    def _user_args(self) -> list[str]:
+        """Namespaces, and who the process is: see *Which user* in the module docstring."""
+        if self.as_root:  # no user namespace: the mounts are root's, the user is dropped by setpriv
+            return ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        return ["--unshare-all", "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+
+    def prepare(self, view: View) -> None:
+        for folder in view.private_folders().values():
+            folder.mkdir(parents=True, exist_ok=True)
+        if self.as_root:
+            for folder in [*view.writable, *([view.private] if view.private else [])]:
+                hand_over(folder, GRADED_UID)
+
     def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
         packages = [Path(module.__file__).resolve().parent for module in (grader, labkit)]
-        args = [shutil.which(self.executable) or self.executable, "--die-with-parent", "--unshare-all", "--new-session", "--cap-drop", "ALL",
-                "--uid", str(NOBODY), "--gid", str(NOBODY)]
+        mounts = Mounts([self.program.path, "--die-with-parent", "--new-session",
+                         *self._user_args()])
         for name in SYSTEM_PATHS:
             path = Path(name)
             if path.is_symlink():
-                args += ["--symlink", str(path.readlink()), name]
+                mounts.args += ["--symlink", str(path.readlink()), name]
             elif path.is_dir():
-                args += ["--ro-bind", name, name]
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+                mounts.add("--ro-bind", path, path)
+        mounts.args += ["--dev", "/dev", "--proc", "/proc"]
+        private = view.private_folders()
+        for target in ("/tmp", "/dev/shm"):
+            if target in private:
+                mounts.add("--bind", private[target], Path(target))
+            else:
+                mounts.args += ["--perms", "1777", "--tmpfs", target]
         for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA needs the driver's devices
-            args += ["--dev-bind", str(device), str(device)]
+            mounts.add("--dev-bind", device, device)
         for path in [*self._runtime_paths(), *packages, *view.readable]:
-            args += ["--ro-bind", str(path), str(path)]
+            mounts.add("--ro-bind", path, path)
         for path in view.writable:
-            args += ["--bind", str(path), str(path)]
+            mounts.add("--bind", path, path)
         for path in [*(package / "tests" for package in packages), *view.hidden]:
-            if path.is_dir():
-                args += ["--tmpfs", str(path)]
-        args += ["--chdir", str(view.cwd), "--clearenv"]
+            if path.is_dir():  # empty and read-only (no memory-backed space to fill)
+                mounts.add("--tmpfs", None, path)
+                mounts.args += ["--remount-ro", str(path)]
+        args = [*mounts.args, "--chdir", str(view.cwd), "--clearenv"]
         for key, value in sorted(env.items()):
             args += ["--setenv", key, value]
-        return [*args, "--", *argv], {}
+        drop = [SETPRIV, *SETPRIV_ARGS, "--"] if self.as_root else []
+        return [*args, "--", *drop, *argv], {}
 
     def exit_status(self, code: int) -> int:
         """bubblewrap exits with 128 + N when the process it runs was killed by signal N (as a shell does)."""
@@ -165,25 +273,69 @@ class Bubblewrap:
         return code
 
 
-@functools.cache
-def bubblewrap_problem(executable: str = "bwrap") -> str | None:
-    """Why bubblewrap cannot isolate a process here (None when it can): tried once with ``true``."""
-    if shutil.which(executable) is None:
-        return f"bubblewrap ({executable}) is not installed"
-    trial = Bubblewrap(sys.executable, Path("/nonexistent-course"), executable)
-    argv, env = trial.command(["true"], {"PATH": "/usr/bin:/bin"}, View((), (), (), Path("/")))
+def program_problem(program: BwrapProgram) -> str | None:
+    """Why ``program`` cannot isolate a process here (None when it can).
+
+    Tried: the grader's interpreter starts in the sandbox as the user graded code runs as (as root,
+    that also proves ``setpriv`` works and the interpreter is readable by :data:`GRADED_UID`).
+    """
+    if program.too_old():
+        return program.too_old()
+    trial = Bubblewrap(sys.executable, Path("/nonexistent-course"), program)
+    if trial.as_root and not Path(SETPRIV).is_file():
+        return "setpriv (util-linux), which drops root to an unprivileged user inside the sandbox, is not installed"
+    argv, env = trial.command([sys.executable, "-E", "-c", "import os; print(os.getuid())"],
+                              {"PATH": "/usr/bin:/bin"}, View((), (), (), Path("/")))
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bubblewrap could not start ({error})"
+        return f"{program.describe()} could not start ({error})"
     if done.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {done.stderr.strip()[-300:]}"
+        return f"{program.describe()} cannot create namespaces here: {done.stderr.strip()[-300:]}"
+    if trial.as_root and done.stdout.strip() != str(GRADED_UID):
+        return f"the sandboxed process was not user {GRADED_UID} but {done.stdout.strip()!r}"
     return None
+
+
+@functools.cache
+def find_bubblewrap() -> tuple[BwrapProgram | None, tuple[str, ...]]:
+    """The ``bwrap`` that isolates graded code here: the system's where it works and is new enough, else
+    the course environment's (:mod:`grader.execute.bwrap`); and why each one passed over was."""
+    problems = []
+    if system_program() is None:
+        problems.append("bubblewrap (bwrap) is not installed on this system")
+    for program in candidates():
+        problem = program_problem(program)
+        if problem is None:
+            return program, tuple(problems)
+        problems.append(problem)
+    if not any(program.origin != "system" for program in candidates()):
+        problems.append(f"the course environment has no {WHEEL}")
+    return None, tuple(problems)
+
+
+def bubblewrap_problem() -> str | None:
+    """Why no bubblewrap can isolate a process here (None when one can)."""
+    program, problems = find_bubblewrap()
+    return None if program is not None else "; ".join(problems)
+
+
+def fix_command() -> str:
+    """The one command that lets a sandbox work here (called when none does)."""
+    from grader.execute.bwrap import wheel_program
+
+    if wheel_program() is None:
+        return INSTALL_COMMAND
+    if os.geteuid() != 0 and Path("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").exists():
+        return "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+    if os.geteuid() != 0 and Path("/proc/sys/kernel/unprivileged_userns_clone").exists():
+        return "sudo sysctl -w kernel.unprivileged_userns_clone=1"
+    return "sudo sysctl -w user.max_user_namespaces=15000"
 
 
 def choose_isolation(python: str, course_root: Path, *, instructor_course: bool, unsafe: bool,
                      log=lambda line: print(line, file=sys.stderr)) -> Isolation:
-    """The isolation a grading gets (see the module docstring).
+    """The isolation a grading gets (see the module docstring), said in one line of the grader's output.
 
     Args:
         python: the grading interpreter.
@@ -192,17 +344,22 @@ def choose_isolation(python: str, course_root: Path, *, instructor_course: bool,
         unsafe: ``--unsafe-no-sandbox`` was given.
 
     Raises:
-        IsolationError: an instructor's grading without working bubblewrap, not allowed to go unisolated.
+        IsolationError: an instructor's grading where no bubblewrap works, not allowed to go unisolated.
     """
     if unsafe:
         log("WARNING: --unsafe-no-sandbox: graded code runs with your user, files, network and environment")
         return Unisolated()
-    problem = bubblewrap_problem()
-    if problem is None:
-        return Bubblewrap(python, course_root)
+    program, problems = find_bubblewrap()
+    if program is not None:
+        isolation = Bubblewrap(python, course_root, program)
+        passed_over = f" ({'; '.join(problems)})" if problems else ""
+        user = f"uid {GRADED_UID} on the host" if isolation.as_root else "nobody in a user namespace"
+        log(f"isolation: {isolation.name}{passed_over}; graded code runs as {user}")
+        return isolation
+    problem = "; ".join(problems)
     if instructor_course:
         raise IsolationError(f"cannot isolate the graded code: {problem}. This course holds solutions or held-out "
-                             f"tests that graded code must not see: {INSTALL_HINT}, or grade anyway with "
+                             f"tests that graded code must not see: run `{fix_command()}`, or grade anyway with "
                              "--unsafe-no-sandbox (graded code can then read them)")
     log(f"note: grading unisolated ({problem}): your code runs with your own user and files, as in `nox -s lab01`")
     return Unisolated()

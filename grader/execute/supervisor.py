@@ -198,6 +198,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                              max_streak=budget.max_consecutive_timeouts or None)
     argv = [*argv, "--grader-events-fd", str(events_write), "--grader-control-fd", str(control_read),
             "--grader-verdict-fd", str(verdict_read)]
+    isolation.prepare(view)
     command, command_env = isolation.command(argv, env, view)
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
@@ -282,7 +283,7 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     with open(events, "ab") as events_log, open(raw_dir / OUTPUT_FILE, "ab") as output:
         while True:
             name = f"{part.lab.lab}-{'heldout' if part.heldout else 'visible'}-{len(commands)}"
-            with process_folders(state, name) as (writable, drop):
+            with process_folders(state, name) as (writable, drop, private):
                 argv = pytest_command(
                     python, part.targets, sandbox,
                     "--json-report", "--json-report-file", str(drop / REPORT_NAME), "--json-report-omit", *REPORT_OMIT,
@@ -293,7 +294,8 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
                 control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak,
                            "editable": editable}
                 env = pytest_env(sandbox, gpu, threads, state=writable, cold_caches=cold_caches)
-                view = View(readable=(sandbox,), writable=(writable, drop), hidden=part.hidden, cwd=sandbox)
+                view = View(readable=(sandbox,), writable=(writable, drop), hidden=part.hidden, cwd=sandbox,
+                            private=private)
                 ended = supervise(argv, env=env, view=view, isolation=isolation, control=control,
                                   events_log=events_log, output=output, limits=limits, budget=budget,
                                   deadline=start + budget.lab_s)
@@ -336,22 +338,23 @@ REPORT_NAME = "report.json"
 
 
 @contextmanager
-def process_folders(root: Path, name: str) -> Iterator[tuple[Path, Path]]:
-    """Fresh writable folders of one graded process, ``(state, report folder)`` under ``root/name``, removed
+def process_folders(root: Path, name: str) -> Iterator[tuple[Path, Path, Path]]:
+    """Fresh writable folders of one graded process, ``(state, report folder, private)`` under ``root/name``, removed
     when it has ended: whatever an earlier process left under that name (a file where ``home`` was, a
     link) is removed first, without following links (:func:`grader.evidence.untrusted.clear_path`).
 
     ``state`` holds the process's home and compiler caches (:func:`grader.execute.command.pytest_env`):
     they work within the process and never outlive it, so no later process reads what it wrote.
+    ``private`` holds the process's own ``/tmp`` and ``/dev/shm`` (:class:`~grader.execute.isolation.View`).
     """
     if root.is_symlink() or not root.is_dir():
         fresh_folder(root)
     base = fresh_folder(root / name)
-    state, drop = base / "state", base / "report"
-    for folder in (state / "home", state / "cache", drop):
+    state, drop, private = base / "state", base / "report", base / "private"
+    for folder in (state / "home", state / "cache", drop, private):
         folder.mkdir(parents=True)
     try:
-        yield state, drop
+        yield state, drop, private
     finally:
         clear_path(base)
 

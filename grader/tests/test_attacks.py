@@ -10,8 +10,10 @@ the defence is the isolation, not luck).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -26,7 +28,7 @@ from grader.course.labs import load_course
 from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
 from grader.execute import supervisor
 from grader.execute.collect import build_rubric, cache_problem, rubric_key
-from grader.execute.isolation import Unisolated
+from grader.execute.isolation import GRADED_UID, Bubblewrap, Isolation, Unisolated, View
 from grader.runners.local import GradingSetup, grade_submission, own_grader_problem
 from grader.scoring.results import SubmissionResult
 from grader.scoring.score import rescore
@@ -56,7 +58,8 @@ def unisolated(setup: GradingSetup) -> GradingSetup:
 def test_every_attack_class_of_the_corpus_is_there():
     assert {"attack_reads_reference", "attack_leaks_heldout", "attack_forges_events", "attack_daemon",
             "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env",
-            "attack_hostile_leftovers", "attack_carries_heldout", "attack_reads_test_frames"} <= set(ATTACKS)
+            "attack_hostile_leftovers", "attack_carries_heldout", "attack_reads_test_frames",
+            "attack_escalates_as_root"} <= set(ATTACKS)
 
 
 @needs_bubblewrap
@@ -321,3 +324,71 @@ def test_a_student_file_reading_the_tests_frames_is_refused(mode, tmp_path):
     else:
         assert lines["test_add"].startswith("refused") and lines["test_fib"].startswith("refused"), done.stdout
         assert "sys._getframe" in lines["refusals"], done.stdout
+
+
+class RootOnlySecret(Bubblewrap):
+    """The grader's isolation, which also leaves a root-only file (mode 0600) in the sandbox's working
+    folder before each process starts, and records who owns what the process left in the folders it
+    could write, on the host, before the grader cleans them up."""
+
+    SECRET = "ROOT-ONLY-SECRET"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.left: dict[Path, os.stat_result] = {}
+        self._view: View | None = None
+
+    def command(self, argv, env, view):
+        secret = view.cwd / self.SECRET
+        secret.write_text("GRADER-TEST-SECRET only root may read this\n")
+        secret.chmod(0o600)
+        self._view = view
+        return super().command(argv, env, view)
+
+    def exit_status(self, code):
+        for folder in [*self._view.writable, self._view.private]:
+            for path in [folder, *folder.rglob("*")]:
+                self.left[path] = path.lstat()
+        return super().exit_status(code)
+
+
+def _grade_as_root_attack(demo_setup, tmp_path, isolation) -> tuple[str, RootOnlySecret | Isolation]:
+    setup = replace(demo_setup, options=replace(demo_setup.options, isolation=isolation))
+    grade_submission(materialize("attack_escalates_as_root", tmp_path / "sub"), tmp_path / "graded", setup,
+                     only_labs=["labA"])
+    return student_facing(tmp_path / "graded"), isolation
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="what a grader started by root lets graded code do")
+
+
+@needs_root
+@needs_bubblewrap
+def test_graded_by_root_the_code_is_an_unprivileged_host_user(demo_setup, tmp_path):
+    text, isolation = _grade_as_root_attack(demo_setup, tmp_path, RootOnlySecret(sys.executable, DEMO_COURSE))
+    assert "LEAKED:" not in text and "GRADER-TEST-SECRET" not in text, "root-only files stay unreadable"
+    assert "DENIED /etc/shadow: Permission denied" in text and "DENIED ROOT-ONLY-SECRET: Permission denied" in text
+    assert f"UID {GRADED_UID} EUID {GRADED_UID} GROUPS []" in text
+    assert "CHOWNED-TO-ROOT" not in text
+    mount = text.split("HOME-MOUNT ", 1)[1].split(" ", 1)[0]
+    assert "nosuid" in mount.split(","), f"its writable folders are mounted nosuid: {mount}"
+    made = {path: info for path, info in isolation.left.items() if path.name in ("setuid-python", "left-in-tmp")}
+    assert {path.name for path in made} == {"setuid-python", "left-in-tmp"}, f"the attack left: {sorted(isolation.left)}"
+    assert all(info.st_uid == GRADED_UID and info.st_gid == GRADED_UID for info in made.values()), made
+    setuid = next(info for path, info in made.items() if path.name == "setuid-python")
+    assert setuid.st_mode & stat.S_ISUID, "the setuid bit is set, and harmless: nobody's, on a nosuid mount"
+    root_owned = [path for path, info in isolation.left.items() if info.st_uid == 0 and not stat.S_ISDIR(info.st_mode)]
+    assert root_owned == [], f"nothing it wrote is root's: {root_owned}"
+
+
+@needs_root
+@needs_bubblewrap
+def test_without_dropping_root_the_same_attack_reads_root_only_files(demo_setup, tmp_path):
+    """The controls: unisolated, and under a user namespace whose nobody is mapped onto root."""
+    unisolated_text, _ = _grade_as_root_attack(demo_setup, tmp_path / "none", Unisolated())
+    assert "LEAKED: 'root:" in unisolated_text and "CHOWNED-TO-ROOT" in unisolated_text
+    namespaced = RootOnlySecret(sys.executable, DEMO_COURSE, as_root=False)
+    text, _ = _grade_as_root_attack(demo_setup, tmp_path / "userns", namespaced)
+    assert "LEAKED: 'root:" in text and "LEAKED: 'GRADER-TEST-SECRET" in text, "nobody in a user namespace is root outside"
+    made = [info for path, info in namespaced.left.items() if path.name == "setuid-python"]
+    assert made and made[0].st_uid == 0, "and what it leaves is root's"
