@@ -232,6 +232,8 @@ class EventRecorder:
     def _write(self, event: dict[str, Any]) -> None:
         if self.closed:
             return
+        if not isinstance(event.get("t"), (int, float)) or isinstance(event.get("t"), bool):
+            event = {**event, "t": round(time.time(), 3)}  # an event sent without its time gets the supervisor's
         self.log.write((json.dumps(event, ensure_ascii=False, default=str) + "\n").encode("utf-8", "replace"))
         self.log.flush()
 
