@@ -48,7 +48,7 @@ def test_run_on_an_unreadable_submission_still_writes_a_result(tmp_path, demo_ar
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "broken.zip"), "--out", str(out), *demo_args]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert {lab["status"] for lab in summary["labs"].values()} == {"not-run"}
+    assert {lab["status"] for lab in summary["labs"].values()} == {"bad-submission"}, "an unreadable archive is the submission's problem, said as such"
     assert summary["total"]["max_score"] == 26 and "not a readable zip" in summary["flags"][0]
 
 
