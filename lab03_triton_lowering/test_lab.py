@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch._inductor import config as inductor_config
-from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._inductor.pattern_matcher import fwd_only
 from torch._inductor.utils import run_and_get_code
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -253,17 +253,36 @@ def test_operator_has_a_fake_implementation(lab):
     assert out.shape == x.shape and out.dtype == x.dtype and out.is_contiguous()
 
 
-@pytest.mark.points(3)
-def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
-    x, weight, bias = make_inputs((3, 40))
+def the_custom_operator(lab, x, weight, bias) -> torch._ops.OpOverload:
+    """The one custom operator ``layernorm_gelu`` dispatches to, found by tracing it."""
     graph = make_fx(lambda x, w, b: lab.layernorm_gelu(x, w, b, eps=1e-5, approximate="none"), tracing_mode="fake")(
         x, weight, bias
     ).graph
     targets = [node.target for node in graph.nodes if node.op == "call_function"]
     custom = [t for t in targets if isinstance(t, torch._ops.OpOverload) and t.namespace not in ("aten", "prims")]
     assert len(custom) == 1, f"expected one call of a custom operator in the traced graph, got {targets}"
+    return custom[0]
+
+
+@pytest.mark.points(3)
+def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
+    x, weight, bias = make_inputs((3, 40))
     # Schema, fake/real agreement, autograd registration and AOT dispatch: PyTorch's own checklist.
-    torch.library.opcheck(custom[0], (x, weight, bias, 1e-5, "none"))
+    torch.library.opcheck(the_custom_operator(lab, x, weight, bias), (x, weight, bias, 1e-5, "none"))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_operator_passes_opcheck_in_half_precision(lab, dtype):
+    # The fake implementation is what the compiler plans with: a fake that answers float32 for half
+    # inputs makes every compiled half-precision model allocate the wrong buffers.
+    x, weight, bias = make_inputs((2, 3, 24), dtype=dtype)
+    operator = the_custom_operator(lab, x, weight, bias)
+    try:
+        torch.library.opcheck(operator, (x, weight, bias, 1e-3, "tanh"))
+    except Exception as error:  # opcheck's own message names the check; say which inputs and where to look
+        raise AssertionError(f"torch.library.opcheck failed on {dtype} inputs: op.py's register_fake must return "
+                             f"x's shape, dtype and device, as the real operator does. {error}") from None
 
 
 def run_python(lab, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -514,6 +533,57 @@ def test_cache_key_changes_with_the_operator_namespace(lab, monkeypatch):
         key = graph_pass.uuid()
         monkeypatch.setattr(lowering, "OP_NAMESPACE", f"another_{lowering.OP_NAMESPACE}")
         assert graph_pass.uuid() != key, "uuid() must change when OP_NAMESPACE does"
+    finally:
+        lab.uninstall_lowering()
+
+
+class _RecordingPass(_SentinelPass):
+    """A previous post-grad pass that records the graphs it was run on."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, graph):
+        self.graphs.append(graph)
+
+
+@pytest.mark.points(1)
+def test_the_pass_runs_the_previously_installed_pass(lab):
+    # Keeping the previous pass (to restore it) is not enough: Inductor calls one post-grad custom
+    # pass, so a pass that does not call the previous one switches someone else's pass off.
+    previous = _RecordingPass()
+    with inductor_config.patch(post_grad_custom_post_pass=previous):
+        lab.install_lowering()
+        try:
+            graph = torch.fx.symbolic_trace(lambda x: x.relu()).graph  # a graph with no LayerNorm+GELU site
+            inductor_config.post_grad_custom_post_pass(graph)
+            assert previous.graphs == [graph], (
+                "lowering.py's LayerNormGeluPass must run the pass installed before it (self.previous) on each graph"
+            )
+        finally:
+            lab.uninstall_lowering()
+
+
+@pytest.mark.points(1)
+def test_cache_key_changes_when_the_lowerings_files_change(lab, monkeypatch, tmp_path):
+    # A cached graph holds code the pass generated; editing kernel.py, op.py or lowering.py must make
+    # Inductor compile again, or the student runs yesterday's kernel.
+    lowering = sys.modules[f"{lab.__name__}.lowering"]
+    copies = []
+    for source in lowering._SOURCE_FILES:
+        copy = tmp_path / Path(source).name
+        copy.write_bytes(Path(source).read_bytes())
+        copies.append(str(copy))
+    monkeypatch.setattr(lowering, "_SOURCE_FILES", tuple(copies))
+    graph_pass = lab.install_lowering().graph_pass
+    try:
+        key = graph_pass.uuid()
+        with open(copies[0], "a", encoding="utf-8") as kernel:
+            kernel.write("\n# an edit\n")
+        getattr(get_hash_for_files, "cache_clear", lambda: None)()  # torch memoizes file hashes per path
+        assert graph_pass.uuid() != key, (
+            "lowering.py's uuid() must change when a file in _SOURCE_FILES changes (get_hash_for_files(_SOURCE_FILES, ...))"
+        )
     finally:
         lab.uninstall_lowering()
 

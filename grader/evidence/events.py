@@ -43,6 +43,7 @@ PROBE_EVENTS = frozenset({CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FI
 #: The supervisor's events.
 KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
 STOPPED_EVENT = "stopped"  # the streak rule stopped the lab
+OVER_LIMIT_EVENT = "over_limit"  # the supervisor killed a process over a resource cap (the test running then, if any)
 REJECTED_EVENT = "rejected"  # an event the supervisor refused (the graded process tampered with its channel)
 PHASES = ("setup", "call", "teardown")
 #: The supervisor's answers on the verdict pipe: at the start of each call (run it, or fail it: a canary)

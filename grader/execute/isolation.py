@@ -103,6 +103,8 @@ class Isolation(Protocol):
     """How a graded command is started (see the module docstring)."""
 
     name: str
+    #: Graded code runs as the host's :data:`GRADED_UID`, a user of its own (not the grader's).
+    runs_as_graded_uid: bool
 
     def prepare(self, view: View) -> None:
         """Make the folders ``view`` lets the process write writable by the user it runs as."""
@@ -121,6 +123,7 @@ class Unisolated:
     """No isolation: the process has the grader's user, files, network and environment (see the docstring)."""
 
     name = "none"
+    runs_as_graded_uid = False
 
     def prepare(self, view: View) -> None:
         for folder in view.private_folders().values():
@@ -208,6 +211,10 @@ class Bubblewrap:
     def name(self) -> str:
         """What isolates the run, as the grader's output and ``run.json`` say it."""
         return self.program.describe()
+
+    @property
+    def runs_as_graded_uid(self) -> bool:
+        return self.as_root
 
     def _runtime_paths(self) -> list[Path]:
         """The interpreter's folders, except any that would show the course root (and so its solutions)."""

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from grader.course.rubric import LabRubric, Rubric, RubricTest
 
 
+GiB = 1024**3
+
+
 @dataclass(frozen=True)
 class RunLimits:
     """Time and size limits of one lab's run (the time limits per test and per lab: :mod:`grader.execute.limits`).
@@ -62,6 +65,12 @@ class RunLimits:
         output_cap_bytes: console output beyond this kills the run (a flood, not a test).
         output_keep_bytes: console output kept after the run (head and tail halves).
         report_cap_bytes: a JSON report larger than this is not read at all (the lab's reason says so).
+        memory_cap_bytes: private memory of one graded process and all it starts, together
+            (:mod:`grader.execute.resources`, like the four caps below).
+        process_cap: processes one graded run may have at once.
+        open_files_cap: files one process may have open.
+        file_size_cap_bytes: the largest file a graded process may write.
+        disk_cap_bytes: what one graded run's writable folders may hold together.
     """
 
     test_timeout_s: float | None = None
@@ -75,6 +84,11 @@ class RunLimits:
     output_cap_bytes: int = 64 * 1024 * 1024
     output_keep_bytes: int = 64 * 1024
     report_cap_bytes: int = 4 * 1024 * 1024
+    memory_cap_bytes: int = 8 * GiB
+    process_cap: int = 256
+    open_files_cap: int = 4096
+    file_size_cap_bytes: int = 2 * GiB
+    disk_cap_bytes: int = 4 * GiB
 
 
 @dataclass(frozen=True)
@@ -196,4 +210,11 @@ def time_limit_args(limits: RunLimits) -> list[str]:
         args += ["--test-timeout", f"{limits.test_timeout_s:g}"]
     if limits.lab_timeout_s is not None:
         args += ["--lab-timeout", f"{limits.lab_timeout_s:g}"]
+    defaults = RunLimits()
+    if limits.memory_cap_bytes != defaults.memory_cap_bytes:
+        args += ["--memory-cap", f"{limits.memory_cap_bytes / GiB:g}"]
+    if limits.disk_cap_bytes != defaults.disk_cap_bytes:
+        args += ["--disk-cap", f"{limits.disk_cap_bytes / GiB:g}"]
+    if limits.process_cap != defaults.process_cap:
+        args += ["--process-cap", str(limits.process_cap)]
     return args

@@ -57,6 +57,7 @@ from grader.course.labs import CourseError, load_course
 from grader.course.rubric import LabRubric
 from grader.evidence.events import (
     KILLED_EVENT,
+    OVER_LIMIT_EVENT,
     REJECTED_EVENT,
     STOPPED_EVENT,
     is_canary,
@@ -72,6 +73,7 @@ from grader.execute.channel import EventRecorder, append_event, original_nodeid
 from grader.execute.command import REPORT_OMIT, pytest_command, pytest_env
 from grader.execute.isolation import Isolation, Unisolated, View
 from grader.execute.limits import LabBudget, RunLimits, lab_budget
+from grader.execute.resources import ResourceWatch, cuda_hidden, kernel_limits, limit_setter
 
 #: How long the supervisor waits for a killed process's pipes to close.
 PIPE_GRACE_S = 5.0
@@ -85,7 +87,9 @@ class RunRecord:
     (pytest started again after each); ``stopped``: why the streak rule stopped the part ("" if it did
     not); ``rejected``: events the supervisor refused (tampering with the results channel);
     ``report_problems``: why a process's JSON report was not kept (a link, a FIFO, over the size cap,
-    nested too deeply...), one line per refused report.
+    nested too deeply...), one line per refused report. ``over_limit``: each resource cap a process went
+    over (:mod:`grader.execute.resources`; its test, if one was running, is in ``killed_tests`` too);
+    ``peak_use``: the most any of the part's processes used of each watched resource.
     """
 
     lab: str
@@ -103,6 +107,8 @@ class RunRecord:
     stopped: str = ""
     rejected: int = 0
     report_problems: tuple[str, ...] = ()
+    over_limit: tuple[str, ...] = ()
+    peak_use: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,9 @@ class Supervised:
     timed_out: bool = False
     flooded: bool = False
     overrun: str | None = None  # recorded node id of the test killed for overrunning its limit
+    over_limit: str = ""  # the resource cap it went over, in words ("" if none)
+    over_limit_test: str | None = None  # recorded node id of the test running then (None: none was)
+    peak_use: dict = field(default_factory=dict)  # the most it used of each watched resource
     started: list[str] = field(default_factory=list)  # real tests that started
 
 
@@ -182,12 +191,14 @@ def _send(fd: int, payload: bytes) -> None:
 
 def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Isolation, control: dict,
               events_log: IO[bytes], output: IO[bytes], limits: RunLimits, budget: LabBudget,
-              deadline: float) -> Supervised:
+              deadline: float, gpu_off: bool = True) -> Supervised:
     """Run one graded pytest process (``argv`` without the channel options) until it exits or must be killed.
 
     It is killed (its whole group) when the wall clock passes ``deadline`` (``time.monotonic()``), when
-    its output passes ``limits.output_cap_bytes``, or when a test runs past its limit plus a grace
-    period. The exit code is negative for a signal (``-11`` = segfault), None only if waiting failed.
+    its output passes ``limits.output_cap_bytes``, when a test runs past its limit plus a grace
+    period, or when it goes over a resource cap (:mod:`grader.execute.resources`; ``gpu_off``: no CUDA,
+    so one process's memory is a kernel limit too). The exit code is negative for a signal (``-11`` =
+    segfault), None only if waiting failed.
     """
     events_read, events_write = os.pipe()
     control_read, control_write = os.pipe()
@@ -202,10 +213,12 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
     command, command_env = isolation.command(argv, env, view)
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
+    kernel = kernel_limits(limits, gpu_off=gpu_off, graded_user_is_nobody=isolation.runs_as_graded_uid)
     try:
         process = subprocess.Popen(command, cwd=view.cwd, env=command_env, stdin=subprocess.DEVNULL,
                                    stdout=output_write, stderr=output_write, start_new_session=True,
-                                   pass_fds=(events_write, control_read, verdict_read))
+                                   pass_fds=(events_write, control_read, verdict_read),
+                                   preexec_fn=limit_setter(kernel))
     except BaseException:
         os.close(verdict_write)
         raise
@@ -219,15 +232,21 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                                                            limits.output_cap_bytes, flooded), daemon=True)]
     for thread in threads:
         thread.start()
+    watch = ResourceWatch(process.pid, (*view.writable, *([view.private] if view.private else [])), limits)
     try:
         while process.poll() is None:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 ended.timed_out = True
             elif flooded.is_set() or recorder.flooded:
                 ended.flooded = True
             else:
-                ended.overrun = overran(recorder.now_running(), budget, time.monotonic())
-            if ended.timed_out or ended.flooded or ended.overrun:
+                ended.overrun = overran(recorder.now_running(), budget, now)
+                ended.over_limit = "" if ended.overrun else watch.check(now) or ""
+                if ended.over_limit:
+                    running = recorder.now_running()
+                    ended.over_limit_test = running[0] if running else None
+            if ended.timed_out or ended.flooded or ended.overrun or ended.over_limit:
                 _kill_group(process)
                 break
             time.sleep(0.05)
@@ -242,6 +261,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
         recorder.close()
         os.close(verdict_write)
     ended.started = list(recorder.started)
+    ended.peak_use = watch.peaks()
     return ended
 
 
@@ -280,6 +300,8 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     stopped = ""
     commands: list[list[str]] = []
     report_problems: list[str] = []
+    over_limit: list[str] = []
+    peak_use: dict[str, int] = {}
     with open(events, "ab") as events_log, open(raw_dir / OUTPUT_FILE, "ab") as output:
         while True:
             name = f"{part.lab.lab}-{'heldout' if part.heldout else 'visible'}-{len(commands)}"
@@ -298,18 +320,25 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
                             private=private)
                 ended = supervise(argv, env=env, view=view, isolation=isolation, control=control,
                                   events_log=events_log, output=output, limits=limits, budget=budget,
-                                  deadline=start + budget.lab_s)
+                                  deadline=start + budget.lab_s, gpu_off=cuda_hidden(gpu))
                 kept = report_file(len(commands) - 1)
                 problem = keep_report(drop / REPORT_NAME, raw_dir / kept, limits.report_cap_bytes)
                 if problem:
                     report_problems.append(f"{kept}: {problem}")
             started += ended.started
-            if ended.overrun is None:
+            for measured, value in ended.peak_use.items():
+                peak_use[measured] = max(peak_use.get(measured, 0), value)
+            if ended.over_limit:
+                over_limit.append(ended.over_limit)
+                append_event(events, OVER_LIMIT_EVENT, reason=ended.over_limit,
+                             **({"nodeid": ended.over_limit_test} if ended.over_limit_test else {}))
+            victim = ended.overrun or ended.over_limit_test
+            if victim is None:
                 break
-            if not is_canary(ended.overrun):
-                killed.append(ended.overrun)
-            limit = budget.limit(original_nodeid(ended.overrun))
-            append_event(events, KILLED_EVENT, nodeid=ended.overrun, limit_s=limit)
+            if not is_canary(victim):
+                killed.append(victim)
+            if ended.overrun:
+                append_event(events, KILLED_EVENT, nodeid=ended.overrun, limit_s=budget.limit(original_nodeid(ended.overrun)))
             streak = timeout_streak(read_events(events))
             remaining = [nodeid for nodeid in part.nodeids if nodeid not in {*started, *killed}]
             if budget.stops_at(streak):
@@ -323,7 +352,7 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     trim_file(raw_dir / OUTPUT_FILE, limits.output_keep_bytes)
     record = RunRecord(part.lab.lab, part.lab.package, part.heldout, commands[0], ended.exit_code, ended.timed_out,
                        ended.flooded, round(wall, 3), budget.lab_s, isolation.name, len(commands), tuple(killed),
-                       stopped, rejected, tuple(report_problems))
+                       stopped, rejected, tuple(report_problems), tuple(over_limit), peak_use)
     (raw_dir / RUN_FILE).write_text(json.dumps(asdict(record), indent=1) + "\n", encoding="utf-8")
     return record
 

@@ -404,11 +404,11 @@ def failure_reason(status: TaskStatus, plan: Plan, rubric: Rubric) -> tuple[str,
 def killed_by_the_kernel(run: dict[str, Any]) -> bool:
     """Whether a lab's last pytest process died of ``SIGKILL`` that the grader did not send.
 
-    The grader kills a process group itself when the lab's budget runs out, its output floods, or a
-    test overruns its limit (``run.json`` says so); any other ``SIGKILL`` in an ``OUT_OF_MEMORY`` task
-    is the kernel's.
+    The grader kills a process group itself when the lab's budget runs out, its output floods, a test
+    overruns its limit or it goes over a resource cap (``run.json`` says so); any other ``SIGKILL`` in an
+    ``OUT_OF_MEMORY`` task is the kernel's.
     """
-    graders_own = run.get("timed_out") or run.get("output_flooded") or run.get("killed_tests")
+    graders_own = run.get("timed_out") or run.get("output_flooded") or run.get("killed_tests") or run.get("over_limit")
     return run.get("exit_code") == -signal.SIGKILL and not graders_own
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.course.rubric import LabRubric, Rubric, RubricTest
-from grader.evidence.events import INTROSPECTION_EVENT, KILLED_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, stop_reason
+from grader.evidence.events import INTROSPECTION_EVENT, KILLED_EVENT, OVER_LIMIT_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, stop_reason
 from grader.evidence.layout import RUBRIC_FILE, SUBMISSION_FILE, read_json
 from grader.evidence.runs import LabRun, LabRuns, load_lab_runs
 from grader.evidence.text import truncate_text
@@ -75,7 +75,7 @@ class Observed:
     """What the event log says about one test case.
 
     ``process``: which of the lab's pytest processes ran it (0: the first; more after a resume);
-    ``timed_out``: a phase hit the grader's time limit; ``killed_after_s``: the runner killed it at this limit.
+    ``timed_out``: a phase hit the grader's time limit; ``killed_after_s``: the runner killed it at this limit; ``over_limit``: the resource cap it went over.
     """
 
     started: bool = False
@@ -84,6 +84,7 @@ class Observed:
     process: int = 0
     timed_out: bool = False
     killed_after_s: float | None = None
+    over_limit: str = ""
 
 
 def observe(events: tuple[dict[str, Any], ...]) -> dict[str, Observed]:
@@ -109,6 +110,8 @@ def observe(events: tuple[dict[str, Any], ...]) -> dict[str, Observed]:
             entry.timed_out = entry.timed_out or bool(event.get("timeout"))
         elif kind == KILLED_EVENT:
             entry.killed_after_s = float(event.get("limit_s") or 0.0)
+        elif kind == OVER_LIMIT_EVENT:
+            entry.over_limit = str(event.get("reason") or "a resource cap")
     return seen
 
 
@@ -152,10 +155,11 @@ def rejections(run: LabRun) -> list[str]:
 
 def _last_process_ended_normally(events: tuple[dict[str, Any], ...]) -> bool:
     """True when the last pytest process finished its session, or was killed for an overrunning test
-    with no test left to resume (the runner's ``killed`` event is then the log's last word)."""
+    or over a resource cap, with no test left to resume (the runner's ``killed`` or ``over_limit`` event
+    is then the log's last word)."""
     for event in reversed(events):
         kind = event.get("event")
-        if kind in ("session_finish", KILLED_EVENT):
+        if kind in ("session_finish", KILLED_EVENT) or (kind == OVER_LIMIT_EVENT and event.get("nodeid")):
             return True
         if kind == "configure":
             return False
@@ -186,6 +190,10 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
         return "timeout", f"the lab's tests ran over the per-lab time limit{limit} and were stopped"
     if run.output_flooded:
         return "crashed", "the tests printed far too much output and were stopped"
+    outside = [str(e.get("reason")) for e in run.events if e.get("event") == OVER_LIMIT_EVENT and not e.get("nodeid")]
+    if outside:
+        return "crashed", (f"the test process went over a resource cap outside any test ({outside[0]}) and was "
+                           "stopped (code run at import or in a fixture?)")
     if "collected" not in kinds:
         tail = run.output_tail.strip()[-MESSAGE_CHARS:]
         return "collection-error", f"pytest stopped before running any test (it {describe_exit(run.exit_code)}): {tail}"
@@ -216,6 +224,9 @@ def score_test(test: RubricTest, seen: Observed | None, reports: tuple[dict[str,
                "crashed": "the test process died before this test",
                "stopped": "not run: the lab was stopped after too many timeouts in a row"}.get(status, "this test was not run")
         return result("not-run", why)
+    if seen.over_limit:
+        return result("crashed", f"this test went over a resource cap ({seen.over_limit}); the grader stopped it "
+                                 "and went on with the next test")
     if seen.killed_after_s is not None:
         return result("timeout", f"this test ran over its time limit of {seen.killed_after_s:g} s and "
                                  "did not stop when interrupted; the grader killed it and went on with the next test")

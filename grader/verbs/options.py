@@ -13,7 +13,7 @@ from grader.evidence.text import key_lines
 from grader.execute.collect import DEFAULT_CACHE_DIR, build_rubric
 from grader.execute.command import GPU_MODES
 from grader.execute.isolation import choose_isolation
-from grader.execute.limits import GRADING_MARGIN_S, RunLimits
+from grader.execute.limits import GRADING_MARGIN_S, GiB, RunLimits
 from grader.execute.preflight import check_grading_environment
 from grader.runners.container import ENGINE_ENV_VAR, ContainerLimits, ContainerRunner, find_engine
 from grader.runners.local import GradeOptions, GradingSetup
@@ -47,6 +47,14 @@ def add_course_options(parser: argparse.ArgumentParser) -> None:
     times.add_argument("--max-consecutive-timeouts", type=int, default=defaults.max_consecutive_timeouts,
                        help="after this many tests in a row ran out of time, the rest of the lab is not run "
                             f"(default {defaults.max_consecutive_timeouts}; 0: never)")
+    caps = parser.add_argument_group("resource caps", "what one graded pytest process and everything it starts "
+                                     "may take; a test over a cap scores 0 and the lab goes on")
+    caps.add_argument("--memory-cap", type=float, default=defaults.memory_cap_bytes / GiB, metavar="GIB",
+                      help=f"private memory, in GiB (default {defaults.memory_cap_bytes / GiB:g})")
+    caps.add_argument("--disk-cap", type=float, default=defaults.disk_cap_bytes / GiB, metavar="GIB",
+                      help=f"what its home, caches and /tmp may hold, in GiB (default {defaults.disk_cap_bytes / GiB:g})")
+    caps.add_argument("--process-cap", type=int, default=defaults.process_cap, metavar="N",
+                      help=f"processes at once (default {defaults.process_cap})")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where pristine rubrics are cached")
     parser.add_argument("--no-cache", action="store_true", help="collect the pristine rubric again")
     parser.add_argument("--keep-sandbox", action="store_true", help="keep each sandbox under OUT/sandbox")
@@ -100,10 +108,12 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True, isolate
 
 
 def limits_from_args(args: argparse.Namespace) -> RunLimits:
-    """The :class:`RunLimits` the time-limit options of :func:`add_course_options` ask for."""
+    """The :class:`RunLimits` the time-limit and resource-cap options of :func:`add_course_options` ask for."""
     return RunLimits(test_timeout_s=args.test_timeout, lab_timeout_s=args.lab_timeout, time_factor=args.time_factor,
                      min_test_timeout_s=args.min_test_timeout, wall_factor=args.wall_factor,
-                     max_consecutive_timeouts=args.max_consecutive_timeouts)
+                     max_consecutive_timeouts=args.max_consecutive_timeouts,
+                     memory_cap_bytes=int(args.memory_cap * GiB), disk_cap_bytes=int(args.disk_cap * GiB),
+                     process_cap=args.process_cap)
 
 
 

@@ -65,3 +65,32 @@ def test_check_arguments_without_the_checks_its_docstring_promises_fails(tmp_pat
     )
     assert len(run.passed) == 8, "the other bad inputs still get their errors"
 
+
+
+#: Lab 3's interfaces wrong where the earlier tests did not stand: a fake answering float32 for half
+#: inputs, a previous post-grad pass kept (and restored) but never run, a cache key blind to the files.
+FAKE_IN_FLOAT32 = (Mistake("op.py", "return torch.empty(x.shape, dtype=x.dtype, device=x.device)",
+                           "return torch.empty(x.shape, dtype=torch.float32, device=x.device)"),)
+PREVIOUS_PASS_NOT_RUN = (Mistake("lowering.py", "            self.previous(graph)\n", "            pass\n"),)
+KEY_BLIND_TO_FILES = (Mistake("lowering.py", "return get_hash_for_files(_SOURCE_FILES, extra=extra)",
+                              "return get_hash_for_files((), extra=extra)"),)
+
+
+def test_a_fake_in_float32_fails_opcheck_on_half_inputs_only(tmp_path):
+    run = run_with(tmp_path, FAKE_IN_FLOAT32, "opcheck or fake_implementation")
+    assert sorted(run.failed) == ["test_operator_passes_opcheck_in_half_precision[bfloat16]",
+                                  "test_operator_passes_opcheck_in_half_precision[float16]"], run.output[-3000:]
+    for message in run.failed.values():
+        assert "register_fake must return x's shape, dtype and device" in message, message
+
+
+def test_a_previous_pass_that_is_never_run_fails(tmp_path):
+    run = run_with(tmp_path, PREVIOUS_PASS_NOT_RUN, "previously_installed or install_is_idempotent")
+    assert sorted(run.failed) == ["test_the_pass_runs_the_previously_installed_pass"], run.output[-3000:]
+    assert "must run the pass installed before it" in run.failed["test_the_pass_runs_the_previously_installed_pass"]
+
+
+def test_a_cache_key_blind_to_the_files_fails(tmp_path):
+    run = run_with(tmp_path, KEY_BLIND_TO_FILES, "cache_key")
+    assert sorted(run.failed) == ["test_cache_key_changes_when_the_lowerings_files_change"], run.output[-3000:]
+    assert "must change when a file in _SOURCE_FILES changes" in run.failed["test_cache_key_changes_when_the_lowerings_files_change"]
