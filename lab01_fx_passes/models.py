@@ -87,18 +87,23 @@ def large_output_resnet50(seed: int = 0) -> nn.Module:
 
 
 class ConvBNStack(nn.Module):
-    """``conv -> bn -> relu -> conv -> bn``: two foldable Conv+BN pairs (1-D, 2-D or 3-D)."""
+    """``conv -> bn -> relu -> conv -> bn``: two foldable Conv+BN pairs (1-D, 2-D or 3-D).
+
+    ``eps`` is both BatchNorms' (PyTorch's default 1e-5 unless given): in aten and Dynamo graphs it is a
+    positional argument of the batch-norm call, so a fold that reads it only from the keyword arguments
+    silently uses the default.
+    """
 
     def __init__(
         self, dims: int = 2, in_channels: int = 3, channels: int = 8, kernel_size: int = 3,
-        stride: int = 1, groups: int = 1, bias: bool = True,
+        stride: int = 1, groups: int = 1, bias: bool = True, eps: float = 1e-5,
     ) -> None:  # fmt: skip
         super().__init__()
         conv, norm = CONV_BY_DIMS[dims], BATCH_NORM_BY_DIMS[dims]
         self.conv1 = conv(in_channels, channels, kernel_size, stride=stride, padding=kernel_size // 2, bias=bias)
-        self.bn1 = norm(channels)
+        self.bn1 = norm(channels, eps=eps)
         self.conv2 = conv(channels, channels, kernel_size, padding=kernel_size // 2, groups=groups, bias=bias)
-        self.bn2 = norm(channels)
+        self.bn2 = norm(channels, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))

@@ -265,8 +265,12 @@ conv_configs = st.fixed_dictionaries(
         "stride": st.integers(1, 2),
         "groups": st.sampled_from([1, 2]),
         "bias": st.booleans(),
+        "eps": st.sampled_from([1e-5, 1e-3, 0.1]),
     }
 )
+#: A BatchNorm eps other than PyTorch's default, and large beside the running variances (1e-4 to 1e-3):
+#: a fold that reads eps from the wrong place (in aten and Dynamo graphs it is positional) is off by 2x.
+NON_DEFAULT_EPS = 2e-3
 
 
 def conv_input(dims: int, in_channels: int, batch: int = 2, size: int = 7) -> torch.Tensor:
@@ -328,15 +332,17 @@ def test_conv_bn_fusion_leaves_the_traced_model_untouched(lab):
 def test_conv_bn_fuses_aten_graphs(lab, dialect):
     """In aten graphs Conv+BN is aten.convolution/conv2d followed by one of several aten batch norms.
 
-    The BatchNorms' statistics make ``eps`` matter (running variances 1e-4 to 1e-3), in every dialect.
+    The BatchNorms' statistics make ``eps`` matter (running variances 1e-4 to 1e-3), in every dialect,
+    and their eps is not the default: it is read from the batch norm's own arguments, where it is positional.
     """
-    model, x = conv_bn_model(ConvBNStack()), conv_input(2, 3)
+    model, x = conv_bn_model(ConvBNStack(eps=NON_DEFAULT_EPS)), conv_input(2, 3)
     captured = capture(model, [x], dialect)
     expected, norms = captured.run(), batch_norms(captured.graph_module)
     assert norms == 2, f"the {dialect} graph should hold two batch norms"
     fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "two aten convolution -> batch norm pairs")
     assert batch_norms(fused) == 0, f"{batch_norms(fused)} of the {dialect} graph's 2 batch norms left"
-    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph (s = gamma / sqrt(var + eps))")
+    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
+                 "an argument of the batch norm call, positional in aten graphs)")
 
 
 @pytest.mark.points(1)
@@ -1100,8 +1106,9 @@ def dynamo_graph(model: nn.Module, x: torch.Tensor):
 
 @pytest.mark.points(3)
 def test_conv_bn_folds_dynamo_graphs_once_frozen(lab):
-    """Dynamo's parameter placeholders become constants (its inputs stay inputs): then Conv+BN folds."""
-    model, x = conv_bn_model(ConvBNStack()), conv_input(2, 3)
+    """Dynamo's parameter placeholders become constants (its inputs stay inputs): then Conv+BN folds
+    (with the BatchNorms' own eps, positional in ``F.batch_norm``'s call)."""
+    model, x = conv_bn_model(ConvBNStack(eps=NON_DEFAULT_EPS)), conv_input(2, 3)
     captured, placeholders = dynamo_graph(model, x)
     expected = captured.run()
     state = [node for node in placeholders if is_module_state(node)]
@@ -1117,7 +1124,8 @@ def test_conv_bn_folds_dynamo_graphs_once_frozen(lab):
     assert_close(captured.run(frozen), expected, rtol=0, atol=0, what="the frozen graph (freezing changes no arithmetic)")
     fused = assert_fired(lab.fuse_conv_bn(frozen), "frozen dynamo", "two torch.conv2d -> F.batch_norm pairs")
     assert batch_norms(fused) == 0, f"{batch_norms(fused)} batch norms left in the frozen Dynamo graph"
-    assert_close(captured.run(fused), expected, what="the fused Dynamo graph (s = gamma / sqrt(var + eps))")
+    assert_close(captured.run(fused), expected, what=f"the fused Dynamo graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
+                 "positional in F.batch_norm's call)")
 
 
 @pytest.mark.points(2)

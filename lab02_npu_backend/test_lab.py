@@ -467,6 +467,51 @@ def test_unsupported_dtypes_fall_back_to_cpu(lab, case):
     assert any(d.on_npu for d in decisions), "the float32 part of the graph should still run on the NPU"
 
 
+#: Elementwise arithmetic in every form the operators' schemas allow: a number on either side (``c - x``
+#: is not ``x - c``), ``alpha``, and operands of another dtype (bool and int64 tensors promote to
+#: float32). Each expression is one output, so a failure names the one that is wrong.
+MIXED_ARITHMETIC = (
+    ("1 - sigmoid(x)", lambda x, y, mask, counts: 1 - torch.sigmoid(x)),
+    ("x - 2.5", lambda x, y, mask, counts: x - 2.5),
+    ("2.5 - x", lambda x, y, mask, counts: 2.5 - x),
+    ("torch.rsub(x, 3.0)", lambda x, y, mask, counts: torch.rsub(x, 3.0)),
+    ("torch.sub(x, y, alpha=0.5)", lambda x, y, mask, counts: torch.sub(x, y, alpha=0.5)),
+    ("x.add(y, alpha=-2)", lambda x, y, mask, counts: x.add(y, alpha=-2)),
+    ("3 * x + 2", lambda x, y, mask, counts: 3 * x + 2),
+    ("x / 4 - y / 2", lambda x, y, mask, counts: x / 4 - y / 2),
+    ("x * mask (float x bool)", lambda x, y, mask, counts: x * mask),
+    ("x + counts (float + int64)", lambda x, y, mask, counts: x + counts),
+    ("counts - x (int64 - float)", lambda x, y, mask, counts: counts - x),
+)
+
+
+def _mixed_arithmetic(x, y, mask, counts):
+    return tuple(expression(x, y, mask, counts) for _, expression in MIXED_ARITHMETIC)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_arithmetic_keeps_operand_order_alpha_and_type_promotion(lab, dialect):
+    """What each operator's schema allows, not only its common use: eager's answer for every expression."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = (torch.randn(3, 5, generator=generator), torch.randn(3, 5, generator=generator),
+              torch.rand(3, 5, generator=generator) > 0.5, torch.randint(-3, 4, (3, 5), generator=generator))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NpuCoverageWarning)
+        with torch.no_grad():
+            try:
+                outputs, _ = compile_and_run(backend_for(lab, dialect), _mixed_arithmetic, *inputs)
+            except ProgramError as error:
+                raise AssertionError(f"{dialect} graphs: the NPU was given an instruction it cannot run ({error}): "
+                                     "support.py must check the dtype of every operand, not only the result's") from None
+    expected = _mixed_arithmetic(*inputs)
+    wrong = [f"{name} (off by {output_error(got, want).max_abs:.3g})"
+             for (name, _), got, want in zip(MIXED_ARITHMETIC, outputs, expected)
+             if got.dtype != want.dtype or not outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)]
+    assert not wrong, (f"{dialect} graphs: these expressions differ from eager: {'; '.join(wrong)}. Check lowering.py's "
+                       "operand order (a number may come first), alpha, and support.py's dtype checks of every operand")
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name", ["mlp", "llama-tiny"])
 def test_dynamic_shapes_work_or_fall_back_cleanly(lab, name):

@@ -81,3 +81,35 @@ def test_an_ordering_bug_is_named_on_the_cpu_with_every_partition_right(referenc
     make_fn, make_inputs = graded.WRITE_CASES["shift-right"]
     message = diagnose_model(reference, make_fn(), make_inputs(), "torch")
     assert "(CPU)" in message and "matches its own CPU subgraph" in message and "another order" in message
+
+
+@pytest.mark.parametrize("dialect", ["torch"])
+def test_a_reversed_subtraction_from_a_number_fails_the_arithmetic_test(reference, monkeypatch, dialect):
+    """``c - y`` lowered as ``y - c``: right whenever the tensor comes first, off by 2c otherwise.
+
+    Only Dynamo's graphs put the number first (``operator.sub(2.5, x)``); AOTAutograd's decompositions
+    turn ``rsub`` into tensor-first aten ops, so the aten graphs never reach this branch."""
+    graded.test_arithmetic_keeps_operand_order_alpha_and_type_promotion(reference, dialect)
+    lowering = reference.lowering
+
+    def reversed_sub(b, out, input, other, alpha=1):
+        if not isinstance(input, lowering.Ref):  # a number first: the mistake
+            return b.emit("add", [other, -alpha * input])
+        return original(b, out, input, other, alpha)
+
+    original = lowering.LOWERINGS[torch.sub]
+    for target in [t for t, rule in lowering.LOWERINGS.items() if rule is original]:
+        monkeypatch.setitem(lowering.LOWERINGS, target, reversed_sub)
+    with pytest.raises(AssertionError, match=r"2\.5 - x .*operand order"):
+        graded.test_arithmetic_keeps_operand_order_alpha_and_type_promotion(reference, dialect)
+
+
+@pytest.mark.parametrize("dialect", graded.DIALECTS)
+def test_a_dtype_check_of_the_result_alone_fails_the_arithmetic_test(reference, monkeypatch, dialect):
+    """A support table that checks only the node's result dtype sends ``x * mask`` (float x bool) to the NPU."""
+    graded.test_arithmetic_keeps_operand_order_alpha_and_type_promotion(reference, dialect)
+    support = reference.support
+    monkeypatch.setattr(support, "boolean_mask_inputs",
+                        lambda node: [arg for arg in node.all_input_nodes])  # every input skipped: the result alone
+    with pytest.raises(AssertionError, match="dtype bool.*support.py must check the dtype of every operand"):
+        graded.test_arithmetic_keeps_operand_order_alpha_and_type_promotion(reference, dialect)

@@ -67,6 +67,30 @@ def test_forgetting_eps_fails_the_symbolic_trace_and_dynamo_tests(forgets_eps):
 
 
 @pytest.fixture
+def eps_from_keywords_only(reference, monkeypatch):
+    """Conv+BN folding that reads the batch norm's eps from ``node.kwargs`` alone: in aten and Dynamo
+    graphs eps is positional, so the fold silently uses the default 1e-5 there."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    real = conv_bn.call_argument
+    monkeypatch.setattr(conv_bn, "call_argument",
+                        lambda node, name, default=None: node.kwargs.get(name, default) if name == "eps" else real(node, name, default))
+    return reference
+
+
+@pytest.mark.parametrize("dialect", ATEN_DIALECTS)
+def test_eps_read_from_keywords_only_fails_the_aten_conv_bn_test(eps_from_keywords_only, dialect):
+    with pytest.raises(AssertionError, match="computes something else than the original") as caught:
+        test_lab.test_conv_bn_fuses_aten_graphs(eps_from_keywords_only, dialect)
+    assert "positional in aten graphs" in str(caught.value), "the message says where eps is"
+
+
+def test_eps_read_from_keywords_only_fails_the_frozen_dynamo_test(eps_from_keywords_only):
+    with pytest.raises(AssertionError, match="positional in F.batch_norm"):
+        test_lab.test_conv_bn_folds_dynamo_graphs_once_frozen(eps_from_keywords_only)
+
+
+@pytest.fixture
 def symbolic_trace_only(reference, monkeypatch):
     """A Conv+BN fuser written for call_module pairs only: silently does nothing on function graphs."""
     from solutions.lab01_fx_passes import conv_bn
