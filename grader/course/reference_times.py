@@ -28,7 +28,10 @@ Held-out tests' times go to ``<lab package>/heldout/reference_times.json`` inste
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,12 @@ from labkit.labspec import HELDOUT_DIR
 TIMES_FILE = "reference_times.json"
 SCHEMA = "reference-times/2"
 READABLE_SCHEMAS = ("reference-times/1", SCHEMA)
+
+
+def recorded_here(**extra: Any) -> dict[str, Any]:
+    """Where and when a recording was made (a times file's ``recorded``), with ``extra`` entries."""
+    return {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
+            "platform": platform.platform(terse=True), "python": platform.python_version(), **extra}
 
 
 @dataclass(frozen=True)

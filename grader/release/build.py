@@ -23,7 +23,9 @@ Verification (skipped with ``--no-verify``), each step failing loudly:
    for real on the starter (each must pass, or stop at an unfinished step saying which, without a
    traceback, a module with exit status 3); slower ones (grading the whole course, the
    GPU check) are only parsed (``--help``); the two kinds are counted apart
-   (:func:`grader.release.student_docs.cheap_form`).
+   (:func:`grader.release.student_docs.cheap_form`). Each is held to a CPU-time limit derived from its
+   recorded time (the course's ``release_times.json``, ``--record-times``), so a busy machine gives the
+   same verdict as an idle one (:mod:`grader.release.command_times`).
 
 The Gradescope bundle is built from the same function with ``include_heldout=True``: it is uploaded by
 the instructor, and its grader must find the held-out tests in the course it grades against.
@@ -43,6 +45,7 @@ from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, CourseError
 from grader.course.rubric import Rubric
 from grader.execute.collect import build_rubric
 from grader.execute.command import pytest_env
+from grader.release.command_times import read_command_times, write_command_times
 from grader.release.student_docs import (
     DocsError,
     documented_commands,
@@ -240,11 +243,13 @@ def count_installed_tests(site: Path, packages: list[str], python: str = sys.exe
 
 
 def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print,
-                   pristine: Course | None = None, scaffold: str = "full") -> None:
+                   pristine: Course | None = None, scaffold: str = "full", record_times: bool = False) -> None:
     """Run the six checks of the module docstring on the built release.
 
     Args:
-        pristine: the instructor course the release was built from (its held-out tests are counted).
+        pristine: the instructor course the release was built from (its held-out tests are counted), whose
+            ``release_times.json`` sets the documented commands' CPU limits (:mod:`grader.release.command_times`).
+        record_times: write each documented command's CPU time into the pristine course's ``release_times.json``.
 
     Raises:
         ReleaseError: at the first failed check.
@@ -283,7 +288,11 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
         if collected != expected:
             raise ReleaseError(f"the installed copy collects {collected} tests, the course has {expected}")
         log(f"  ok: the installed copy collects all {collected} graded tests")
-    failures, counts = run_documented_commands(release, commands, options.python, log=log)
+    times_home = pristine.root if pristine is not None else release
+    failures, counts, measured = run_documented_commands(release, commands, options.python,
+                                                         times=read_command_times(times_home), log=log)
+    if record_times:
+        log(f"  recorded {len(measured)} commands' CPU times in {write_command_times(times_home, measured)}")
     if failures:
         raise ReleaseError("commands the student documents show fail in the release:\n  " + "\n  ".join(failures))
     log(f"  ok: of the {len(commands)} commands the student documents show, {counts['runs']} ran for real on the "

@@ -27,13 +27,13 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.release.command_times import CommandLimit, command_key, limit_for, run_limited
 from labkit.unfinished import UNFINISHED_EXIT
 
 INSTRUCTOR_BEGIN = "<!-- instructor-only -->"
@@ -46,12 +46,8 @@ REFERENCE_PATTERN = re.compile(
 )
 #: Nox sessions that run pytest: the release check only collects their tests (``-- --co -q``).
 PYTEST_SESSION = re.compile(r"lab\d\d|gpu")
-#: How long one documented command's cheap form may take in the release check. Measured on 2 idle
-#: cores, the slowest cheap form (a lab session's collection and first failing test, a report
-#: stopping at its first TODO) takes ~30 s: a limit 10x that keeps the verdict the same on a loaded machine.
-COMMAND_TIMEOUT_S = 300.0
-#: Commands run at once: at most 2, so that the check does not load the machine it measures beyond
-#: what the limit above allows for.
+#: Commands run at once: at most 2 (each is held to CPU time, :mod:`grader.release.command_times`, so
+#: running more at once slows them but changes no verdict; 2 keeps the check's own load modest).
 MAX_JOBS = 2
 _FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
@@ -251,39 +247,42 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
     return CheapRun(command, skipped="not a module or nox command")
 
 
-def _run_one(run: CheapRun, cwd: Path, env: dict[str, str]) -> str | None:
-    """Run one command; return why it failed, or None (see :data:`STOPPED_AT_A_STEP` for runs)."""
-    try:
-        done = subprocess.run(run.argv, cwd=cwd, env={**env, **dict(run.env)}, capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return f"took over {COMMAND_TIMEOUT_S:g} s"
-    output = done.stdout + done.stderr
+def _run_one(run: CheapRun, cwd: Path, env: dict[str, str], limit: CommandLimit) -> tuple[str | None, float]:
+    """Run one command under ``limit``; return why it failed (None: it did not) and its CPU seconds
+    (see :data:`STOPPED_AT_A_STEP` for runs)."""
+    done = run_limited(run.argv, cwd=cwd, env={**env, **dict(run.env)}, limit=limit)
+    if done.over:
+        return done.over, done.cpu_s
+    output = done.output
     if "instructor session" in output:
-        return f"`{shlex.join(run.argv[1:])}` is an instructor session: {output.strip()[-300:]}"
+        return f"`{shlex.join(run.argv[1:])}` is an instructor session: {output.strip()[-300:]}", done.cpu_s
     if done.returncode == 0:
-        return None
+        return None, done.cpu_s
     tail = "\n".join(output.strip().splitlines()[-40:])
     # A lab module stopped at a TODO exits UNFINISHED_EXIT; nox reports any failing session as 1.
     expected = 1 if run.argv[1:3] == ("-m", "nox") else UNFINISHED_EXIT
     stopped = run.kind == RUNS and STOPPED_AT_A_STEP.search(tail) and "Traceback (most recent call last)" not in output
     if stopped and done.returncode == expected:
-        return None
+        return None, done.cpu_s
     if stopped:
         return (f"`{shlex.join(run.argv[1:])}` stopped at an unfinished step but exited {done.returncode}, "
-                f"not {expected} (labkit.unfinished.UNFINISHED_EXIT)")
-    return f"`{shlex.join(run.argv[1:])}` exited {done.returncode}: {output.strip()[-800:]}"
+                f"not {expected} (labkit.unfinished.UNFINISHED_EXIT)"), done.cpu_s
+    return f"`{shlex.join(run.argv[1:])}` exited {done.returncode}: {output.strip()[-800:]}", done.cpu_s
 
 
 def run_documented_commands(release: Path, commands: list[str], python: str = sys.executable, *,
-                            jobs: int | None = None, log=print) -> tuple[list[str], dict[str, int]]:
-    """Run each command's :func:`cheap_form` in a scratch copy of ``release``, ``jobs`` at a time;
-    return the failures (``command: why``) and how many commands were run, parsed and not run.
+                            jobs: int | None = None, times: dict[str, float] | None = None,
+                            log=print) -> tuple[list[str], dict[str, int], dict[str, float]]:
+    """Run each command's :func:`cheap_form` in a scratch copy of ``release``, ``jobs`` at a time, each
+    held to the CPU limit its recorded time gives (``times``: :func:`grader.release.command_times.read_command_times`);
+    return the failures (``command: why``), how many commands were run, parsed and not run, and each
+    command's CPU seconds (by :func:`~grader.release.command_times.command_key`: what ``--record-times`` writes).
 
     nox uses ``python``'s environment as it is (``COURSE_PYTHON``, as in the course image), so the
     check installs nothing; the copy keeps caches and output out of the release itself. Commands
     with the same cheap form (``python3 -m nox -s lab01`` and ``nox -s lab01``) run once.
     """
+    times = times or {}
     runs: dict[tuple, CheapRun] = {}
     counts = {RUNS: 0, PARSES: 0, "not run": 0}
     for command in commands:
@@ -295,22 +294,27 @@ def run_documented_commands(release: Path, commands: list[str], python: str = sy
             runs.setdefault((run.argv, run.env), run)
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONPATH", "LABKIT_IMPL", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
-    env.update(COURSE_PYTHON=python, PYTHONDONTWRITEBYTECODE="1", PYTEST_ADDOPTS="-p no:cacheprovider")
-    failures = []
+    # OpenMP threads that wait sleep instead of spinning: a spinning thread's CPU time grows with the
+    # machine's load, and the limits count CPU time (as the grader's own, grader.execute.command.pytest_env).
+    env.update(COURSE_PYTHON=python, PYTHONDONTWRITEBYTECODE="1", PYTEST_ADDOPTS="-p no:cacheprovider",
+               OMP_WAIT_POLICY="PASSIVE")
+    failures, measured = [], {}
     with tempfile.TemporaryDirectory(prefix="grader-docs-") as scratch:
-        def run_in_own_copy(index: int, run: CheapRun) -> tuple[CheapRun, str | None]:
+        def run_in_own_copy(index: int, run: CheapRun) -> tuple[CheapRun, CommandLimit, str | None, float]:
             copy = Path(scratch) / f"release-{index}"  # its own copy: no command sees another's output
             shutil.copytree(release, copy, symlinks=True)
+            limit = limit_for(command_key(run.argv, run.env), times)
             try:
-                return run, _run_one(run, copy, env)
+                return run, limit, *_run_one(run, copy, env, limit)
             finally:
                 shutil.rmtree(copy, ignore_errors=True)
 
         with ThreadPoolExecutor(max_workers=jobs or min(MAX_JOBS, os.cpu_count() or 1)) as pool:
             outcomes = pool.map(run_in_own_copy, *zip(*enumerate(runs.values())))
-            for run, failure in outcomes:
+            for run, limit, failure, cpu in outcomes:
                 verdict = "FAILED" if failure else "ran" if run.kind == RUNS else "parses"
-                log(f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]})")
+                log(f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]}; {cpu:.1f} s CPU of {limit.cpu_s:g})")
+                measured[command_key(run.argv, run.env)] = cpu
                 if failure:
                     failures.append(f"{run.command}: {failure}")
-    return failures, counts
+    return failures, counts, measured

@@ -20,16 +20,19 @@ listed and skipped; the exit status is 1 only when a ready lab breaks one of the
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 from grader.course.labs import CourseError, make_reference_submission
-from grader.course.reference_times import ReferenceTimes, merged, read_reference_times, write_reference_times
+from grader.course.reference_times import (
+    ReferenceTimes,
+    merged,
+    read_reference_times,
+    recorded_here,
+    write_reference_times,
+)
 from grader.evidence.events import read_events
 from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, RAW_DIR, RUN_FILE, read_json
 from grader.evidence.runs import passed_test_times
@@ -154,9 +157,7 @@ def measure(graded: Path, lab_id: str, nodeids: set[str], gpu: str) -> Reference
     """The times of one lab from the reference's graded folder (``graded/raw/<lab>/`` and its ``heldout/``)."""
     raw = graded / RAW_DIR / lab_id
     record = read_json(raw / RUN_FILE) or {}
-    recorded = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
-                "platform": platform.platform(terse=True), "python": platform.python_version(), "gpu": gpu,
-                "caches": "off (every compile from scratch)"}
+    recorded = recorded_here(gpu=gpu, caches="off (every compile from scratch)")
     events = read_events(raw / EVENTS_FILE) + read_events(raw / HELDOUT_RUN_DIR / EVENTS_FILE)
     wall = record.get("wall_s")
     return ReferenceTimes(passed_test_times(events, nodeids), float(wall) if isinstance(wall, (int, float)) else None,

@@ -93,18 +93,49 @@ def test_each_command_runs_for_real_or_only_parses(command, argv, kind, skipped)
 
 
 def test_a_run_on_the_starter_passes_when_it_stops_at_an_unfinished_step(tmp_path):
+    from grader.release.command_times import limit_for
     from grader.release.student_docs import CheapRun, _run_one
 
+    limit = limit_for("any", {})
+
     def run(script: str):
-        return _run_one(CheapRun("x", (sys.executable, "-c", script), kind="runs"), tmp_path, dict(os.environ))
+        return _run_one(CheapRun("x", (sys.executable, "-c", script), kind="runs"), tmp_path, dict(os.environ), limit)[0]
 
     assert run("print('lab01: finish step 2 first (Constant folding)'); raise SystemExit(3)") is None
     assert "exited 1, not 3" in run("print('lab01: finish step 2 first'); raise SystemExit(1)"), \
         "a module stopped at a step exits UNFINISHED_EXIT"
-    nox = _run_one(CheapRun("x", (sys.executable, "-m", "nox", "--version"), kind="runs"), tmp_path, dict(os.environ))
-    assert nox is None
+    nox = _run_one(CheapRun("x", (sys.executable, "-m", "nox", "--version"), kind="runs"), tmp_path, dict(os.environ), limit)
+    assert nox[0] is None
     assert "exited 1" in run("raise NotImplementedError('TODO')"), "a traceback is a failure"
     assert "exited 1" in run("print('finish step 2 first'); raise ValueError('and then a crash')")
+
+
+def test_a_command_is_held_to_cpu_time_not_to_the_wall_clock(tmp_path):
+    """The verdict is the same on a busy machine: a command that waits uses no CPU and passes within its
+    backstop; one that spins (in a child process too) is stopped at its CPU limit, which a recording sets."""
+    from grader.release.command_times import CommandLimit, limit_for, run_limited
+
+    waits = run_limited((sys.executable, "-c", "import time; time.sleep(2)"), cwd=tmp_path, env=dict(os.environ),
+                        limit=CommandLimit(cpu_s=1.0, wall_s=30.0, basis="test"))
+    assert waits.over == "" and waits.returncode == 0 and waits.cpu_s < 1.0
+    spin = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
+    spins = run_limited((sys.executable, "-c", spin), cwd=tmp_path, env=dict(os.environ),
+                        limit=CommandLimit(cpu_s=2.0, wall_s=60.0, basis="test"))
+    assert spins.returncode is None and spins.over.startswith("used over 2 s of CPU time"), spins
+    sleeps = run_limited((sys.executable, "-c", "import time; time.sleep(60)"), cwd=tmp_path, env=dict(os.environ),
+                         limit=CommandLimit(cpu_s=1.0, wall_s=2.0, basis="test"))
+    assert sleeps.returncode is None and sleeps.over.startswith("ran over 2 s of wall clock")
+    assert limit_for("-m nox -s lab01 -- -x", {"-m nox -s lab01 -- -x": 12.0}).cpu_s == 120.0
+    assert limit_for("-m nox -s lab01 -- -x", {"-m nox -s lab01 -- -x": 0.5}).cpu_s == 30.0, "the minimum"
+    assert limit_for("-m lab01_fx_passes.report", {}).basis == "never recorded"
+
+
+def test_recorded_command_times_are_read_back(tmp_path):
+    from grader.release.command_times import read_command_times, write_command_times
+
+    assert read_command_times(tmp_path) == {}
+    write_command_times(tmp_path, {"-m nox -s lab02 -- -x": 7.123})
+    assert read_command_times(tmp_path) == {"-m nox -s lab02 -- -x": 7.12}
 
 
 def test_instructor_sessions_are_found_in_the_commands_a_document_shows():
