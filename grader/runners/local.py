@@ -29,6 +29,7 @@ from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, SUBMITTED_DIR, keep_sub
 from grader.execute.archive import OTHER_ARCHIVES
 from grader.execute.isolation import Isolation
 from grader.execute.limits import RunLimits
+from grader.execute.review import review_files
 from grader.execute.sandbox import SubmissionError, build_sandbox, unpack_submission
 from grader.execute.supervisor import lab_parts, part_raw_dir, run_lab
 from grader.scoring.feedback import write_outputs
@@ -102,7 +103,10 @@ def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name:
     sandbox = scratch / "course"
     overlay = build_sandbox(setup.course, setup.labs, folder, sandbox)
     notes = [*overlay.notes, *([UNISOLATED_NOTE] if isolation.name == "none" else [])]
-    _meta(out, submission=name, gpu=options.gpu, flags=overlay.flags, notes=notes, taken=overlay.taken,
+    reviewed = [flag for spec in setup.labs
+                for flag in review_files(sandbox, [rel for rel in overlay.taken if rel.split("/", 1)[0] == spec.package],
+                                         label=spec.id)]
+    _meta(out, submission=name, gpu=options.gpu, flags=[*overlay.flags, *reviewed], notes=notes, taken=overlay.taken,
           isolation=isolation.name)
     # The graded editable files, for the class report's similarity check (a cluster task keeps its own labs').
     packages = {lab.package for lab in setup.rubric.labs if only_labs is None or lab.lab in only_labs}
