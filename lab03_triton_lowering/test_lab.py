@@ -66,12 +66,14 @@ def make_inputs(shape, affine="weight_and_bias", dtype=torch.float32, device="cp
     return move(x), move(weight), move(bias)
 
 
-def assert_matches_reference(lab, x, weight, bias, eps=1e-5, approximate="none"):
+def assert_matches_reference(lab, x, weight, bias, eps=1e-5, approximate="none", data=""):
+    """``layernorm_gelu`` within TOLERANCE of PyTorch's; the message names the inputs (``data``: what kind)."""
     expected = reference(x, weight, bias, eps, approximate)
     actual = lab.layernorm_gelu(x, weight, bias, eps=eps, approximate=approximate)
     error = output_error(actual, expected)
     assert error.max_abs <= TOLERANCE, (
-        f"shape {list(x.shape)}, eps={eps}, approximate={approximate!r}: max |error| {error.max_abs:.3g} > {TOLERANCE}"
+        f"{data + ', ' if data else ''}shape {list(x.shape)}, eps={eps}, approximate={approximate!r}: "
+        f"max |error| {error.max_abs:.3g} > {TOLERANCE}"
     )
 
 
@@ -107,6 +109,33 @@ def test_kernel_matches_pytorch_on_edge_shapes(lab, shape, approximate):
 @pytest.mark.parametrize("shape", list(LONG_ROWS.values()), ids=list(LONG_ROWS))
 def test_kernel_matches_pytorch_on_rows_longer_than_a_block(lab, shape, approximate):
     assert_matches_reference(lab, *make_inputs(shape), approximate=approximate)
+
+
+def _with_outliers(shape):
+    x = make_inputs(shape)[0]
+    x[0, 5], x[1, 7] = 4e3, -4e3  # one value per row far from the rest: normalised, about sqrt(row length)
+    return x
+
+
+#: Data that finds what well-behaved ``randn`` rows hide, each in a row that fits one block and in one
+#: that needs the loop (step 2), both GELU forms: rows of one value (variance 0: only eps keeps
+#: 1/sqrt(var + eps) finite), outliers (a normalised value of 17 to 110: a tanh written with exp(+2z)
+#: overflows to NaN), and a variance far below a non-default eps. ``(make x, eps)``.
+HARD_DATA = {
+    "constant_rows": (lambda shape: torch.full(shape, 3.25), 0.1),
+    "outliers": (_with_outliers, 1e-5),
+    "variance_below_eps": (lambda shape: make_inputs(shape)[0] * 1e-3, 1e-2),
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("data", sorted(HARD_DATA))
+def test_kernel_matches_pytorch_on_data_that_finds_bugs(lab, data):
+    make, eps = HARD_DATA[data]
+    for length in (300, 12288):
+        x, (_, weight, bias) = make((2, length)), make_inputs((2, length))
+        for approximate in ("none", "tanh"):
+            assert_matches_reference(lab, x, weight, bias, eps=eps, approximate=approximate, data=data.replace("_", " "))
 
 
 @pytest.mark.points(1)

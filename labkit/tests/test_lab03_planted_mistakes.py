@@ -94,3 +94,26 @@ def test_a_cache_key_blind_to_the_files_fails(tmp_path):
     run = run_with(tmp_path, KEY_BLIND_TO_FILES, "cache_key")
     assert sorted(run.failed) == ["test_cache_key_changes_when_the_lowerings_files_change"], run.output[-3000:]
     assert "must change when a file in _SOURCE_FILES changes" in run.failed["test_cache_key_changes_when_the_lowerings_files_change"]
+
+
+#: What only data beyond randn finds: the long-row loop without eps, and tanh written with exp(+2z).
+LOOP_WITHOUT_EPS = (Mistake("kernel.py", "        rstd = tl.rsqrt(var + eps)", "        rstd = tl.rsqrt(var)"),)
+TANH_THROUGH_EXP_2Z = (Mistake("kernel.py", """    e = tl.exp(-2.0 * tl.abs(z))
+    magnitude = (1.0 - e) / (1.0 + e)
+    return tl.where(z >= 0, magnitude, -magnitude)""", """    e = tl.exp(2.0 * z)
+    return (e - 1.0) / (e + 1.0)"""),)
+
+
+def test_a_long_row_loop_without_eps_fails_on_constant_rows_and_small_variances(tmp_path):
+    run = run_with(tmp_path, LOOP_WITHOUT_EPS, "finds_bugs or longer_than_a_block")
+    assert sorted(run.failed) == ["test_kernel_matches_pytorch_on_data_that_finds_bugs[constant_rows]",
+                                  "test_kernel_matches_pytorch_on_data_that_finds_bugs[variance_below_eps]"], run.output[-3000:]
+    assert all("shape [2, 12288]" in message for message in run.failed.values()), "the long rows, the loop's"
+    assert len(run.passed) == 5, "randn rows longer than a block still pass: eps is negligible next to their variance"
+
+
+def test_a_tanh_through_exp_2z_fails_on_outliers(tmp_path):
+    run = run_with(tmp_path, TANH_THROUGH_EXP_2Z, "finds_bugs or edge_shapes")
+    assert sorted(run.failed) == ["test_kernel_matches_pytorch_on_data_that_finds_bugs[outliers]"], run.output[-3000:]
+    assert "outliers" in run.failed["test_kernel_matches_pytorch_on_data_that_finds_bugs[outliers]"]
+    assert "approximate='tanh'" in run.failed["test_kernel_matches_pytorch_on_data_that_finds_bugs[outliers]"]
