@@ -155,9 +155,10 @@ class ReluZoo(nn.Module):
     """ReLU spelled every way a model can spell it, between Linear layers.
 
     With ``replacement=None`` it applies ReLU (as a module, ``F.relu``, ``torch.relu``, ``x.relu()``,
-    an in-place ``nn.ReLU(inplace=True)`` and an in-place ``x.relu_()`` whose result is unused, so
-    the output depends on the in-place write). With ``replacement=F.hardswish`` (say) it applies
-    that function at every one of those places instead: the expected result of replacing ReLU.
+    an in-place ``nn.ReLU(inplace=True)`` whose input is read again after the write, and an in-place
+    ``x.relu_()`` whose result is unused: the output depends on both in-place writes). With
+    ``replacement=F.hardswish`` (say) it applies that function at every one of those places instead,
+    in place where ReLU was: the expected result of replacing ReLU.
     """
 
     def __init__(self, features: int = 8, replacement=None) -> None:
@@ -169,14 +170,17 @@ class ReluZoo(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.replacement is not None:
-            for fc in self.fcs:
+            for index, fc in enumerate(self.fcs):
                 x = self.replacement(fc(x))
+                if index == 4:  # the in-place ReLU's input, read after the write, holds its result too
+                    x = x + x
             return x
         x = self.relu(self.fcs[0](x))
         x = F.relu(self.fcs[1](x))
         x = torch.relu(self.fcs[2](x))
         x = self.fcs[3](x).relu()
-        x = self.relu_inplace(self.fcs[4](x))
+        y = self.fcs[4](x)
+        x = self.relu_inplace(y) + y  # y was written in place: this is 2 * relu(y)
         x = self.fcs[5](x)
         x.relu_()
         return x

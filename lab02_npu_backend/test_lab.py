@@ -467,6 +467,23 @@ def test_unsupported_dtypes_fall_back_to_cpu(lab, case):
     assert any(d.on_npu for d in decisions), "the float32 part of the graph should still run on the NPU"
 
 
+#: Attention in every form ``F.scaled_dot_product_attention``'s schema allows at inference: its own
+#: ``scale`` (None: 1/sqrt(head dim)), ``is_causal``, a boolean or an additive float mask, together.
+ATTENTION_FORMS = (
+    ("default", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v)),
+    ("scale=0.3", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, scale=0.3)),
+    ("is_causal", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+    ("is_causal, scale=2.0", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=2.0)),
+    ("boolean mask", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
+    ("float mask, scale=0.5", lambda q, k, v, mask: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.where(mask, 0.0, -2.0), scale=0.5)),
+)
+
+
+def _attention_forms(q, k, v, mask):
+    return tuple(form(q, k, v, mask) for _, form in ATTENTION_FORMS)
+
+
 #: Elementwise arithmetic in every form the operators' schemas allow: a number on either side (``c - x``
 #: is not ``x - c``), ``alpha``, and operands of another dtype (bool and int64 tensors promote to
 #: float32). Each expression is one output, so a failure names the one that is wrong.
@@ -489,6 +506,37 @@ def _mixed_arithmetic(x, y, mask, counts):
     return tuple(expression(x, y, mask, counts) for _, expression in MIXED_ARITHMETIC)
 
 
+def compiled_outputs_differing(lab, dialect, fn, forms, inputs) -> list[str]:
+    """Compile ``fn`` (one output per entry of ``forms``: ``(name, expression)``) with the backend of
+    ``dialect``; the names of the outputs that differ from eager, with by how much."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NpuCoverageWarning)
+        with torch.no_grad():
+            try:
+                outputs, _ = compile_and_run(backend_for(lab, dialect), fn, *inputs)
+            except ProgramError as error:
+                raise AssertionError(f"{dialect} graphs: the NPU was given an instruction it cannot run ({error}): "
+                                     "support.py must check the dtype of every operand, not only the result's") from None
+    expected = fn(*inputs)
+    return [f"{name} (off by {output_error(got, want).max_abs:.3g})"
+            for (name, _), got, want in zip(forms, outputs, expected)
+            if got.dtype != want.dtype or not outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_attention_honours_scale_causality_and_masks(lab, dialect):
+    """Every argument of ``scaled_dot_product_attention`` the models of this course can pass changes the
+    answer; each must reach the NPU's program (or the node falls back): eager's answer for every form."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=generator) for _ in range(3))
+    mask = torch.rand(5, 5, generator=generator) > 0.3
+    mask[:, 0] = True  # every query sees at least one key
+    wrong = compiled_outputs_differing(lab, dialect, _attention_forms, ATTENTION_FORMS, (q, k, v, mask))
+    assert not wrong, (f"{dialect} graphs: these attention forms differ from eager: {'; '.join(wrong)}. Check that "
+                       "lowering.py passes scale, is_causal and attn_mask on (support.py may refuse what it cannot lower)")
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_arithmetic_keeps_operand_order_alpha_and_type_promotion(lab, dialect):
@@ -496,18 +544,7 @@ def test_arithmetic_keeps_operand_order_alpha_and_type_promotion(lab, dialect):
     generator = torch.Generator().manual_seed(0)
     inputs = (torch.randn(3, 5, generator=generator), torch.randn(3, 5, generator=generator),
               torch.rand(3, 5, generator=generator) > 0.5, torch.randint(-3, 4, (3, 5), generator=generator))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NpuCoverageWarning)
-        with torch.no_grad():
-            try:
-                outputs, _ = compile_and_run(backend_for(lab, dialect), _mixed_arithmetic, *inputs)
-            except ProgramError as error:
-                raise AssertionError(f"{dialect} graphs: the NPU was given an instruction it cannot run ({error}): "
-                                     "support.py must check the dtype of every operand, not only the result's") from None
-    expected = _mixed_arithmetic(*inputs)
-    wrong = [f"{name} (off by {output_error(got, want).max_abs:.3g})"
-             for (name, _), got, want in zip(MIXED_ARITHMETIC, outputs, expected)
-             if got.dtype != want.dtype or not outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)]
+    wrong = compiled_outputs_differing(lab, dialect, _mixed_arithmetic, MIXED_ARITHMETIC, inputs)
     assert not wrong, (f"{dialect} graphs: these expressions differ from eager: {'; '.join(wrong)}. Check lowering.py's "
                        "operand order (a number may come first), alpha, and support.py's dtype checks of every operand")
 

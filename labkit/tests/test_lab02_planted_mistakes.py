@@ -113,3 +113,15 @@ def test_a_dtype_check_of_the_result_alone_fails_the_arithmetic_test(reference, 
                         lambda node: [arg for arg in node.all_input_nodes])  # every input skipped: the result alone
     with pytest.raises(AssertionError, match="dtype bool.*support.py must check the dtype of every operand"):
         graded.test_arithmetic_keeps_operand_order_alpha_and_type_promotion(reference, dialect)
+
+
+@pytest.mark.parametrize("dialect", graded.DIALECTS)
+def test_an_attention_that_ignores_its_scale_fails_the_attention_test(reference, monkeypatch, dialect):
+    """``scaled_dot_product_attention``'s ``scale`` dropped: right on every model that leaves it at None."""
+    graded.test_attention_honours_scale_causality_and_masks(reference, dialect)
+    lowering = reference.lowering
+    attention = lowering.attention
+    monkeypatch.setattr(lowering, "attention", lambda b, q, k, v, *, mask, causal, scale: attention(
+        b, q, k, v, mask=mask, causal=causal, scale=None))
+    with pytest.raises(AssertionError, match=r"scale=0\.3 .*scale=2\.0 .*passes scale"):
+        graded.test_attention_honours_scale_causality_and_masks(reference, dialect)

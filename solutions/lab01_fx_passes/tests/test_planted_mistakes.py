@@ -141,3 +141,22 @@ def never_recompiles(reference, monkeypatch):
 def test_a_graph_edited_without_recompile_is_named(never_recompiles):
     with pytest.raises(AssertionError, match=r"call gm.recompile\(\) after editing"):
         test_lab.test_dce_removes_dead_nodes(never_recompiles)
+
+
+@pytest.fixture
+def in_place_module_replaced_out_of_place(reference, monkeypatch):
+    """``nn.ReLU(inplace=True)`` (a module in symbolic_trace graphs, ``F.relu(x, inplace=True)`` in
+    Dynamo's) replaced by an out-of-place hardswish: right wherever the ReLU's input is not read again
+    after the write."""
+    from solutions.lab01_fx_passes import op_replacement
+
+    module, function = op_replacement._activation_module, op_replacement._torch_function
+    monkeypatch.setattr(op_replacement, "_activation_module", lambda name, in_place: module(name, False))
+    monkeypatch.setattr(op_replacement, "_torch_function", lambda name, in_place: function(name, False))
+    return reference
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo"])
+def test_an_in_place_module_replaced_out_of_place_fails_the_replacement_test(in_place_module_replaced_out_of_place, dialect):
+    with pytest.raises(AssertionError, match="in-place ReLUs must stay in place"):
+        test_lab.test_replace_relu_with_hardswish(in_place_module_replaced_out_of_place, dialect)
