@@ -520,6 +520,20 @@ class UnusedSideEffects(nn.Module):
         return x * 2
 
 
+class UnusedFunctionalBatchNorm(nn.Module):
+    """A training-mode ``F.batch_norm`` with no users: it updates the buffers it is given, in place.
+    Its ``training`` flag is positional as written; Dynamo's graph keeps it so (symbolic_trace names it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        F.batch_norm(x, self.mean, self.var, None, None, True)
+        return x * 2
+
+
 @pytest.mark.points(1)
 def test_dce_keeps_side_effects(lab):
     model = UnusedSideEffects().train()
@@ -531,6 +545,16 @@ def test_dce_keeps_side_effects(lab):
     assert len(STATISTICS_LOG) == 1, "the logging call was removed"
     assert int(model.bn.num_batches_tracked) == 1, "the training-mode BatchNorm was removed"
     assert node_count(result.graph_module) == before, "every node here is live or impure"
+    for dialect in ("symbolic_trace", "dynamo"):
+        functional = UnusedFunctionalBatchNorm()
+        captured = capture(functional, [torch.randn(5, 4)], dialect)
+        result = lab.eliminate_dead_code(captured.graph_module)
+        functional.mean.zero_()  # (capturing ran the model once)
+        captured.run(result.graph_module)
+        assert functional.mean.abs().sum() > 0, (
+            f"{dialect}: a training-mode F.batch_norm (training passed by position) was removed: it updates the running "
+            "statistics it is given, so dce.py's is_impure must call it impure"
+        )
 
 
 # == 3. Constant folding (it reuses step 2's is_impure) ==========================================

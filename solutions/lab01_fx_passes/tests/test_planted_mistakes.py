@@ -160,3 +160,20 @@ def in_place_module_replaced_out_of_place(reference, monkeypatch):
 def test_an_in_place_module_replaced_out_of_place_fails_the_replacement_test(in_place_module_replaced_out_of_place, dialect):
     with pytest.raises(AssertionError, match="in-place ReLUs must stay in place"):
         test_lab.test_replace_relu_with_hardswish(in_place_module_replaced_out_of_place, dialect)
+
+
+@pytest.fixture
+def training_from_keywords_only(reference, monkeypatch):
+    """An impurity test that reads ``training`` from ``node.kwargs`` alone: a training-mode
+    ``F.batch_norm`` whose ``training`` is positional is called pure, and DCE deletes it."""
+    from solutions.lab01_fx_passes import dce
+
+    real = dce.call_argument
+    monkeypatch.setattr(dce, "call_argument", lambda node, name, default=None:
+                        node.kwargs.get(name, default) if name == "training" else real(node, name, default))
+    return reference
+
+
+def test_a_positional_training_flag_read_as_pure_fails_the_dce_test_naming_dce(training_from_keywords_only):
+    with pytest.raises(AssertionError, match=r"dynamo: .*training passed by position.*dce\.py's is_impure"):
+        test_lab.test_dce_keeps_side_effects(training_from_keywords_only)
