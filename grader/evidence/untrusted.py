@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,8 +155,8 @@ def read_untrusted_json(path: Path, cap: int, max_depth: int = MAX_JSON_DEPTH) -
 def clear_path(path: Path) -> None:
     """Remove whatever is at ``path``, never following a link (a link is removed, not what it names).
 
-    A folder tree is removed by ``shutil.rmtree``, which on this platform walks with file descriptors
-    and never enters a linked folder; entries graded code made unreadable are made writable and removed.
+    A folder tree is removed by :func:`remove_tree`: however deep graded code made it, and whatever
+    permissions it left on it.
     """
     try:
         info = os.lstat(path)
@@ -164,20 +165,41 @@ def clear_path(path: Path) -> None:
     if not stat.S_ISDIR(info.st_mode):
         path.unlink()
         return
+    remove_tree(path)
 
-    def writable_then_retry(function, name, _error):
-        parent = os.path.dirname(name)
-        os.chmod(parent, stat.S_IRWXU, follow_symlinks=False)
-        if os.path.isdir(name) and not os.path.islink(name):
-            os.chmod(name, stat.S_IRWXU)
-            shutil.rmtree(name)
+
+def remove_tree(path: Path) -> None:
+    """Remove the folder tree at ``path`` without recursion and without following links.
+
+    ``shutil.rmtree`` recurses once per level: a tree 1,500 folders deep (cheap to make, with
+    ``mkdir(dir_fd=...)``) raises ``RecursionError``. coreutils' ``chmod -R`` and ``rm -rf`` walk with
+    ``fts``, which needs no recursion, opens each folder relative to its parent, and never enters a
+    linked folder: the first makes every folder the grader owns readable again (graded code may have
+    made some ``000``), the second removes the tree. ``shutil.rmtree`` is used only where ``rm`` is missing.
+
+    Raises:
+        OSError: the tree is still there afterwards (``rm``'s message says why).
+    """
+    try:
+        subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], capture_output=True, check=False)
+        done = subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True, text=True, check=False)
+    except FileNotFoundError:  # no coreutils: Python's own, which handles every tree but the deepest
+
+        def writable_then_retry(function, name, _error):
+            os.chmod(os.path.dirname(name), stat.S_IRWXU, follow_symlinks=False)
+            if os.path.isdir(name) and not os.path.islink(name):
+                os.chmod(name, stat.S_IRWXU)
+                shutil.rmtree(name)
+            else:
+                os.unlink(name)
+
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=writable_then_retry)
         else:
-            os.unlink(name)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=writable_then_retry)
-    else:
-        shutil.rmtree(path, onerror=writable_then_retry)
+            shutil.rmtree(path, onerror=writable_then_retry)
+        return
+    if os.path.lexists(path):
+        raise OSError(f"could not remove {path}: {done.stderr.strip()[-300:]}")
 
 
 def fresh_folder(path: Path) -> Path:

@@ -68,9 +68,11 @@ class RunLimits:
         memory_cap_bytes: private memory of one graded process and all it starts, together
             (:mod:`grader.execute.resources`, like the four caps below).
         process_cap: processes one graded run may have at once.
+        task_cap: threads (of all its processes) one graded run may have at once.
         open_files_cap: files one process may have open.
         file_size_cap_bytes: the largest file a graded process may write.
         disk_cap_bytes: what one graded run's writable folders may hold together.
+        files_cap: files and folders one graded run's writable folders may hold.
     """
 
     test_timeout_s: float | None = None
@@ -86,9 +88,11 @@ class RunLimits:
     report_cap_bytes: int = 4 * 1024 * 1024
     memory_cap_bytes: int = 8 * GiB
     process_cap: int = 256
+    task_cap: int = 4096
     open_files_cap: int = 4096
     file_size_cap_bytes: int = 2 * GiB
     disk_cap_bytes: int = 4 * GiB
+    files_cap: int = 200_000
 
 
 @dataclass(frozen=True)

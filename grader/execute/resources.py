@@ -19,34 +19,48 @@ it starts, and enforced by the kernel on the spot, without polling):
   of that user). Under a user namespace graded code runs as the grader's own user, whose other
   programs this limit would count, so there the watch alone counts processes.
 
-**The watch** (:class:`ResourceWatch`, polled by the supervisor while the process runs) measures what
-the kernel limits cannot:
+**The watch** (:class:`ResourceWatch`, a thread of the supervisor's while the process runs) measures
+what the kernel limits cannot:
 
-- **memory**: the private memory of every process of the run together (``RssAnon`` + ``RssShmem``
-  from ``/proc/PID/status``: the heap, tensors, shared memory; not the libraries' pages, which are
-  shared with every other Python and can be dropped);
-- **processes**: how many processes the run has (a process belongs to the run when it descends from
-  the started command or is in its session: a daemon that left its parent still counts);
+- **memory**: the private memory of every process of the run together, proportionally (a page that
+  a ``fork`` shares between N processes counts 1/N in each: ``Pss_Anon`` + ``Pss_Shmem``), plus every
+  ``memfd`` they hold open; not the libraries' pages, which are shared with every other Python and
+  can be dropped. The cheap upper bound (``RssAnon`` + ``RssShmem``) is read every poll, the
+  proportional figure only when the bound is over the cap, so a correct submission that forks a
+  pool of workers is never killed for pages its workers share;
+- **processes** and **threads**: how many the run has (a process belongs to the run when it descends
+  from the started command or is in its session: a daemon that left its parent still counts);
 - **disk**: the blocks allocated in the process's writable folders (its home, caches, report folder,
   ``/tmp`` and ``/dev/shm``, which are all on disk: :class:`~grader.execute.isolation.View`), links
-  not followed.
+  not followed, plus files it deleted while holding them open. What the walk cannot count is over the
+  cap: a folder it cannot read, a path longer than ``PATH_MAX``, more than ``files_cap`` entries.
 
-Memory and processes are measured every :data:`FAST_POLL_S` seconds, disk every :data:`DISK_POLL_S`; the caps are
-``RunLimits.memory_cap_bytes``, ``process_cap`` and ``disk_cap_bytes`` (``grader run --memory-cap``...). A run over
-a cap is killed (its whole group) like a test over its time limit: the test running then scores 0 with
-a reason naming the resource, the amount and the cap, and pytest goes on with the tests not yet run
-(:mod:`grader.execute.supervisor`). The peaks are recorded in ``run.json`` (``peak_use``) so an
-instructor can see how far a correct submission stays from every cap.
+The run's processes are measured every :data:`FAST_POLL_S` seconds, the host's process table read
+every :data:`SCAN_POLL_S` (to find new ones), the disk every :data:`DISK_POLL_S`; the caps are
+``RunLimits.memory_cap_bytes``, ``process_cap``, ``task_cap``, ``disk_cap_bytes`` and ``files_cap``
+(``grader run --memory-cap``...). A run over a cap is killed (its whole group) like a test over its
+time limit: the test running then scores 0 with a reason naming the resource, the amount and the
+cap, and pytest goes on with the tests not yet run (:mod:`grader.execute.supervisor`). The peaks are
+recorded in ``run.json`` (``peak_use``) so an instructor can see how far a correct submission stays
+from every cap.
 
-What the watch does not guarantee: between two polls a process can overshoot a cap by what it can
-allocate or write in that time (at most ``RLIMIT_DATA`` per process on the CPU; one file of
-``RLIMIT_FSIZE``). The caps are set well below the machine's size for that reason.
+What the watch does not guarantee (a memory cgroup would; see the grader's README):
+
+- between two polls a process can overshoot a cap by what it can allocate or write in that time (at
+  most ``RLIMIT_DATA`` per process on the CPU; one file of ``RLIMIT_FSIZE``), and a process started
+  and finished between two scans of the process table is not seen;
+- memory no process maps or holds a descriptor to is not counted: System V shared memory (it dies
+  with the sandbox's IPC namespace), a ``tmpfs`` mounted in a user namespace the code makes for
+  itself, pipe and socket buffers.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import stat
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +70,11 @@ from grader.execute.limits import GiB, RunLimits
 
 #: Tasks (processes and threads) the host's graded user may have at once, when the grader is root.
 NPROC_BACKSTOP = 4096
-#: How often the watch measures memory and processes (seconds), and disk.
-FAST_POLL_S, DISK_POLL_S = 0.25, 2.0
+#: How often the watch measures the run's processes' memory and threads, reads the host's process
+#: table (to find the run's new processes), and walks the disk (seconds).
+FAST_POLL_S, SCAN_POLL_S, DISK_POLL_S = 0.25, 1.0, 2.0
+#: How often proportional memory is measured while the cheap bound is over the cap (it walks page tables).
+CONFIRM_POLL_S = 1.0
 
 
 def kernel_limits(limits: RunLimits, *, gpu_off: bool, graded_user_is_nobody: bool) -> dict[int, int]:
@@ -89,22 +106,13 @@ def limit_setter(limits: dict[int, int]) -> Callable[[], None]:
     return set_limits
 
 
-def _status_fields(pid: int) -> dict[str, str]:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text(encoding="utf-8", errors="replace")
-    except OSError:  # the process has ended
-        return {}
-    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
-
-
-def _stat_fields(pid: int) -> tuple[int, int] | None:
-    """``(parent pid, session id)`` of a process, None when it has ended."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3 onwards of ``/proc/PID/stat`` (proc(5)), None when the process has ended."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()  # after "pid (command) "; the command may hold spaces
-    return int(fields[1]), int(fields[3])
+    return text[text.rfind(")") + 2:].split()  # after "pid (command) "; the command may hold spaces
 
 
 def run_processes(root: int) -> list[int]:
@@ -114,7 +122,7 @@ def run_processes(root: int) -> list[int]:
         if entry.name.isdigit():
             fields = _stat_fields(int(entry.name))
             if fields is not None:
-                table[int(entry.name)] = fields
+                table[int(entry.name)] = (int(fields[1]), int(fields[3]))  # parent, session
     children: dict[int, list[int]] = {}
     for pid, (parent, _session) in table.items():
         children.setdefault(parent, []).append(pid)
@@ -133,45 +141,127 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     waited for: over every live process of a tree, the whole tree's CPU time so far."""
     ticks = 0
     for pid in pids:
-        try:
-            text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-        except OSError:  # ended meanwhile: its time is now its parent's
-            continue
-        fields = text[text.rfind(")") + 2:].split()  # fields 3.. of proc(5): utime, stime, cutime, cstime are 14-17
-        ticks += sum(int(value) for value in fields[11:15])
+        fields = _stat_fields(pid)
+        if fields is not None:  # (one that ended meanwhile: its time is now its parent's)
+            ticks += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime: fields 14-17
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def private_memory_bytes(pids: Iterable[int]) -> int:
-    """The private resident memory (``RssAnon`` + ``RssShmem``) of ``pids`` together, in bytes."""
+def task_count(pids: Iterable[int]) -> int:
+    """Threads of ``pids`` together (a process is one task per thread)."""
+    return sum(int(fields[17]) for fields in map(_stat_fields, pids) if fields is not None)  # num_threads: field 20
+
+
+def _kib_fields(text: str, names: tuple[str, ...]) -> int:
     total = 0
-    for pid in pids:
-        fields = _status_fields(pid)
-        for name in ("RssAnon", "RssShmem"):
-            value = fields.get(name, "0 kB").split()
-            total += int(value[0]) * 1024 if value and value[0].isdigit() else 0
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in names and value.split() and value.split()[0].isdigit():
+            total += int(value.split()[0]) * 1024
     return total
 
 
-def disk_bytes(folders: Iterable[Path]) -> int:
-    """Blocks allocated under ``folders`` (what the disk holds for them), links not followed, in bytes."""
+def resident_private_bytes(pids: Iterable[int]) -> int:
+    """``RssAnon`` + ``RssShmem`` of ``pids`` together: cheap, and never less than :func:`private_memory_bytes`
+    (a page shared by several processes, after a ``fork``, is counted once per process here)."""
     total = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/status").read_text(encoding="utf-8", errors="replace")
+        except OSError:  # the process has ended
+            continue
+        total += _kib_fields(text, ("RssAnon", "RssShmem"))
+    return total
+
+
+def private_memory_bytes(pids: Iterable[int]) -> int:
+    """The proportional private memory (``Pss_Anon`` + ``Pss_Shmem`` of ``/proc/PID/smaps_rollup``) of
+    ``pids``: a page shared by N of them counts 1/N in each, so the sum is what they hold together.
+    Reading it walks a process's page tables (~25 ms for a process that imported torch)."""
+    total = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        total += _kib_fields(text, ("Pss_Anon", "Pss_Shmem"))
+    return total
+
+
+def open_deleted_bytes(pids: Iterable[int]) -> tuple[int, int]:
+    """What ``pids`` hold in files that exist only through an open descriptor: ``(memory, disk)`` in bytes.
+
+    A ``memfd`` (``/memfd:NAME (deleted)``) is memory no process maps yet; a file deleted while open
+    still fills the disk. Each file is counted once, by its device and inode.
+    """
+    seen, memory, disk = set(), 0, 0
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in descriptors:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                target = os.readlink(path)
+                if not target.endswith(" (deleted)"):
+                    continue
+                info = os.stat(path)
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) in seen or not stat.S_ISREG(info.st_mode):
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            if target.startswith("/memfd:"):
+                memory += info.st_blocks * 512
+            else:
+                disk += info.st_blocks * 512
+    return memory, disk
+
+
+@dataclass(frozen=True)
+class DiskUse:
+    """What a run's folders hold: bytes allocated, entries, and why the walk could not count them all."""
+
+    bytes: int
+    entries: int
+    problem: str = ""
+
+
+def disk_use(folders: Iterable[Path], max_entries: int) -> DiskUse:
+    """Blocks and entries under ``folders``, links not followed, without recursion.
+
+    Whatever the walk cannot count is the submission's doing and over the cap, not free: a folder it
+    cannot read (graded code made it ``000``), a path too long to name (a tree deeper than ``PATH_MAX``),
+    more than ``max_entries`` entries (the walk stops there, so it is never slow).
+    """
+    total, entries = 0, 0
     todo = [str(folder) for folder in folders]
     while todo:
         path = todo.pop()
         try:
-            with os.scandir(path) as entries:
-                for entry in entries:
+            with os.scandir(path) as listing:
+                for entry in listing:
+                    entries += 1
+                    if entries > max_entries:
+                        return DiskUse(total, entries, f"more than {max_entries} files and folders")
                     try:
                         info = entry.stat(follow_symlinks=False)
-                    except OSError:
+                    except FileNotFoundError:
                         continue
                     total += info.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
+                    if stat.S_ISDIR(info.st_mode):
                         todo.append(entry.path)
-        except OSError:  # removed meanwhile, or not readable: counted as nothing
+        except FileNotFoundError:  # removed meanwhile
             continue
-    return total
+        except OSError as error:
+            return DiskUse(total, entries, f"a folder the grader cannot measure ({error.strerror})")
+    return DiskUse(total, entries)
+
+
+def disk_bytes(folders: Iterable[Path]) -> int:
+    """Blocks allocated under ``folders`` (see :func:`disk_use`), in bytes."""
+    return disk_use(folders, max_entries=10**9).bytes
 
 
 def _amount(value: int, unit: str) -> str:
@@ -180,49 +270,88 @@ def _amount(value: int, unit: str) -> str:
     return f"{value / GiB:.1f} GiB" if value >= GiB else f"{value / 1024**2:.0f} MiB"
 
 
-@dataclass
+def _over(name: str, value: int, cap: int, unit: str) -> str:
+    return f"{name}: {_amount(value, unit)}, over the grader's cap of {_amount(cap, unit)}"
+
+
 class ResourceWatch:
-    """Measures one run's memory, processes and disk (see the module docstring) and says when a cap is passed.
+    """Measures one run's memory, processes, threads and disk in a thread of its own (see the module
+    docstring); :attr:`over` says, once a cap is passed, which one and by how much.
+
+    Its own thread, so that a slow measurement (a folder of 100,000 files, a host with thousands of
+    processes) never holds up the supervisor's time limits. What each poll costs is bounded: the host's
+    process table is read every :data:`SCAN_POLL_S`, the run's own processes every :data:`FAST_POLL_S`,
+    proportional memory (:func:`private_memory_bytes`, expensive) only when the cheap upper bound
+    (:func:`resident_private_bytes`) is over the cap, and the disk walk stops at ``files_cap`` entries.
 
     Args:
         root: the pid of the started command (the sandbox, or pytest itself when unisolated).
         folders: the run's writable folders on the host.
-        limits: the caps (``memory_cap_bytes``, ``process_cap``, ``disk_cap_bytes``).
+        limits: the caps (``memory_cap_bytes``, ``process_cap``, ``task_cap``, ``disk_cap_bytes``, ``files_cap``).
     """
 
-    root: int
-    folders: tuple[Path, ...]
-    limits: RunLimits
-    peak_memory_bytes: int = 0
-    peak_processes: int = 0
-    peak_disk_bytes: int = 0
-    _next_fast: float = 0.0
-    _next_disk: float = 0.0
+    def __init__(self, root: int, folders: tuple[Path, ...], limits: RunLimits) -> None:
+        self.root, self.folders, self.limits = root, folders, limits
+        self.over = ""
+        self.peak_memory_bytes = self.peak_processes = self.peak_disk_bytes = 0
+        self._pids: list[int] = [root]
+        self._next = {"scan": 0.0, "fast": 0.0, "disk": 0.0, "confirm": 0.0}
+        self._confirmed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "ResourceWatch":
+        """Poll in a daemon thread until :meth:`stop` (or until a cap is passed)."""
+        self._thread = threading.Thread(target=self._poll_until_over, daemon=True, name=f"resource-watch-{self.root}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _poll_until_over(self) -> None:
+        while not self._stop.is_set() and not self.over:
+            over = self.check(time.monotonic())
+            if over:
+                self.over = over
+            self._stop.wait(FAST_POLL_S / 2)
 
     def check(self, now: float) -> str | None:
         """Measure what is due at ``now`` (monotonic seconds); the first cap passed, in words, or None."""
-        if now >= self._next_fast:
-            self._next_fast = now + FAST_POLL_S
-            pids = run_processes(self.root)
-            memory = private_memory_bytes(pids)
+        limits = self.limits
+        if now >= self._next["scan"]:
+            self._next["scan"] = now + SCAN_POLL_S
+            self._pids = run_processes(self.root)
+            self.peak_processes = max(self.peak_processes, len(self._pids))
+            if len(self._pids) > limits.process_cap:
+                return _over("processes at once", len(self._pids), limits.process_cap, "processes")
+        if now >= self._next["fast"]:
+            self._next["fast"] = now + FAST_POLL_S
+            tasks = task_count(self._pids)
+            if tasks > limits.task_cap:
+                return _over("threads at once", tasks, limits.task_cap, "threads")
+            held_memory, _ = open_deleted_bytes(self._pids)
+            memory = resident_private_bytes(self._pids) + held_memory
+            if memory > limits.memory_cap_bytes:  # an upper bound: confirm, shared pages shared out
+                if now >= self._next["confirm"]:
+                    self._next["confirm"] = now + CONFIRM_POLL_S
+                    self._confirmed = private_memory_bytes(self._pids) + held_memory
+                memory = self._confirmed
             self.peak_memory_bytes = max(self.peak_memory_bytes, memory)
-            self.peak_processes = max(self.peak_processes, len(pids))
-            if memory > self.limits.memory_cap_bytes:
-                return self._over("memory", memory, self.limits.memory_cap_bytes, "bytes")
-            if len(pids) > self.limits.process_cap:
-                return self._over("processes", len(pids), self.limits.process_cap, "processes")
-        if now >= self._next_disk:
-            self._next_disk = now + DISK_POLL_S
-            used = disk_bytes(self.folders)
+            if memory > limits.memory_cap_bytes:
+                return _over("private memory", memory, limits.memory_cap_bytes, "bytes")
+        if now >= self._next["disk"]:
+            self._next["disk"] = now + DISK_POLL_S
+            use = disk_use(self.folders, limits.files_cap)
+            used = use.bytes + open_deleted_bytes(self._pids)[1]
             self.peak_disk_bytes = max(self.peak_disk_bytes, used)
-            if used > self.limits.disk_cap_bytes:
-                return self._over("disk", used, self.limits.disk_cap_bytes, "bytes")
+            if use.problem:
+                return f"disk space in its folders: {use.problem}"
+            if used > limits.disk_cap_bytes:
+                return _over("disk space in its folders", used, limits.disk_cap_bytes, "bytes")
         return None
-
-    @staticmethod
-    def _over(what: str, value: int, cap: int, unit: str) -> str:
-        names = {"memory": "private memory", "processes": "processes at once", "disk": "disk space in its folders"}
-        return f"{names[what]}: {_amount(value, unit)}, over the grader's cap of {_amount(cap, unit)}"
 
     def peaks(self) -> dict[str, Any]:
         """The most the run used of each measured resource (``run.json``'s ``peak_use``)."""

@@ -232,7 +232,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                                                            limits.output_cap_bytes, flooded), daemon=True)]
     for thread in threads:
         thread.start()
-    watch = ResourceWatch(process.pid, (*view.writable, *([view.private] if view.private else [])), limits)
+    watch = ResourceWatch(process.pid, (*view.writable, *([view.private] if view.private else [])), limits).start()
     try:
         while process.poll() is None:
             now = time.monotonic()
@@ -242,7 +242,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                 ended.flooded = True
             else:
                 ended.overrun = overran(recorder.now_running(), budget, now)
-                ended.over_limit = "" if ended.overrun else watch.check(now) or ""
+                ended.over_limit = "" if ended.overrun else watch.over
                 if ended.over_limit:
                     running = recorder.now_running()
                     ended.over_limit_test = running[0] if running else None
@@ -252,6 +252,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
             time.sleep(0.05)
         ended.exit_code = isolation.exit_status(process.wait(timeout=30))
     finally:
+        watch.stop()
         if process.poll() is None:
             _kill_group(process)
             process.wait()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from grader.evidence.layout import RAW_DIR, RUN_FILE
 from grader.execute.limits import RunLimits, time_limit_args
-from grader.execute.resources import ResourceWatch, disk_bytes, kernel_limits, limit_setter, run_processes
+from grader.execute.resources import ResourceWatch, disk_bytes, disk_use, kernel_limits, limit_setter, run_processes
 from grader.runners.local import grade_submission
 from grader.tests.corpus import starter_copy
 
@@ -39,7 +39,8 @@ def _watch_until(process: subprocess.Popen, watch: ResourceWatch, seconds: float
             time.sleep(0.05)
         return None
     finally:
-        os.killpg(process.pid, 9)
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
         process.wait()
 
 
@@ -126,6 +127,103 @@ def test_disk_use_counts_what_is_in_the_folders_and_follows_no_link(tmp_path):
     (inside / "file-link").symlink_to(outside / "big")
     used = disk_bytes([inside])
     assert MiB <= used < 2 * MiB
+
+
+def test_pages_shared_after_a_fork_are_counted_once():
+    # A correct submission: 120 MiB, then a pool of forked workers (as Inductor's compile pool forks).
+    # Counted once per process, that is 480 MiB; shared out, about 120 MiB: under a cap of 200 MiB.
+    process = _start("""
+        import os, sys, time
+        block = bytearray(b"x") * (120 * 1024 * 1024)
+        for _ in range(3):
+            if os.fork() == 0:
+                time.sleep(20)
+                os._exit(0)
+        print("ready", flush=True)
+        time.sleep(20)
+    """, replace(SMALL, memory_cap_bytes=200 * MiB))
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        watch = ResourceWatch(process.pid, (), replace(SMALL, memory_cap_bytes=200 * MiB))
+        assert watch.check(time.monotonic()) is None, "shared pages were counted once per process"
+        assert 110 * MiB < watch.peak_memory_bytes < 200 * MiB
+    finally:
+        os.killpg(process.pid, 9)
+        process.wait()
+
+
+def test_a_memfd_and_a_file_deleted_while_open_are_counted(tmp_path):
+    memfd = _start("""
+        import os, time
+        fd = os.memfd_create("hold")
+        for _ in range(3):
+            os.write(fd, b"x" * (90 * 1024 * 1024))
+        time.sleep(20)
+    """)
+    over = _watch_until(memfd, ResourceWatch(memfd.pid, (), SMALL))
+    assert over is not None and over.startswith("private memory:"), over
+    deleted = _start(f"""
+        import os, time
+        handle = open({str(tmp_path / "f")!r}, "wb")
+        os.unlink({str(tmp_path / "f")!r})
+        handle.write(os.urandom(80 * 1024 * 1024))
+        handle.flush()
+        time.sleep(20)
+    """)
+    over = _watch_until(deleted, ResourceWatch(deleted.pid, (tmp_path,), SMALL))
+    assert over is not None and over.startswith("disk space in its folders:"), over
+
+
+def test_what_the_disk_walk_cannot_count_is_over_the_cap(tmp_path):
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    parent = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(300):  # a path of 6,000 characters: longer than PATH_MAX
+        os.mkdir("d" * 19, dir_fd=parent)
+        child = os.open("d" * 19, os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent)
+        os.close(parent)
+        parent = child
+    os.close(parent)
+    assert "cannot measure" in disk_use([deep], max_entries=10_000).problem
+    many = tmp_path / "many"
+    many.mkdir()
+    for index in range(50):
+        (many / str(index)).touch()
+    assert disk_use([many], max_entries=40).problem == "more than 40 files and folders"
+    assert disk_use([many], max_entries=100).problem == ""
+
+
+def test_threads_count_against_the_task_cap():
+    limits = replace(SMALL, task_cap=20, memory_cap_bytes=1024 * MiB)  # (each thread's stack counts in RLIMIT_DATA)
+    process = _start("""
+        import threading, time
+        for _ in range(40):
+            threading.Thread(target=time.sleep, args=(20,), daemon=True).start()
+        time.sleep(20)
+    """, limits)
+    over = _watch_until(process, ResourceWatch(process.pid, (), limits))
+    assert over is not None and over.startswith("threads at once:"), over
+
+
+def test_the_watch_runs_in_a_thread_of_its_own():
+    process = _start("""
+        import os, time
+        for _ in range(40):
+            if os.fork() == 0:
+                time.sleep(20)
+                os._exit(0)
+        time.sleep(20)
+    """)
+    watch = ResourceWatch(process.pid, (), SMALL).start()
+    try:
+        deadline = time.monotonic() + 10
+        while not watch.over and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.over.startswith("processes at once:"), watch.over
+    finally:
+        watch.stop()
+        os.killpg(process.pid, 9)
+        process.wait()
 
 
 def test_the_caps_travel_to_a_grader_started_elsewhere():

@@ -106,6 +106,22 @@ def test_clearing_a_folder_removes_links_and_never_what_they_name(tmp_path):
     assert fresh_folder(tmp_path / "file").is_dir()
 
 
+def test_a_tree_deeper_than_python_can_recurse_is_cleared(tmp_path):
+    # Made as graded code makes it: each folder opened relative to its parent, so no path is ever long.
+    state = tmp_path / "state"
+    state.mkdir()
+    parent = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1500):  # shutil.rmtree recurses once per level: RecursionError at about 1,000
+        os.mkdir("d" * 200, dir_fd=parent)
+        child = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent)
+        os.close(parent)
+        parent = child
+    os.close(os.open("bottom", os.O_CREAT | os.O_WRONLY, dir_fd=parent))
+    os.close(parent)
+    clear_path(state)
+    assert not state.exists()
+
+
 PEAK_SCRIPT = """
 import resource, sys
 from pathlib import Path
