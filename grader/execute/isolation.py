@@ -53,6 +53,7 @@ from typing import Protocol
 import grader
 import labkit
 from grader.execute.bwrap import WHEEL, BwrapProgram, candidates, system_program
+from grader.execute.cgroup import describe_support
 from grader.execute.preflight import GraderEnvironmentError
 
 #: Folders every process needs (read-only): programs, libraries, configuration, the kernel's view.
@@ -362,6 +363,7 @@ def choose_isolation(python: str, course_root: Path, *, instructor_course: bool,
         passed_over = f" ({'; '.join(problems)})" if problems else ""
         user = f"uid {GRADED_UID} on the host" if isolation.as_root else "nobody in a user namespace"
         log(f"isolation: {isolation.name}{passed_over}; graded code runs as {user}")
+        log(describe_support())
         return isolation
     problem = "; ".join(problems)
     if instructor_course:

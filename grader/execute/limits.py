@@ -73,6 +73,8 @@ class RunLimits:
         file_size_cap_bytes: the largest file a graded process may write.
         disk_cap_bytes: what one graded run's writable folders may hold together.
         files_cap: files and folders one graded run's writable folders may hold.
+        cgroup_headroom_bytes: what a run's cgroup (:mod:`grader.execute.cgroup`) allows beyond
+            ``memory_cap_bytes`` for page cache and kernel memory, which the watch does not count.
     """
 
     test_timeout_s: float | None = None
@@ -93,6 +95,7 @@ class RunLimits:
     file_size_cap_bytes: int = 2 * GiB
     disk_cap_bytes: int = 4 * GiB
     files_cap: int = 200_000
+    cgroup_headroom_bytes: int = 1 * GiB
 
 
 @dataclass(frozen=True)

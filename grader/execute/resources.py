@@ -44,7 +44,9 @@ cap, and pytest goes on with the tests not yet run (:mod:`grader.execute.supervi
 recorded in ``run.json`` (``peak_use``) so an instructor can see how far a correct submission stays
 from every cap.
 
-What the watch does not guarantee (a memory cgroup would; see the grader's README):
+Where the grader may make cgroups (root, cgroup v1), each run also has a memory and pids cgroup
+(:mod:`grader.execute.cgroup`): the kernel then holds the caps below the watch, and what the watch
+cannot see is charged there. Without one, what the watch does not guarantee:
 
 - between two polls a process can overshoot a cap by what it can allocate or write in that time (at
   most ``RLIMIT_DATA`` per process on the CPU; one file of ``RLIMIT_FSIZE``), and a process started
@@ -64,9 +66,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.execute.limits import GiB, RunLimits
+
+if TYPE_CHECKING:
+    from grader.execute.cgroup import RunCgroup
 
 #: Tasks (processes and threads) the host's graded user may have at once, when the grader is root.
 NPROC_BACKSTOP = 4096
@@ -93,8 +98,9 @@ def cuda_hidden(gpu: str) -> bool:
     return gpu == "off" or not any(Path("/dev").glob("nvidia[0-9]*"))
 
 
-def limit_setter(limits: dict[int, int]) -> Callable[[], None]:
-    """A ``preexec_fn`` that sets ``limits`` in the child (a limit already lower stays as it is)."""
+def limit_setter(limits: dict[int, int], cgroup: RunCgroup | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` that sets ``limits`` in the child (a limit already lower stays as it is) and
+    puts it in ``cgroup``, if one is given."""
 
     def set_limits() -> None:
         for kind, value in limits.items():
@@ -102,6 +108,8 @@ def limit_setter(limits: dict[int, int]) -> Callable[[], None]:
             if hard != resource.RLIM_INFINITY:
                 value = min(value, hard)
             resource.setrlimit(kind, (value, value))
+        if cgroup is not None:
+            cgroup.join()
 
     return set_limits
 
@@ -264,14 +272,15 @@ def disk_bytes(folders: Iterable[Path]) -> int:
     return disk_use(folders, max_entries=10**9).bytes
 
 
-def _amount(value: int, unit: str) -> str:
+def amount(value: int, unit: str) -> str:
+    """``value`` in words: bytes as MiB or GiB, anything else with its unit ("12 processes")."""
     if unit != "bytes":
         return f"{value} {unit}"
     return f"{value / GiB:.1f} GiB" if value >= GiB else f"{value / 1024**2:.0f} MiB"
 
 
-def _over(name: str, value: int, cap: int, unit: str) -> str:
-    return f"{name}: {_amount(value, unit)}, over the grader's cap of {_amount(cap, unit)}"
+def over_cap(name: str, value: int, cap: int, unit: str) -> str:
+    return f"{name}: {amount(value, unit)}, over the grader's cap of {amount(cap, unit)}"
 
 
 class ResourceWatch:
@@ -288,10 +297,13 @@ class ResourceWatch:
         root: the pid of the started command (the sandbox, or pytest itself when unisolated).
         folders: the run's writable folders on the host.
         limits: the caps (``memory_cap_bytes``, ``process_cap``, ``task_cap``, ``disk_cap_bytes``, ``files_cap``).
+        cgroup: the run's cgroup (:mod:`grader.execute.cgroup`), if it has one: its members are the
+            run's processes too (the supervisor reads the kernel's own verdicts from it).
     """
 
-    def __init__(self, root: int, folders: tuple[Path, ...], limits: RunLimits) -> None:
-        self.root, self.folders, self.limits = root, folders, limits
+    def __init__(self, root: int, folders: tuple[Path, ...], limits: RunLimits,
+                 cgroup: RunCgroup | None = None) -> None:
+        self.root, self.folders, self.limits, self.cgroup = root, folders, limits, cgroup
         self.over = ""
         self.peak_memory_bytes = self.peak_processes = self.peak_disk_bytes = 0
         self._pids: list[int] = [root]
@@ -323,15 +335,16 @@ class ResourceWatch:
         limits = self.limits
         if now >= self._next["scan"]:
             self._next["scan"] = now + SCAN_POLL_S
-            self._pids = run_processes(self.root)
+            members = self.cgroup.members() if self.cgroup else []
+            self._pids = sorted(set(run_processes(self.root)).union(members))
             self.peak_processes = max(self.peak_processes, len(self._pids))
             if len(self._pids) > limits.process_cap:
-                return _over("processes at once", len(self._pids), limits.process_cap, "processes")
+                return over_cap("processes at once", len(self._pids), limits.process_cap, "processes")
         if now >= self._next["fast"]:
             self._next["fast"] = now + FAST_POLL_S
             tasks = task_count(self._pids)
             if tasks > limits.task_cap:
-                return _over("threads at once", tasks, limits.task_cap, "threads")
+                return over_cap("threads at once", tasks, limits.task_cap, "threads")
             held_memory, _ = open_deleted_bytes(self._pids)
             memory = resident_private_bytes(self._pids) + held_memory
             if memory > limits.memory_cap_bytes:  # an upper bound: confirm, shared pages shared out
@@ -341,7 +354,7 @@ class ResourceWatch:
                 memory = self._confirmed
             self.peak_memory_bytes = max(self.peak_memory_bytes, memory)
             if memory > limits.memory_cap_bytes:
-                return _over("private memory", memory, limits.memory_cap_bytes, "bytes")
+                return over_cap("private memory", memory, limits.memory_cap_bytes, "bytes")
         if now >= self._next["disk"]:
             self._next["disk"] = now + DISK_POLL_S
             use = disk_use(self.folders, limits.files_cap)
@@ -350,10 +363,13 @@ class ResourceWatch:
             if use.problem:
                 return f"disk space in its folders: {use.problem}"
             if used > limits.disk_cap_bytes:
-                return _over("disk space in its folders", used, limits.disk_cap_bytes, "bytes")
+                return over_cap("disk space in its folders", used, limits.disk_cap_bytes, "bytes")
         return None
 
     def peaks(self) -> dict[str, Any]:
         """The most the run used of each measured resource (``run.json``'s ``peak_use``)."""
-        return {"memory_bytes": self.peak_memory_bytes, "processes": self.peak_processes,
-                "disk_bytes": self.peak_disk_bytes}
+        peaks = {"memory_bytes": self.peak_memory_bytes, "processes": self.peak_processes,
+                 "disk_bytes": self.peak_disk_bytes}
+        if self.cgroup:
+            peaks["cgroup_memory_bytes"] = self.cgroup.peak_memory_bytes()
+        return peaks

@@ -69,6 +69,7 @@ from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, LIMITS_FILE, OU
 from grader.evidence.runs import report_shape_problem
 from grader.evidence.text import trim_file
 from grader.evidence.untrusted import clear_path, fresh_folder, parse_untrusted_json, read_untrusted
+from grader.execute.cgroup import RunCgroup
 from grader.execute.channel import EventRecorder, append_event, original_nodeid
 from grader.execute.command import REPORT_OMIT, pytest_command, pytest_env
 from grader.execute.isolation import Isolation, Unisolated, View
@@ -214,13 +215,16 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
     kernel = kernel_limits(limits, gpu_off=gpu_off, graded_user_is_nobody=isolation.runs_as_graded_uid)
+    cgroup = RunCgroup.make(limits)
     try:
         process = subprocess.Popen(command, cwd=view.cwd, env=command_env, stdin=subprocess.DEVNULL,
                                    stdout=output_write, stderr=output_write, start_new_session=True,
                                    pass_fds=(events_write, control_read, verdict_read),
-                                   preexec_fn=limit_setter(kernel))
+                                   preexec_fn=limit_setter(kernel, cgroup))
     except BaseException:
         os.close(verdict_write)
+        if cgroup:
+            cgroup.close()
         raise
     finally:
         for fd in (events_write, control_read, verdict_read, output_write):
@@ -232,7 +236,8 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                                                            limits.output_cap_bytes, flooded), daemon=True)]
     for thread in threads:
         thread.start()
-    watch = ResourceWatch(process.pid, (*view.writable, *([view.private] if view.private else [])), limits).start()
+    watch = ResourceWatch(process.pid, (*view.writable, *([view.private] if view.private else [])), limits,
+                          cgroup).start()
     try:
         while process.poll() is None:
             now = time.monotonic()
@@ -242,7 +247,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                 ended.flooded = True
             else:
                 ended.overrun = overran(recorder.now_running(), budget, now)
-                ended.over_limit = "" if ended.overrun else watch.over
+                ended.over_limit = "" if ended.overrun else (watch.over or (cgroup.over() if cgroup else "") or "")
                 if ended.over_limit:
                     running = recorder.now_running()
                     ended.over_limit_test = running[0] if running else None
@@ -251,12 +256,18 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                 break
             time.sleep(0.05)
         ended.exit_code = isolation.exit_status(process.wait(timeout=30))
+        held = cgroup.over() if cgroup else None  # the kernel may have ended the run itself (its OOM killer)
+        if held and not (ended.timed_out or ended.flooded or ended.overrun or ended.over_limit):
+            running = recorder.now_running()
+            ended.over_limit, ended.over_limit_test = held, running[0] if running else None
     finally:
         watch.stop()
         if process.poll() is None:
             _kill_group(process)
             process.wait()
         _kill_group(process)  # children the student's code left behind in the group
+        if cgroup:
+            cgroup.close()  # and any that left the group: every member of the run's cgroup
         for thread in threads:
             thread.join(timeout=PIPE_GRACE_S)
         recorder.close()
