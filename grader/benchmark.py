@@ -31,11 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from grader.course.labs import load_course, make_reference_submission
-from grader.execute.collect import build_rubric
 from grader.execute.command import config_args, pytest_env
 from grader.execute.isolation import Bubblewrap, Isolation, Unisolated
 from grader.execute.limits import RunLimits
@@ -75,10 +75,10 @@ def bench_class(students: int, scratch: Path) -> dict[str, float]:
 
 def bench_overhead(course_root: Path, lab_id: str, scratch: Path, repeats: int) -> dict[str, float]:
     """Measurement 2: plain pytest on the starter of one lab versus grading that lab."""
-    course = load_course(course_root)
-    labs = course.select([lab_id])
-    setup = GradingSetup(course, labs, build_rubric(course, labs, scratch / "cache"), GradeOptions(gpu="auto", limits=RunLimits()))
-    plain = [sys.executable, "-m", "pytest", labs[0].package, "-q", "-p", "no:cacheprovider", *config_args(course.root)]
+    setup = GradingSetup.for_course(load_course(course_root), GradeOptions(gpu="auto", limits=RunLimits()), [lab_id],
+                                    scratch / "cache")
+    course = setup.course
+    plain = [sys.executable, "-m", "pytest", setup.labs[0].package, "-q", "-p", "no:cacheprovider", *config_args(course.root)]
     env = pytest_env(course.root, "auto")
     counter = iter(range(10_000))
 
@@ -95,12 +95,10 @@ def bench_overhead(course_root: Path, lab_id: str, scratch: Path, repeats: int) 
 
 def bench_batch(course_root: Path, submissions: int, scratch: Path, jobs: list[int]) -> list[dict[str, float]]:
     """Measurement 3: the same ``submissions`` starters graded with each ``-j``."""
-    course = load_course(course_root)
-    labs = course.select(None)
-    setup = GradingSetup(course, labs, build_rubric(course, labs, scratch / "cache"), GradeOptions(gpu="auto"))
+    setup = GradingSetup.for_course(load_course(course_root), GradeOptions(gpu="auto"), None, scratch / "cache")
     folders = scratch / "submissions"
     for index in range(submissions):
-        shutil.copytree(course.root, folders / f"s{index:02d}", ignore=shutil.ignore_patterns("solutions", "__pycache__"))
+        shutil.copytree(setup.course.root, folders / f"s{index:02d}", ignore=shutil.ignore_patterns("solutions", "__pycache__"))
     entries = [(path.name, path) for path in sorted(folders.iterdir())]
     rows = []
     for j in jobs:
@@ -115,14 +113,13 @@ def bench_batch(course_root: Path, submissions: int, scratch: Path, jobs: list[i
 def bench_isolation(course_root: Path, lab_id: str, scratch: Path, repeats: int) -> dict[str, Any]:
     """Measurement 4: the reference of one lab graded under bubblewrap and unisolated (see the docstring)."""
     course = load_course(course_root)
-    labs = course.select([lab_id])
-    rubric = build_rubric(course, labs, scratch / "cache")
+    base = GradingSetup.for_course(course, GradeOptions(gpu="auto"), [lab_id], scratch / "cache")
     reference = make_reference_submission(course, scratch / "reference")
     counter = iter(range(10_000))
     scores: dict[str, list[int]] = {"bubblewrap": [], "none": []}
 
     def graded(isolation: Isolation):
-        setup = GradingSetup(course, labs, rubric, GradeOptions(gpu="auto", isolation=isolation))
+        setup = replace(base, options=replace(base.options, isolation=isolation))
 
         def run() -> None:
             result = grade_submission(reference, scratch / f"graded-{next(counter)}", setup, name="reference")

@@ -43,6 +43,8 @@ class RubricTest:
     ``reference_s`` and ``reference_cpu_s`` are how long the reference solution takes on it (setup,
     call and teardown), in seconds of the wall clock and of CPU, from the lab's ``reference_times.json``;
     None when it was never timed. Time limits derive from them (:mod:`grader.execute.limits`).
+    ``shared_fixtures``: the module-, class-, package- or session-scoped fixtures of the course it
+    requests; whichever test comes first builds them, so a test's own time does not bound that build.
     """
 
     nodeid: str
@@ -54,6 +56,7 @@ class RubricTest:
     reference_s: float | None = None
     reference_cpu_s: float | None = None
     extension: bool = False
+    shared_fixtures: tuple[str, ...] = ()  # "scope:name" of each fixture of a wider scope than a test it requests
 
     @property
     def heldout(self) -> bool:
@@ -172,7 +175,8 @@ def _lab_from_dict(data: dict[str, Any]) -> LabRubric:
         lab=data["lab"],
         package=data["package"],
         title=data["title"],
-        tests=tuple(RubricTest(**test) for test in data["tests"]),
+        tests=tuple(RubricTest(**{**test, "shared_fixtures": tuple(test.get("shared_fixtures", ()))})
+                    for test in data["tests"]),
         talking_points=tuple(
             TalkingPointSpec(p["id"], p["kind"], p["text"], tuple(p["evidence"])) for p in data["talking_points"]
         ),
@@ -201,7 +205,8 @@ def parse_collected(spec: LabSpec, collected: dict[str, Any]) -> LabRubric:
         if visibility not in VISIBILITIES:
             raise ValueError(f"{entry['nodeid']}: visibility {visibility!r} is not one of {', '.join(VISIBILITIES)}")
         tests.append(RubricTest(entry["nodeid"], entry["name"], points, bool(entry["gpu"]), visibility,
-                                str(entry.get("area") or ""), extension=bool(entry.get("extension"))))
+                                str(entry.get("area") or ""), extension=bool(entry.get("extension")),
+                                shared_fixtures=tuple(entry.get("shared_fixtures", ()))))
     if not tests:
         raise ValueError(f"{spec.package}: no graded tests were collected")
     return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec), steps=spec.steps)

@@ -38,7 +38,7 @@ read the same numbers, and ``raw/<lab>/limits.json`` records them for every grad
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -105,11 +105,26 @@ class TestLimit:
     cpu_s: float
     wall_s: float
     basis: str
+    #: For a test that requests shared fixtures: its limits when its setup builds them (see
+    #: :func:`lab_budget`); the supervisor's outside backstop allows the larger of the two.
+    shared_setup: TestLimit | None = None
+    shared_fixtures: tuple[str, ...] = ()  # "scope:name" of each shared fixture the test requests
 
     __test__ = False  # not a pytest test class
 
+
+    def fixture_keys(self, nodeid: str) -> set[str]:
+        """One key per instance of a shared fixture this test (``nodeid``) requests: a module-scoped
+        fixture is built once per module, a class-scoped one once per class, and so on."""
+        path = nodeid.split("::")[0]
+        where = {"session": "", "package": path.rpartition("/")[0], "module": path,
+                 "class": nodeid.rpartition("::")[0]}
+        return {f"{name}@{where.get(scope, nodeid)}" for scope, _, name in
+                (entry.partition(":") for entry in self.shared_fixtures)}
+
     def to_dict(self) -> dict[str, Any]:
-        return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "basis": self.basis}
+        shared = {"shared_setup": self.shared_setup.to_dict()} if self.shared_setup else {}
+        return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "basis": self.basis, **shared}
 
 
 @dataclass(frozen=True)
@@ -132,9 +147,14 @@ class LabBudget:
     def test(self, nodeid: str) -> TestLimit:
         return self.tests.get(nodeid, self.default)
 
-    def limit(self, nodeid: str) -> float:
-        """The test's wall-clock backstop (what the supervisor watches from outside)."""
-        return self.test(nodeid).wall_s
+    def limit(self, nodeid: str, builds_shared_fixtures: bool = False) -> float:
+        """The test's wall-clock backstop (what the supervisor watches from outside); for the test that
+        builds shared fixtures (the first in its process to request them), the allowance's for its setup
+        plus its own."""
+        limit = self.test(nodeid)
+        if builds_shared_fixtures and limit.shared_setup is not None:
+            return limit.shared_setup.wall_s + limit.wall_s  # the build (its setup), then its own call
+        return limit.wall_s
 
     def stops_at(self, streak: int) -> bool:
         """Whether ``streak`` tests in a row out of time stop the lab (never when the limit is 0)."""
@@ -153,25 +173,48 @@ def _seconds(value: float) -> str:
     return f"{value:.2g} s" if value < 10 else f"{value:.0f} s"
 
 
+def _limit(cpu: float, basis: str, limits: RunLimits) -> TestLimit:
+    cpu = round(cpu, 1)
+    wall = round(limits.wall_factor * cpu, 1)
+    return TestLimit(cpu, wall, f"{basis}; a wall-clock backstop of {wall:g} s")
+
+
+def never_timed_limit(limits: RunLimits) -> TestLimit:
+    """The limits of a test the reference solution was never timed on."""
+    if limits.test_timeout_s is not None:
+        return _limit(float(limits.test_timeout_s), "set with --test-timeout", limits)
+    return _limit(limits.unmeasured_test_timeout_s, "the reference solution was never timed on this test", limits)
+
+
 def limit_for_test(test: RubricTest | None, limits: RunLimits) -> TestLimit:
     """One test's limits and their derivation in words (``test`` None: a test missing from the rubric)."""
     def limit(cpu: float, basis: str) -> TestLimit:
-        cpu = round(cpu, 1)
-        wall = round(limits.wall_factor * cpu, 1)
-        return TestLimit(cpu, wall, f"{basis}; a wall-clock backstop of {wall:g} s")
+        return _limit(cpu, basis, limits)
 
-    if limits.test_timeout_s is not None:
-        return limit(float(limits.test_timeout_s), "set with --test-timeout")
     reference = None if test is None else test.reference_cpu_s if test.reference_cpu_s is not None else test.reference_s
+    if limits.test_timeout_s is not None or (test is not None and reference is None):
+        return never_timed_limit(limits)
     if test is None:
         return limit(limits.min_test_timeout_s, "the minimum per-test limit")
-    if reference is None:
-        return limit(limits.unmeasured_test_timeout_s, "the reference solution was never timed on this test")
     scaled = limits.time_factor * reference
     if scaled <= limits.min_test_timeout_s:
         return limit(limits.min_test_timeout_s, f"the minimum per-test limit of CPU time; the reference solution "
                                                 f"takes {_seconds(reference)}")
     return limit(scaled, f"{limits.time_factor:g} x the reference solution's {_seconds(reference)} of CPU time")
+
+
+def with_shared_setup(limit: TestLimit, test: RubricTest, never_timed: TestLimit) -> TestLimit:
+    """``limit``, with the allowance for building shared fixtures when ``test`` requests any.
+
+    A module- or session-scoped fixture is built in the setup of whichever test that requests it runs
+    first: when the reference was timed, maybe another test (or a canary), in another run maybe this
+    one, or, after a killed test, the first one pytest runs again. So no recorded time bounds that build:
+    the setup of the test that builds it gets ``never_timed`` (the limit of a test the reference was
+    never timed on), its call and teardown their own limit after.
+    """
+    if not test.shared_fixtures or never_timed.cpu_s <= limit.cpu_s:
+        return limit
+    return replace(limit, shared_setup=never_timed, shared_fixtures=test.shared_fixtures)
 
 
 def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> LabBudget:
@@ -180,7 +223,9 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
     Each part is its own pytest process (or a few, after a killed test) with its own start-up
     allowance; the reference's recorded start-up (its whole run minus its tests) is counted once per part.
     """
-    tests = {test.nodeid: limit_for_test(test, limits) for test in lab.tests if test.heldout == heldout}
+    never_timed = never_timed_limit(limits)
+    tests = {test.nodeid: with_shared_setup(limit_for_test(test, limits), test, never_timed)
+             for test in lab.tests if test.heldout == heldout}
     if limits.lab_timeout_s is not None:
         lab_s = float(limits.lab_timeout_s)
     else:

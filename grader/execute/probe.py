@@ -19,11 +19,13 @@ library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. It
    (the streak rule, counted by the supervisor). Only after the call does this process know what the
    item was (it then names the canary's reports apart, for pytest-json-report).
 4. **The rubric** (``--grader-rubric FILE``, with ``--collect-only`` on the pristine course): every
-   collected test's node id, function name, points, GPU need, visibility and area, written as JSON.
+   collected test's node id, function name, points, GPU need, visibility, area and shared fixtures
+   (the course's fixtures of a wider scope than one test that it requests), written as JSON.
 5. **Per-test time limits** (:mod:`grader.execute.limits`): two alarms armed while the test's setup,
    call and teardown run (not while pytest reports them), one on the process's CPU time (``SIGPROF``),
    one on the wall clock (``SIGALRM``, the backstop), raise :class:`TestTimeLimit` in the test's code
-   when its limit passes; each phase's CPU time is reported.
+   when its limit passes; each phase's CPU time is reported. A setup that builds a shared fixture
+   (none cached yet) has the limit of a test never timed instead, and the call its own after.
    ``TestTimeLimit`` derives from ``BaseException`` (like ``KeyboardInterrupt``), which Hypothesis,
    ``except Exception`` and ``pytest.raises(Exception)`` all let through, so the test fails at once
    and alone (pytest-timeout's ``Failed`` is caught by Hypothesis, which re-runs the hanging example
@@ -147,11 +149,31 @@ class TimeKeeper:
         self.has_alarm = hasattr(signal, "setitimer")  # not on Windows: the supervisor's kill still applies
         self.phase_cpu = 0.0
 
-    def begin(self, nodeid: str) -> None:
-        """A new test: its whole limits are left, shared by its setup, call and teardown."""
-        limit = self.tests.get(nodeid, self.default)
+    def begin(self, nodeid: str, building: list[str] = ()) -> None:
+        """A new test: its whole limits are left, shared by its setup, call and teardown.
+
+        When its setup builds shared fixtures (``building``; whichever test asks first does), its setup
+        has the allowance for that build instead (the limit of a test never timed, if that is more: the
+        test's recorded time may not include the build), and its call and teardown its own limits after.
+        """
+        own = self.tests.get(nodeid, self.default)
+        allowance = own.get("shared_setup")
+        self.after_setup = None
+        if building and allowance and allowance["cpu_s"] > own["cpu_s"]:
+            self.after_setup = own
+            self._start(allowance, f"its setup builds the shared fixture(s) {', '.join(building)}: ")
+        else:
+            self._start(own)
+
+    def end_setup(self) -> None:
+        """After a setup that built shared fixtures: the call and teardown get the test's own limits."""
+        if self.after_setup is not None:
+            self._start(self.after_setup)
+            self.after_setup = None
+
+    def _start(self, limit: dict[str, Any], why: str = "") -> None:
         self.cpu_left, self.wall_left = float(limit["cpu_s"]), float(limit["wall_s"])
-        basis = f" ({limit['basis']})" if limit.get("basis") else ""
+        basis = f" ({why}{limit['basis']})" if limit.get("basis") else ""
         self.messages = {
             getattr(signal, "SIGPROF", -1): f"this test ran over its time limit of {self.cpu_left:g} s of CPU time{basis}",
             getattr(signal, "SIGALRM", -2): f"this test ran over its wall-clock limit of {self.wall_left:g} s without "
@@ -320,6 +342,26 @@ def _marker_arg(item: pytest.Item, name: str, default: Any = None) -> Any:
     return marker.args[0] if marker is not None and marker.args else default
 
 
+def _shared_fixture_defs(item: pytest.Item) -> dict[str, Any]:
+    """The fixtures ``item`` requests (directly or through other fixtures) that have a scope wider than
+    one test and come from the course, not from pytest itself: name -> the definition that applies."""
+    info = getattr(item, "_fixtureinfo", None)
+    shared = {}
+    for name, definitions in (info.name2fixturedefs.items() if info is not None else ()):
+        definition = definitions[-1] if definitions else None
+        module = getattr(getattr(definition, "func", None), "__module__", "") or ""
+        if definition is not None and definition.scope != "function" and not module.startswith(("_pytest", "pytest")):
+            shared[name] = definition
+    return shared
+
+
+def shared_fixtures_to_build(item: pytest.Item) -> list[str]:
+    """The shared fixtures (:func:`_shared_fixture_defs`) that ``item``'s setup will build: none is
+    cached yet, so this test, whichever it is, pays for them."""
+    return sorted(name for name, definition in _shared_fixture_defs(item).items()
+                  if getattr(definition, "cached_result", None) is None)
+
+
 def rubric_entry(item: pytest.Item) -> dict[str, Any]:
     """What the grader needs to know about one collected test (the course plugin has set ``visibility``)."""
     return {
@@ -330,6 +372,7 @@ def rubric_entry(item: pytest.Item) -> dict[str, Any]:
         "extension": item.get_closest_marker("extension") is not None,
         "visibility": _marker_arg(item, "visibility", "visible"),
         "area": _marker_arg(item, "area", ""),
+        "shared_fixtures": sorted(f"{definition.scope}:{name}" for name, definition in _shared_fixture_defs(item).items()),
     }
 
 
@@ -364,12 +407,14 @@ def _timed_phase(begin: bool):
             yield
             return
         if begin:
-            _clock.begin(item.nodeid)
+            _clock.begin(item.nodeid, shared_fixtures_to_build(item))
         _clock.arm()
         try:
             yield
         finally:
             _clock.disarm()
+            if begin:
+                _clock.end_setup()
 
     return wrapper
 

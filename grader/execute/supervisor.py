@@ -47,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -148,13 +148,37 @@ def overrun_grace_s(limit_s: float) -> float:
     return 5.0 + 0.1 * limit_s
 
 
-def overran(running: tuple[str, float] | None, budget: LabBudget, now: float) -> str | None:
+def overran(running: tuple[str, float] | None, budget: LabBudget, now: float,
+            builders: Collection[str] = ()) -> str | None:
     """The recorded node id of the running test (``(node id, started)``) when it is past its limit plus
-    grace at ``now``, else None. A canary has the limit of the test it copies."""
+    grace at ``now``, else None. A canary has the limit of the test it copies; a test in ``builders``
+    (:class:`SharedFixtureBuilders`) the allowance for building shared fixtures."""
     if running is None:
         return None
-    limit = budget.limit(original_nodeid(running[0]))
+    nodeid = original_nodeid(running[0])
+    limit = budget.limit(nodeid, builds_shared_fixtures=nodeid in builders)
     return running[0] if now - running[1] > limit + overrun_grace_s(limit) else None
+
+
+class SharedFixtureBuilders(set):
+    """The tests of one pytest process that build shared fixtures: each first, in that process, to
+    request an instance of one (:meth:`~grader.execute.limits.TestLimit.fixture_keys`). Worked out from
+    the rubric and the order the tests start in, so graded code cannot claim the allowance."""
+
+    def __init__(self, budget: LabBudget) -> None:
+        super().__init__()
+        self.budget, self.built, self.last = budget, set(), None
+
+    def saw(self, running: tuple[str, float] | None) -> None:
+        """Note the test running now (the recorder's ``now_running``)."""
+        if running is None or running == self.last:
+            return
+        self.last = running
+        nodeid = original_nodeid(running[0])
+        keys = self.budget.test(nodeid).fixture_keys(nodeid)
+        if keys - self.built:
+            self.built |= keys
+            self.add(nodeid)
 
 
 @dataclass
@@ -236,6 +260,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
                                                            limits.output_cap_bytes, flooded), daemon=True)]
     for thread in threads:
         thread.start()
+    builders = SharedFixtureBuilders(budget)
     watch = ResourceWatch(process.pid, (*view.writable, *([view.private] if view.private else [])), limits,
                           cgroup).start()
     try:
@@ -246,7 +271,8 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
             elif flooded.is_set() or recorder.flooded:
                 ended.flooded = True
             else:
-                ended.overrun = overran(recorder.now_running(), budget, now)
+                builders.saw(recorder.now_running())
+                ended.overrun = overran(recorder.now_running(), budget, now, builders)
                 ended.over_limit = "" if ended.overrun else (watch.over or (cgroup.over() if cgroup else "") or "")
                 if ended.over_limit:
                     running = recorder.now_running()

@@ -259,10 +259,10 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
     commands = check_student_documents(release, scaffold)
     log(f"  ok: no document shows the reference or an instructor command ({len(commands)} commands shown)")
     course = load_course(release)
-    labs = course.select(None)
-    if not labs:
+    if not course.select(None):
         raise ReleaseError("the release has no lab ready to grade")
-    rubric = build_rubric(course, labs, cache_dir, options.python)
+    setup = GradingSetup.for_course(course, options, None, cache_dir)
+    labs, rubric = setup.labs, setup.rubric
     broken = [f"{lab.lab}: {lab.error}" for lab in rubric.labs if lab.error]
     if broken:
         raise ReleaseError("labs whose tests do not collect in the release: " + "; ".join(broken))
@@ -271,8 +271,7 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
         pristine_rubric = build_rubric(pristine, pristine.select([spec.id for spec in labs]), cache_dir, options.python)
     log(f"  ok: {check_no_heldout_tests(release, rubric, pristine_rubric)}")
     with tempfile.TemporaryDirectory(prefix="grader-release-") as scratch:
-        result = grade_submission(release, Path(scratch) / "starter-grade", GradingSetup(course, labs, rubric, options),
-                                  name="untouched starter")
+        result = grade_submission(release, Path(scratch) / "starter-grade", setup, name="untouched starter")
         scored = [f"{lab.lab} {lab.score}/{lab.max_score} ({lab.status})" for lab in result.labs
                   if lab.score or lab.status != "graded"]
         if scored:

@@ -27,6 +27,7 @@ from grader.course.labs import Course
 from grader.course.rubric import Rubric
 from grader.evidence.layout import RAW_DIR, RUBRIC_FILE, SUBMITTED_DIR, keep_submitted, write_submission_meta
 from grader.execute.archive import OTHER_ARCHIVES
+from grader.execute.collect import build_rubric
 from grader.execute.isolation import Isolation
 from grader.execute.limits import RunLimits
 from grader.execute.review import review_files
@@ -69,12 +70,21 @@ class GradeOptions:
 
 @dataclass(frozen=True)
 class GradingSetup:
-    """What every submission of a run or batch is graded against."""
+    """What every submission of a run or batch is graded against: made once per grading, by
+    :meth:`for_course` (or, with a rubric made elsewhere, such as a Slurm plan's, directly)."""
 
     course: Course
     labs: list[LabSpec]
     rubric: Rubric
     options: GradeOptions
+
+    @classmethod
+    def for_course(cls, course: Course, options: GradeOptions, lab_ids: list[str] | None = None,
+                   cache_dir: Path | None = None, log=lambda line: print(line, file=sys.stderr)) -> GradingSetup:
+        """The setup for ``lab_ids`` of ``course`` (every ready lab when None): those labs and their
+        pristine rubric, collected with ``options.python`` (or read from ``cache_dir``, None: no cache)."""
+        labs = course.select(lab_ids)
+        return cls(course, labs, build_rubric(course, labs, cache_dir, options.python, log=log), options)
 
 
 def _meta(out: Path, **fields) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from grader.course.labs import CourseError, load_course
 from grader.course.rubric import describe_rubric
 from grader.evidence.text import key_lines
-from grader.execute.collect import DEFAULT_CACHE_DIR, build_rubric
+from grader.execute.collect import DEFAULT_CACHE_DIR
 from grader.execute.command import GPU_MODES
 from grader.execute.isolation import choose_isolation
 from grader.execute.limits import GRADING_MARGIN_S, GiB, RunLimits
@@ -88,22 +88,24 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True, isolate
                                      unsafe=args.unsafe_no_sandbox)
     for package, why in course.not_ready.items():
         print(f"note: {package} is not ready to grade ({why}): skipped", file=sys.stderr)
-    labs = course.select(args.labs.split(",") if args.labs else None)
+    lab_ids = args.labs.split(",") if args.labs else None
+    labs = course.select(lab_ids)
     if not labs:
         raise CourseError(f"no lab of {course.root} is ready to grade (each needs lab.toml and test_lab.py)")
     print(f"collecting the pristine rubric of {', '.join(spec.id for spec in labs)} ...", file=sys.stderr)
-    rubric = build_rubric(course, labs, None if args.no_cache else args.cache_dir)
-    for lab in rubric.labs:
-        print(f"  {describe_rubric(lab)}", file=sys.stderr)
     limits = limits_from_args(args)
-    for lab in rubric.labs:  # (GPU tests are timed on a GPU machine: not worth a note on every run)
+    setup = GradingSetup.for_course(course, GradeOptions(args.gpu, limits, keep_sandbox=args.keep_sandbox,
+                                                         isolation=isolation),
+                                    lab_ids, None if args.no_cache else args.cache_dir)
+    for lab in setup.rubric.labs:
+        print(f"  {describe_rubric(lab)}", file=sys.stderr)
+    for lab in setup.rubric.labs:  # (GPU tests are timed on a GPU machine: not worth a note on every run)
         untimed = sum(test.reference_s is None and not test.gpu for test in lab.tests)
         if lab.error is None and untimed and limits.test_timeout_s is None and course.solutions.is_dir():
             print(f"  note: {lab.lab}: {untimed} of {len(lab.tests)} tests have no recorded reference time (limit "
                   f"{limits.unmeasured_test_timeout_s:g} s each); record them with "
                   "`python -m grader selfcheck --record-times`", file=sys.stderr)
-    return GradingSetup(course, labs, rubric,
-                        GradeOptions(args.gpu, limits, keep_sandbox=args.keep_sandbox, isolation=isolation))
+    return setup
 
 
 

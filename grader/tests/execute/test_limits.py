@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from grader.course.reference_times import (
@@ -16,7 +18,7 @@ from grader.course.rubric import LabRubric, Rubric, RubricTest, with_reference_t
 from grader.evidence.events import KILLED_EVENT, canary_nodeid, timeout_streak
 from grader.evidence.runs import passed_test_times
 from grader.execute.limits import RunLimits, lab_budget, limit_for_test, submission_budget_s, time_limit_args
-from grader.execute.supervisor import overran, overrun_grace_s
+from grader.execute.supervisor import SharedFixtureBuilders, overran, overrun_grace_s
 
 LIMITS = RunLimits()  # 10 x the reference's CPU time, at least 10 s; backstop 5 x that; 300 s unmeasured
 
@@ -151,3 +153,82 @@ def test_a_streak_limit_of_0_never_stops_a_lab(demo_setup, tmp_path):
     assert lab.status == "graded", (lab.status, lab.reason)
     assert lab.score == graded_as["score"] + graded_as["heldout"]
 
+
+
+def test_a_test_requesting_shared_fixtures_may_build_them_under_the_limit_of_a_test_never_timed():
+    lab = lab_with(0.001, 0.001)
+    shared = ("module:compiled_models", "session:lab")
+    lab = replace(lab, tests=(replace(lab.tests[0], shared_fixtures=shared), lab.tests[1]))
+    budget = lab_budget(lab, LIMITS)
+    first, plain = lab.tests[0].nodeid, lab.tests[1].nodeid
+    assert budget.test(first).cpu_s == budget.test(plain).cpu_s == LIMITS.min_test_timeout_s  # its own limit...
+    assert budget.test(first).shared_setup.cpu_s == LIMITS.unmeasured_test_timeout_s  # ...and the allowance
+    assert budget.test(plain).shared_setup is None
+    assert budget.test(first).fixture_keys(first) == {"compiled_models@labX/test_lab.py", "lab@"}
+    # The supervisor's outside backstop allows the build only to the test that builds (the first to ask)
+    assert budget.limit(first, builds_shared_fixtures=True) == budget.test(first).shared_setup.wall_s + budget.limit(first)
+    assert budget.limit(first) == budget.limit(plain) < budget.limit(first, builds_shared_fixtures=True)
+    builders = SharedFixtureBuilders(budget)
+    for running in [(first, 0.0), (canary_nodeid(1, first), 5.0), (plain, 6.0)]:
+        builders.saw(running)
+    assert builders == {first}
+    assert overran((first, 0.0), budget, 100.0) == first and overran((first, 0.0), budget, 100.0, builders) is None
+    assert Rubric.from_dict(Rubric((lab,)).to_dict()) == Rubric((lab,))
+
+
+SHARED_FIXTURE_TESTS = '''
+
+
+@pytest.fixture(scope="module")
+def slow_shared_table():
+    """Built once per module, in the setup of whichever test asks first: 4 s of CPU."""
+    import time
+    start = time.process_time()
+    while time.process_time() - start < 4.0:
+        pass
+    return {n: n * n for n in range(10)}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_squares_from_a_shared_table(lab, slow_shared_table, n):
+    assert slow_shared_table[n] == n * n
+'''
+
+
+def test_whichever_test_builds_a_slow_shared_fixture_keeps_its_points(tmp_path):
+    """A module-scoped fixture built in the setup of the first test to ask: its recorded time is that of a
+    test that found it built (a canary built it when the times were recorded), so its own 3 s limit used to
+    time out the build, and every test of the module lost its points."""
+    import json
+    import shutil
+    from dataclasses import replace as replaced
+
+    from grader.course.labs import load_course, make_reference_submission
+    from grader.execute.isolation import Unisolated
+    from grader.runners.local import GradeOptions, GradingSetup, grade_submission
+    from grader.tests.conftest import DEMO_LIMITS
+    from grader.tests.corpus import DEMO_COURSE
+
+    course_root = tmp_path / "course"
+    shutil.copytree(DEMO_COURSE, course_root, ignore=shutil.ignore_patterns("__pycache__"))
+    tests = course_root / "labA_arith" / "test_lab.py"
+    tests.write_text(tests.read_text() + SHARED_FIXTURE_TESTS)
+    times_file = course_root / "labA_arith" / TIMES_FILE
+    times = json.loads(times_file.read_text())
+    for n in (2, 3, 4):  # as recorded when the canary built the table: no test paid for it
+        for kind in ("tests", "cpu"):
+            times[kind][f"labA_arith/test_lab.py::test_squares_from_a_shared_table[{n}]"] = 0.001
+    times_file.write_text(json.dumps(times))
+    course = load_course(course_root)
+    options = GradeOptions(gpu="auto", limits=replaced(DEMO_LIMITS, unmeasured_test_timeout_s=60.0),
+                           isolation=Unisolated())
+    setup = GradingSetup.for_course(course, options, ["labA"])
+    rubric_squares = [test for test in setup.rubric.labs[0].tests if test.name == "test_squares_from_a_shared_table"]
+    assert [test.shared_fixtures for test in rubric_squares] == [("module:lab", "module:slow_shared_table")] * 3
+    reference = make_reference_submission(course, tmp_path / "reference")
+    lab = grade_submission(reference, tmp_path / "graded", setup, name="reference").lab("labA")
+    squares = [test for test in lab.tests if test.name == "test_squares_from_a_shared_table"]
+    assert len(squares) == 3 and all(test.outcome == "passed" for test in squares), \
+        [(test.nodeid, test.outcome, test.message) for test in squares]
+    assert lab.score == lab.max_score

@@ -11,7 +11,6 @@ import sys
 import textwrap
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from grader.evidence.layout import RAW_DIR, RUN_FILE
 from grader.execute.limits import RunLimits, time_limit_args

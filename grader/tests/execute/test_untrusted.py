@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 from grader.evidence.layout import read_json
 from grader.evidence.untrusted import clear_path, fresh_folder, parse_untrusted_json, read_untrusted
