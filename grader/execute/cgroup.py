@@ -34,6 +34,7 @@ import itertools
 import os
 import secrets
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +42,11 @@ from pathlib import Path
 from grader.execute.limits import RunLimits
 from grader.execute.resources import amount
 
-#: The controllers a run's group needs.
+#: The controllers a run's group needs, and the one it uses where mounted: ``cpu``, whose groups
+#: share the CPU equally (``cpu.shares``), so a run that starts 200 busy processes gets no more of
+#: the machine than its neighbour in a batch.
 CONTROLLERS = ("memory", "pids")
+OPTIONAL = ("cpu",)
 #: How long closing a group waits for its killed members to be gone (seconds).
 CLOSE_WAIT_S = 10.0
 
@@ -70,7 +74,7 @@ def _own_groups(mountinfo: str, own_cgroups: str) -> dict[str, Path]:
         if fstype != "cgroup":
             continue
         root, mount_point = fields[3], before.split()[4]
-        for controller in set(options.split(",")) & set(CONTROLLERS):
+        for controller in set(options.split(",")) & set(CONTROLLERS + OPTIONAL):
             path = paths.get(controller)
             if path is None or not (path + "/").startswith(root.rstrip("/") + "/"):
                 continue
@@ -88,10 +92,10 @@ def cgroup_support() -> tuple[dict[str, Path], str]:
     missing = [name for name in CONTROLLERS if name not in groups]
     if missing:
         return {}, f"no cgroup v1 {' or '.join(missing)} hierarchy is mounted"
-    for name, folder in groups.items():
-        if not os.access(folder, os.W_OK):
-            return {}, f"the grader may not make cgroups in {folder} (not root)"
-    return groups, ""
+    for name in CONTROLLERS:
+        if not os.access(groups[name], os.W_OK):
+            return {}, f"the grader may not make cgroups in {groups[name]} (not root)"
+    return {name: folder for name, folder in groups.items() if os.access(folder, os.W_OK)}, ""
 
 
 def describe_support() -> str:
@@ -129,8 +133,10 @@ class RunCgroup:
             if swap.exists():
                 swap.write_text(str(run.memory_limit_bytes))
             (run.folders["pids"] / "pids.max").write_text(str(run.task_limit))
-        except OSError:
+        except OSError as error:
             run.close()
+            print(f"note: no cgroup for this graded process ({error}): the resource watch and kernel limits "
+                  "alone hold it", file=sys.stderr)
             return None
         return run
 
@@ -190,7 +196,12 @@ class RunCgroup:
                 except OSError:
                     pass
             time.sleep(0.05)
-        for folder in self.folders.values():
+        for controller, folder in self.folders.items():
+            try:
+                if controller == "memory":  # charges left by page cache: else the group lingers, dying
+                    (folder / "memory.force_empty").write_text("0")
+            except OSError:
+                pass
             try:
                 folder.rmdir()
             except OSError:

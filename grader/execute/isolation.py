@@ -249,6 +249,8 @@ class Bubblewrap:
             elif path.is_dir():
                 mounts.add("--ro-bind", path, path)
         mounts.args += ["--dev", "/dev", "--proc", "/proc"]
+        if Path("/sys/fs/cgroup").is_dir():  # other runs' groups, their use and pids: not graded code's to read
+            mounts.args += ["--tmpfs", "/sys/fs/cgroup", "--remount-ro", "/sys/fs/cgroup"]
         private = view.private_folders()
         for target in ("/tmp", "/dev/shm"):
             if target in private:

@@ -99,8 +99,9 @@ def cuda_hidden(gpu: str) -> bool:
 
 
 def limit_setter(limits: dict[int, int], cgroup: RunCgroup | None = None) -> Callable[[], None]:
-    """A ``preexec_fn`` that sets ``limits`` in the child (a limit already lower stays as it is) and
-    puts it in ``cgroup``, if one is given."""
+    """A ``preexec_fn`` that sets ``limits`` in the child (a limit already lower stays as it is), makes it
+    the OOM killer's first choice (``oom_score_adj`` 1000: under a limit that also holds the grader, such
+    as a Slurm job's, the graded process goes first) and puts it in ``cgroup``, if one is given."""
 
     def set_limits() -> None:
         for kind, value in limits.items():
@@ -108,6 +109,11 @@ def limit_setter(limits: dict[int, int], cgroup: RunCgroup | None = None) -> Cal
             if hard != resource.RLIM_INFINITY:
                 value = min(value, hard)
             resource.setrlimit(kind, (value, value))
+        try:  # the first process the kernel's OOM killer picks, never the grader
+            with open("/proc/self/oom_score_adj", "w", encoding="ascii") as handle:
+                handle.write("1000")
+        except OSError:
+            pass
         if cgroup is not None:
             cgroup.join()
 

@@ -238,8 +238,9 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
     command, command_env = isolation.command(argv, env, view)
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
-    kernel = kernel_limits(limits, gpu_off=gpu_off, graded_user_is_nobody=isolation.runs_as_graded_uid)
     cgroup = RunCgroup.make(limits)
+    kernel = kernel_limits(limits, gpu_off=gpu_off,  # with a pids cgroup, no per-uid count shared by every run
+                           graded_user_is_nobody=isolation.runs_as_graded_uid and cgroup is None)
     try:
         process = subprocess.Popen(command, cwd=view.cwd, env=command_env, stdin=subprocess.DEVNULL,
                                    stdout=output_write, stderr=output_write, start_new_session=True,
@@ -288,6 +289,7 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
             ended.over_limit, ended.over_limit_test = held, running[0] if running else None
     finally:
         watch.stop()
+        ended.peak_use = watch.peaks()  # (before the cgroup is closed: its peak is read from it)
         if process.poll() is None:
             _kill_group(process)
             process.wait()
@@ -299,7 +301,6 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
         recorder.close()
         os.close(verdict_write)
     ended.started = list(recorder.started)
-    ended.peak_use = watch.peaks()
     return ended
 
 

@@ -4,6 +4,7 @@ cgroup skip, saying why, where the grader may not make one (not root, no cgroup 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from grader.execute.cgroup import RunCgroup, _own_groups, cgroup_support
+from grader.evidence.layout import RAW_DIR, RUN_FILE
 from grader.execute.limits import RunLimits
 from grader.runners.local import grade_submission
 from grader.tests.corpus import starter_copy
@@ -36,7 +38,8 @@ OWN = "8:pids:/\n4:memory:/jobs/42\n2:cpu,cpuacct:/docker/abc\n0::/\n"
 
 def test_the_graders_own_group_is_found_in_each_hierarchy():
     assert _own_groups(MOUNTINFO, OWN) == {"memory": Path("/sys/fs/cgroup/memory/jobs/42"),
-                                           "pids": Path("/sys/fs/cgroup/pids")}
+                                           "pids": Path("/sys/fs/cgroup/pids"),
+                                           "cpu": Path("/sys/fs/cgroup/cpu")}  # its root is the container's group
     # a container sees its own group as its hierarchy's root
     container = MOUNTINFO.replace("0:22 / /sys/fs/cgroup/memory", "0:22 /jobs/42 /sys/fs/cgroup/memory")
     assert str(_own_groups(container, OWN)["memory"]) == "/sys/fs/cgroup/memory"
@@ -106,6 +109,7 @@ def test_no_member_outlives_the_run_and_the_group_is_removed():
     """)
     process.wait(timeout=30)  # (the daemon still holds the output pipe: not read)
     daemons = run.members()
+    assert set(run.folders) >= {"memory", "pids", *(["cpu"] if "cpu" in _groups else [])}  # cpu: shared equally
     assert daemons, "the daemon should still be a member of the run's group"
     run.close()
     time.sleep(0.2)
@@ -160,3 +164,5 @@ def test_a_submission_filling_memory_the_watch_cannot_see_loses_that_test_alone(
     assert lab.status == "graded", lab.reason
     assert outcomes["test_add"].outcome == "crashed" and "by the kernel's count" in outcomes["test_add"].message
     assert outcomes["test_clamp"].outcome == "passed"
+    run = json.loads((tmp_path / "graded" / RAW_DIR / "labA" / RUN_FILE).read_text())
+    assert run["peak_use"]["cgroup_memory_bytes"] > 100 * MiB  # read before the group is removed

@@ -47,10 +47,11 @@ def test_the_kernel_limits_are_set_in_the_started_process():
     process = _start("""
         import resource
         print([resource.getrlimit(kind)[0] for kind in (resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE,
-                                                        resource.RLIMIT_CORE, resource.RLIMIT_DATA)])
+                                                        resource.RLIMIT_CORE, resource.RLIMIT_DATA)]
+              + [int(open("/proc/self/oom_score_adj").read())])
     """)
     out, _ = process.communicate(timeout=30)
-    assert json.loads(out) == [64, SMALL.file_size_cap_bytes, 0, 200 * MiB]
+    assert json.loads(out) == [64, SMALL.file_size_cap_bytes, 0, 200 * MiB, 1000]  # the OOM killer's first pick
 
 
 def test_one_process_cannot_allocate_past_the_memory_cap_when_cuda_is_hidden():
