@@ -16,7 +16,9 @@ The price: the folded value is frozen. If a parameter it was computed from chang
 
 - a constant that an in-place or otherwise impure node consumes is not folded (nor anything it is
   computed from): the in-place op would change the buffer, and the change would leak into the next
-  call, where the original program starts from a fresh value;
+  call, where the original program starts from a fresh value. Nor is a constant that shares memory
+  with one (a view of it, the tensor it views, another view of that tensor): ``v = c.view(2, 2)``
+  then ``c.add_(x)`` changes ``v`` too, and a folded ``v`` would keep the value from before the write;
 - a constant that is a graph *output* is not folded: the caller would receive the buffer itself and
   could modify it.
 

@@ -26,8 +26,9 @@ the slowest-varying of the three dimensions it merges). VGG and AlexNet end thei
 makes: the graph raises *view size is not compatible with input tensor's size and stride*.
 ``reshape`` is ``view`` where a view is possible and a copy where it is not, so the pass rewrites
 every view its layout change can reach (Inductor's ``view_to_reshape`` pass does the same).
-A copy is not a view, though: if the view or the tensor it views is written in place after the
-view is taken (``x.add_(1)``, ``relu_``, ``x[i] = v``: the copy would not see the write), the pass
+A copy is not a view, though: if the view, or anything sharing its memory (the tensor it views,
+another view of that tensor, a view of the view), is written in place after the view is taken
+(``x.add_(1)``, ``relu_``, ``x[i] = v``: the copy would not see the write), the pass
 leaves the convolutions upstream of it contiguous instead, and says so in
 :attr:`ChannelsLastConverter.skipped`. (Writes before the view, and impure reads such as a random
 draw, are harmless.)
@@ -116,8 +117,9 @@ class ChannelsLastConverter(PassBase):
         #     channels-last: replace each view among them (is_view) by a reshape with the same
         #     arguments (VIEW_TO_RESHAPE, or call_method "reshape"). Before converting, leave out
         #     (VIEW_MODIFIED_IN_PLACE) every convolution upstream of a view that is written in place
-        #     (writes_in_place) after the view is taken, through the view or through its input: a
-        #     reshape may copy, and a copy misses the write;
+        #     (writes_in_place) after the view is taken, through the view or anything sharing its
+        #     memory (the tensor it views, its other views, views of the view: follow ALIASING_OPS,
+        #     from .freezing, up and down): a reshape may copy, and a copy misses the write;
         #  3. if anything changed, wrap every graph output in a call_function to contiguous_output
         #     (once: a second run must not wrap them again), lint, recompile; else return
         #     unchanged(graph_module, self.why_unchanged()). Set the counts.

@@ -654,6 +654,62 @@ def test_constant_folding_never_folds_random_or_mutated_values(lab, dialect):
     )
 
 
+class ConstantsSharingMemoryWithWrites(nn.Module):
+    """Constants that share memory with a value an in-place op writes on every call: written through a
+    view of them, or a view of the tensor written. None may be folded; ``sigmoid(self.w)`` may."""
+
+    #: What the first three outputs read, and which write makes it no constant.
+    CASES = (
+        "output 0 reads table = self.w * 2, which table.view(2, 2).add_(...) writes through a view",
+        "output 1 reads first = scale[0], a view of scale, which scale.mul_(x) writes after the view is taken",
+        "output 2 reads grid = shift.view(2, 2), a view of shift, another view of which shift[2:].add_(...) writes",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        table = self.w * 2
+        table.view(2, 2).add_(x.view(2, 2))
+        scale = self.w + 1
+        first = scale[0]
+        scale.mul_(x)
+        shift = self.w - 1
+        grid = shift.view(2, 2)
+        shift[2:].add_(x[2:])
+        gate = torch.sigmoid(self.w)  # constant, and nothing written shares its memory
+        return x * table, first * x, grid * x.view(2, 2), x * gate
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_constant_folding_never_folds_values_sharing_memory_with_a_write(lab, dialect):
+    """A view shares its memory with the tensor it views: an in-place write to one writes the other. A
+    constant that shares memory with a value an in-place op writes (a view of it, the tensor it views,
+    another view of that tensor) changes on every call: folded, it is stale, or it accumulates."""
+    torch.manual_seed(0)
+    model, x = ConstantsSharingMemoryWithWrites(), torch.randn(4)
+    captured = capture(model, [x], dialect)
+    expected = captured.run()
+    gm = assert_fired(lab.fold_constants(captured.graph_module), dialect, "the constant sigmoid(self.w)")
+    assert count_nodes(gm, functions=(torch.sigmoid, aten.sigmoid.default)) == 0, (
+        "sigmoid(self.w) shares memory with nothing the graph writes: it must be folded"
+    )
+    calls = {"first": captured.run(gm), "second": captured.run(gm)}
+    for index, case in enumerate(ConstantsSharingMemoryWithWrites.CASES):
+        for call, outputs in calls.items():
+            got, want = outputs[index], expected[index]
+            assert outputs_close(got, want, rtol=RTOL, atol=ATOL), (
+                f"{dialect}: the {call} call differs ({output_error(got, want)}): {case}. "
+                + ("A folded buffer was written in place through a view of it, and the write leaked into the next "
+                   "call. " if call == "second" else "The folded value is stale: it was computed before the write. ")
+                + "constant_folding.py must never fold a value that shares memory with one an in-place op writes: "
+                "follow the aliasing ops (view, getitem/select, slice, ...) both ways from every value an impure "
+                "node consumes, and fold nothing they reach"
+            )
+
+
 class LiteralConstants(nn.Module):
     """Under Dynamo parameters are inputs; only values built from literals are constant."""
 
@@ -869,6 +925,76 @@ def test_channels_last_keeps_a_view_written_in_place_contiguous(lab, dialect):
         "the convolution feeds a view that is written in place: converting it makes the view a copy"
     )
     assert_close(captured.run(result.graph_module), expected, what="the graph (the write through the view must reach y)")
+
+
+class ViewsOfWrittenMemory(nn.Module):
+    """Views of convolution outputs that share their memory with a tensor written in place after the
+    view is taken, each through another alias; and VGG's classifier, whose in-place ReLU writes new
+    memory computed from a view (its convolution may change layout)."""
+
+    #: What the first four outputs read, and which write each must see (one convolution each, in order).
+    CASES = (
+        "output 0 is a.view(n, -1), then a.add_(1) writes the tensor it views",
+        "output 1 is b[:, :2].view(n, -1), then b.mul_(2) writes the tensor its slice views",
+        "output 2 is c.view(n, -1), then c[:, 0].zero_() writes another view of the tensor it views",
+        "output 3 is d, and d.view(n, -1).narrow(1, 0, 5).add_(1) writes a view of its view",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_a, self.conv_b, self.conv_c, self.conv_d, self.conv_e = (nn.Conv2d(3, 4, 3) for _ in range(5))
+        self.fc, self.act = nn.Linear(64, 5), nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = self.conv_a(x)
+        flat_a = a.view(a.shape[0], -1)
+        a.add_(1)
+        b = self.conv_b(x)
+        flat_b = b[:, :2].view(b.shape[0], -1)
+        b.mul_(2)
+        c = self.conv_c(x)
+        flat_c = c.view(c.shape[0], -1)
+        c[:, 0].zero_()
+        d = self.conv_d(x)
+        d.view(d.shape[0], -1).narrow(1, 0, 5).add_(1)
+        e = self.conv_e(x)
+        head = self.act(self.fc(e.view(e.shape[0], -1)))  # written after the view, but new memory
+        return flat_a, flat_b, flat_c, d, head
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_channels_last_keeps_views_of_written_memory_contiguous(lab, dialect):
+    """A view shares its memory with the tensor it views and with every other view of that tensor: a
+    write to any of them after the view is taken must reach the view (and a write through the view must
+    reach them), which a reshape that copies does not. Only shared memory pins a view: VGG's in-place
+    ReLU writes the Linear's new output, so the convolution before its flatten changes layout."""
+    torch.manual_seed(0)
+    captured = capture(ViewsOfWrittenMemory().eval(), [torch.randn(2, 3, 6, 6)], dialect)
+    expected = captured.run()
+    result = lab.convert_to_channels_last(captured.graph_module)
+    outputs = captured.run(result.graph_module)
+    for case, got, want in zip(ViewsOfWrittenMemory.CASES, outputs, expected):
+        assert outputs_close(got, want, rtol=RTOL, atol=ATOL), (
+            f"{dialect}: {case}, and the channels-last graph misses that write ({output_error(got, want)}): the view "
+            "became a reshape that copies. memory_layout.py must keep the convolutions upstream of a view contiguous "
+            "when anything sharing the view's memory is written in place after the view is taken: the view, the "
+            "tensor it views, another view of that tensor, a view of the view (follow the aliasing ops both ways), "
+            "not only the view's own users"
+        )
+    assert_close(outputs[4], expected[4], what="the channels-last graph (VGG's classifier head)")
+    weights = conv_weights(result.graph_module)
+    assert len(weights) == 5, f"the graph runs 5 convolutions, found {len(weights)}"
+    converted = [name for name, w in zip("abcd", weights) if w is not None and w.is_contiguous(memory_format=torch.channels_last)]
+    assert not converted, (
+        f"conv_{', conv_'.join(converted)}: converted, yet each feeds a view whose memory is written after the view is "
+        "taken: it must stay contiguous (and the view a view)"
+    )
+    assert all_channels_last(weights[4:]), (
+        "conv_e must be channels-last: its view is read by a Linear whose output (new memory) the in-place ReLU "
+        "writes; nothing shares the view's memory and is written (VGG's classifier: a rule that pins every view "
+        "with any in-place op downstream leaves all of VGG contiguous)"
+    )
 
 
 class MaskWrittenBeforeItsView(nn.Module):

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path

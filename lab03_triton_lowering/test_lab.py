@@ -6,6 +6,7 @@ CPU tests run the kernel in Triton's interpreter and the lowering in CPU Inducto
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -475,6 +476,70 @@ def test_lowering_fires_in_half_precision_with_or_without_the_round_trip(lab, dt
     out = graph_module(x, weight, bias)
     out = out[0] if isinstance(out, (tuple, list)) else out
     assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), f"{dtype}, {form}: {output_error(out, expected)}"
+
+
+def _layer_norm_affine_forms() -> list[tuple[str, ...]]:
+    """Every choice of affine tensors ``aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
+    Tensor? bias=None, float eps=1e-05, ...)`` allows: each optional tensor (of shape normalized_shape) present or absent."""
+    optional = [a.name for a in torch.ops.aten.layer_norm.default._schema.arguments
+                if isinstance(a.type, torch.OptionalType) and a.type.getElementType() == torch.TensorType.get()]
+    assert optional == ["weight", "bias"], f"aten.layer_norm's optional tensors are {optional}: update the test"
+    return [tuple(name for name, used in zip(optional, present) if used)
+            for present in itertools.product((True, False), repeat=len(optional))]
+
+
+LAYER_NORM_AFFINE = _layer_norm_affine_forms()
+#: LayerNorm -> GELU over several trailing dims of a (2, 3, 4, 8) input, each site with its own eps.
+SEVERAL_DIMS_SITES = {(4, 8): 2e-5, (3, 4, 8): 3e-5}
+#: The control: LayerNorm over the last dim (with weight and bias) -> GELU, in the same graph; it must be replaced.
+LAST_DIM_CONTROL = ((8,), 1e-5)
+
+
+def _affine_name(affine: tuple[str, ...]) -> str:
+    return {("weight", "bias"): "weight_and_bias", ("weight",): "weight_only", ("bias",): "bias_only"}.get(affine, "none")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("affine", LAYER_NORM_AFFINE, ids=[_affine_name(a) for a in LAYER_NORM_AFFINE])
+def test_lowering_refuses_layernorm_over_several_trailing_dims(lab, affine):
+    # The kernel normalizes x's last dim, with weight and bias of shape (n,): a LayerNorm whose normalized_shape
+    # spans several dims (nn.LayerNorm((4, 8))) must stay with Inductor, with or without weight and bias.
+    # The graph is the one the post-grad pass sees (Inductor's decompositions), as in the half-precision test.
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 8, generator=generator) * 2 + 0.5
+    sites = [(shape, eps, affine) for shape, eps in SEVERAL_DIMS_SITES.items()]
+    sites.append((*LAST_DIM_CONTROL, ("weight", "bias")))
+    params = [torch.rand(shape, generator=generator) + 0.5 if name == "weight" else torch.rand(shape, generator=generator) - 0.5
+              for shape, _, names in sites for name in names]
+
+    def fn(x, *params):
+        outputs, flat = [], iter(params)
+        for shape, eps, names in sites:
+            tensors = {name: next(flat) for name in names}
+            outputs.append(F.gelu(F.layer_norm(x, shape, eps=eps, **tensors)))
+        return tuple(outputs)
+
+    graph_module = make_fx(fwd_only(fn, [x, *params]), tracing_mode="fake")(x, *params)
+    lab.install_lowering()
+    try:
+        inductor_config.post_grad_custom_post_pass(graph_module.graph)
+    finally:
+        lab.uninstall_lowering()
+    fused_eps = [node.args[3] if len(node.args) > 3 else node.kwargs["eps"] for node in graph_module.graph.nodes
+                 if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+                 and node.target.namespace not in ("aten", "prims")]  # layernorm_gelu(x, weight, bias, eps, approximate)
+    label = " and ".join(affine) if affine else "no weight, no bias"
+    control_shape, control_eps = LAST_DIM_CONTROL
+    assert any(math.isclose(eps, control_eps) for eps in fused_eps), (
+        f"the control site (normalized_shape={control_shape}, weight and bias) was not replaced: was the lowering active?")
+    for shape, eps in SEVERAL_DIMS_SITES.items():
+        assert not any(math.isclose(e, eps) for e in fused_eps), (
+            f"LayerNorm over normalized_shape={shape} ({label}) -> GELU was replaced by the kernel, which normalizes "
+            f"x's last dim only: the lowering must not fire where normalized_shape spans several dims")
+    graph_module.recompile()
+    for (shape, _, _), got, want in zip(sites, graph_module(x, *params), fn(x, *params)):
+        error = output_error(got, want)
+        assert error.max_abs <= TOLERANCE, f"normalized_shape={shape} ({label}): differs from eager by {error.max_abs:.3g}"
 
 
 #: Compiles a small model after install_lowering() with Inductor's default caches and prints what happened.

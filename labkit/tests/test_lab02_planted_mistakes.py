@@ -125,3 +125,38 @@ def test_an_attention_that_ignores_its_scale_fails_the_attention_test(reference,
         b, q, k, v, mask=mask, causal=causal, scale=None))
     with pytest.raises(AssertionError, match=r"scale=0\.3 .*scale=2\.0 .*passes scale"):
         graded.test_attention_honours_scale_causality_and_masks(reference, dialect)
+
+
+@pytest.mark.parametrize("dialect", graded.DIALECTS)
+def test_a_gelu_lowered_without_its_approximate_argument_fails(reference, monkeypatch, dialect):
+    """``gelu(x, approximate="tanh")`` lowered to the exact GELU: off by up to 4.7e-4, right on every model
+    of the course (none asks for the tanh form through ``gelu``; GPT-2 writes it out with ``tanh``)."""
+    graded.test_gelu_honours_its_approximate_argument(reference, dialect)
+
+    def exact_gelu(b, out, input, approximate="none"):  # the mistake: approximate ignored
+        return b.emit("activation", [input], function="gelu")
+
+    for target in (torch.nn.functional.gelu, torch.ops.aten.gelu.default):
+        monkeypatch.setitem(reference.lowering.LOWERINGS, target, exact_gelu)
+    with pytest.raises(AssertionError, match=r"differ from eager: gelu\(x, approximate='tanh'\) \(off by 0\.00047\d*\)\. "
+                                             r"lowering.py must honour gelu's approximate"):
+        graded.test_gelu_honours_its_approximate_argument(reference, dialect)
+
+
+@pytest.mark.parametrize("dialect", graded.DIALECTS)
+def test_a_layer_norm_over_the_last_dim_only_fails(reference, monkeypatch, dialect):
+    """``normalized_shape`` read as "the last dim": right for every LayerNorm of the course's models
+    (all over one dim); ``nn.LayerNorm((4, 8))`` without affine comes out wrong, with affine the
+    (4, 8) weight does not fit the one-dim layernorm instruction."""
+    graded.test_layer_norm_normalizes_over_every_dim_of_normalized_shape(reference, dialect)
+    lowering = reference.lowering
+
+    def last_dim_only(b, out, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        return b.emit("layernorm", [input, weight, bias], normalized_ndim=1, eps=float(eps))  # the mistake
+
+    monkeypatch.setitem(lowering.LOWERINGS, torch.nn.functional.layer_norm, last_dim_only)
+    monkeypatch.setattr(lowering, "_layer_norm", last_dim_only)  # aten's native_layer_norm goes through it
+    with pytest.raises(AssertionError, match=r"normalized_shape=\(4, 8\), no weight, no bias \(off by .*"
+                                             r"normalize over every dim of normalized_shape") as raised:
+        graded.test_layer_norm_normalizes_over_every_dim_of_normalized_shape(reference, dialect)
+    assert "normalized_shape=(8,)" not in str(raised.value), "a LayerNorm over the last dim is still right"

@@ -117,3 +117,22 @@ def test_a_tanh_through_exp_2z_fails_on_outliers(tmp_path):
     assert sorted(run.failed) == ["test_kernel_matches_pytorch_on_data_that_finds_bugs[outliers]"], run.output[-3000:]
     assert "outliers" in run.failed["test_kernel_matches_pytorch_on_data_that_finds_bugs[outliers]"]
     assert "approximate='tanh'" in run.failed["test_kernel_matches_pytorch_on_data_that_finds_bugs[outliers]"]
+
+
+#: The search function normalizing over ``weight.shape`` (nn.LayerNorm's normalized_shape is its weight's shape):
+#: right for every LayerNorm over the last dim, but the re-check with real shapes then accepts a LayerNorm over
+#: several dims with a weight of that shape, and the kernel normalizes the last dim only.
+SEARCH_OVER_WEIGHT_SHAPE = (
+    Mistake("lowering.py", "F.layer_norm(x, (x.shape[-1],), weight, bias, eps)", "F.layer_norm(x, weight.shape, weight, bias, eps)"),
+    Mistake("lowering.py", "F.layer_norm(x, (x.shape[-1],), weight, None, eps)", "F.layer_norm(x, weight.shape, weight, None, eps)"),
+)  # fmt: skip
+
+
+def test_a_pattern_over_the_weights_shape_fails_on_layernorms_over_several_dims(tmp_path):
+    run = run_with(tmp_path, SEARCH_OVER_WEIGHT_SHAPE, "several_trailing_dims or leaves_non_fusable_sites_alone")
+    assert sorted(run.failed) == ["test_lowering_refuses_layernorm_over_several_trailing_dims[weight_and_bias]",
+                                  "test_lowering_refuses_layernorm_over_several_trailing_dims[weight_only]"], run.output[-3000:]
+    # The non-fusable site over two dims has no weight: it passes (the mistake earned full marks there).
+    assert len(run.passed) == 2 + 5, "without a weight the search still normalizes the last dim: nothing else fires"
+    for message in run.failed.values():
+        assert "normalized_shape=(4, 8)" in message and "must not fire where normalized_shape spans several dims" in message, message

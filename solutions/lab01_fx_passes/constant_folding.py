@@ -16,7 +16,9 @@ The price: the folded value is frozen. If a parameter it was computed from chang
 
 - a constant that an in-place or otherwise impure node consumes is not folded (nor anything it is
   computed from): the in-place op would change the buffer, and the change would leak into the next
-  call, where the original program starts from a fresh value;
+  call, where the original program starts from a fresh value. Nor is a constant that shares memory
+  with one (a view of it, the tensor it views, another view of that tensor): ``v = c.view(2, 2)``
+  then ``c.add_(x)`` changes ``v`` too, and a folded ``v`` would keep the value from before the write;
 - a constant that is a graph *output* is not folded: the caller would receive the buffer itself and
   could modify it.
 
@@ -38,6 +40,7 @@ from lab01_fx_passes.graph_tools import add_attribute, is_module_state
 from lab01_fx_passes.pass_report import unchanged
 
 from .dce import is_impure
+from .freezing import shares_memory_with
 
 
 class _Unknown:
@@ -86,9 +89,17 @@ class ConstantFolder(fx.Interpreter):
         return value
 
     def _foldable(self) -> set[fx.Node]:
-        """Constant nodes that may be folded: not feeding, directly or through constants, an impure node or the output."""
-        blocked: set[fx.Node] = set()
-        for node in reversed(self.module.graph.nodes):
+        """Constant nodes that may be folded: not sharing memory with a value an impure node reads (a view
+        of it, the tensor it views), not feeding, directly or through constants, an impure node or the output."""
+        graph = self.module.graph
+        blocked = {
+            alias
+            for node in graph.nodes
+            if any(user.op != "output" and is_impure(user, self._modules) for user in node.users)
+            for alias in shares_memory_with(node, self._modules)
+            if alias in self.constants
+        }
+        for node in reversed(graph.nodes):
             if node in self.constants and any(
                 user.op == "output" or user in blocked or is_impure(user, self._modules) for user in node.users
             ):

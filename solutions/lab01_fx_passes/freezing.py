@@ -38,6 +38,7 @@ rules make it so; the first three are checked here, the last one at every call:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +96,36 @@ def _aliases(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
         for user in stack.pop().users:
             name = op_name(user, modules)
             if name is not None and name.name in ALIASING_OPS and user not in found:
+                found.append(user)
+                stack.append(user)
+    return found
+
+
+def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``)."""
+    if node.op == "call_function" and node.target is operator.setitem:
+        return True
+    name = op_name(node, modules)
+    return name is not None and name.in_place
+
+
+def shares_memory_with(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
+    """``node`` and every node that may share its memory: up to the tensor it is a view of (through
+    :data:`ALIASING_OPS` and in-place ops, which return their input), then down through
+    every view of that tensor, of its views, ..."""
+
+    def aliases_input(user: fx.Node) -> bool:
+        name = op_name(user, modules)
+        return name is not None and (name.name in ALIASING_OPS or writes_in_place(user, modules))
+
+    root = node
+    while aliases_input(root) and root.args and isinstance(root.args[0], fx.Node):
+        root = root.args[0]
+    found, stack = [root], [root]
+    while stack:
+        value = stack.pop()
+        for user in value.users:
+            if user not in found and aliases_input(user) and user.args and user.args[0] is value:
                 found.append(user)
                 stack.append(user)
     return found

@@ -26,8 +26,9 @@ the slowest-varying of the three dimensions it merges). VGG and AlexNet end thei
 makes: the graph raises *view size is not compatible with input tensor's size and stride*.
 ``reshape`` is ``view`` where a view is possible and a copy where it is not, so the pass rewrites
 every view its layout change can reach (Inductor's ``view_to_reshape`` pass does the same).
-A copy is not a view, though: if the view or the tensor it views is written in place after the
-view is taken (``x.add_(1)``, ``relu_``, ``x[i] = v``: the copy would not see the write), the pass
+A copy is not a view, though: if the view, or anything sharing its memory (the tensor it views,
+another view of that tensor, a view of the view), is written in place after the view is taken
+(``x.add_(1)``, ``relu_``, ``x[i] = v``: the copy would not see the write), the pass
 leaves the convolutions upstream of it contiguous instead, and says so in
 :attr:`ChannelsLastConverter.skipped`. (Writes before the view, and impure reads such as a random
 draw, are harmless.)
@@ -40,7 +41,6 @@ that, Dynamo's weights are graph inputs, and converting them would cost a reorde
 from __future__ import annotations
 
 import copy
-import operator
 from collections import Counter
 from typing import Any
 
@@ -52,7 +52,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr
 from lab01_fx_passes.pass_report import unchanged
 
-from .op_names import op_name
+from .freezing import shares_memory_with, writes_in_place
 
 aten = torch.ops.aten
 #: aten and Dynamo 2-D convolutions whose constant weight the pass converts.
@@ -97,22 +97,15 @@ def _downstream(sources: list[fx.Node]) -> set[fx.Node]:
     return seen
 
 
-def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``)."""
-    if node.op == "call_function" and node.target is operator.setitem:
-        return True
-    name = op_name(node, modules)
-    return name is not None and name.in_place
-
-
 def _written_after(view: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether the view, or the tensor it views, is written in place after the view is taken.
+    """Whether the view, or anything sharing its memory (the tensor it views, another view of that
+    tensor, a view of the view), is written in place after the view is taken.
 
     Then the view must stay a view: a reshape that copies would not see the write (or not pass it
     on). Writes before the view are seen either way, and reads are harmless.
     """
     order = {node: index for index, node in enumerate(view.graph.nodes)}
-    values = [value for value in (view, view.args[0]) if isinstance(value, fx.Node)]
+    values = shares_memory_with(view, modules)
     return any(order[user] > order[view] and writes_in_place(user, modules) for value in values for user in value.users)
 
 

@@ -7,9 +7,11 @@ message that says what is wrong, and (for wrong arithmetic) by far more than the
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from torch import fx
+from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes import test_lab
@@ -177,3 +179,191 @@ def training_from_keywords_only(reference, monkeypatch):
 def test_a_positional_training_flag_read_as_pure_fails_the_dce_test_naming_dce(training_from_keywords_only):
     with pytest.raises(AssertionError, match=r"dynamo: .*training passed by position.*dce\.py's is_impure"):
         test_lab.test_dce_keeps_side_effects(training_from_keywords_only)
+
+
+
+# -- Views of written memory: the layout pass (step 6) and constant folding (step 3) -----------------
+# Each mistake below earns full marks on the tests that existed before views of written memory were
+# graded (each test re-runs one of them on the mutant to show it), is wrong against eager on the
+# smallest model that shows it, and fails the graded test with a message naming the write it missed.
+def layout_sees_only_writes_through_the_view(monkeypatch) -> None:
+    """A layout pass that keeps a view a view only when the view itself is written after it is taken:
+    a write to the tensor it views (``flat = y.view(n, -1)``, then ``y.add_(1)``) is missed by the
+    reshape's copy. (The reference's ``shares_memory_with(view)`` reduced to ``[view]``.)"""
+    from solutions.lab01_fx_passes import memory_layout
+
+    monkeypatch.setattr(memory_layout, "shares_memory_with", lambda node, modules: [node])
+
+
+def layout_sees_only_the_view_and_its_input(monkeypatch) -> None:
+    """A layout pass that looks for writes to the view and to the node it views, and to no other alias:
+    a view of a slice whose base is written, a write through another view of the base or through a view
+    of the view are missed. (The reference before views of written memory were graded.)"""
+    from solutions.lab01_fx_passes import memory_layout
+
+    monkeypatch.setattr(memory_layout, "shares_memory_with",
+                        lambda node, modules: [value for value in (node, node.args[0]) if isinstance(value, fx.Node)])  # fmt: skip
+
+
+def folding_sees_no_aliases(monkeypatch) -> None:
+    """A constant folder that blocks a constant an in-place op consumes, and what it is computed from,
+    but no other value sharing its memory: a view of it taken before the write is folded, stale. (The
+    reference's ``shares_memory_with(node)`` reduced to ``[node]``: the reference before views of written
+    constants were graded.)"""
+    from solutions.lab01_fx_passes import constant_folding
+
+    monkeypatch.setattr(constant_folding, "shares_memory_with", lambda node, modules: [node])
+
+
+def folding_blocks_only_direct_impure_users(monkeypatch) -> None:
+    """A constant folder that blocks only the constants an impure node (or the output) reads directly: a
+    constant written through a view of it is folded into a buffer that every call writes again."""
+    from solutions.lab01_fx_passes import constant_folding
+
+    def foldable(self) -> set[fx.Node]:
+        return {node for node in self.constants
+                if not any(user.op == "output" or constant_folding.is_impure(user, self._modules) for user in node.users)}  # fmt: skip
+
+    monkeypatch.setattr(constant_folding.ConstantFolder, "_foldable", foldable)
+
+
+class ConvViewThenBaseWritten(nn.Module):
+    """The smallest case: a view of a convolution's output, then a write to that output, then the view read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        flat = y.view(y.shape[0], -1)
+        y.add_(1)  # eager: flat sees the write
+        return flat * 2
+
+
+class ViewOfASliceThenBaseWritten(nn.Module):
+    """A view of a slice of a convolution's output, then a write to that output, then the view read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        flat = y[:, :2].view(y.shape[0], -1)
+        y.add_(1)  # eager: flat sees the write
+        return flat * 2
+
+
+class ViewOfAConstantThenBaseWritten(nn.Module):
+    """The smallest case: a view of a constant, then a write to the constant, then the view read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = self.w + 1
+        v = c.view(2, 2)
+        c.add_(x)  # eager: v sees the write
+        return x.view(2, 2) * v
+
+
+class ConstantWrittenThroughItsView(nn.Module):
+    """The smallest case: a constant written in place through a view of it (eager: a fresh one each call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        table = self.w * 2
+        table.view(2, 2).add_(x.view(2, 2))
+        return x * table
+
+
+def error_against_eager(model: nn.Module, x: torch.Tensor, dialect: str, transform) -> tuple[float, float]:
+    """How far ``transform(graph)`` of ``model`` captured in ``dialect`` is from eager (the worst of two
+    calls: a folded buffer written in place is right once), and the graded bound there."""
+    with torch.no_grad():
+        eager = model(x)
+    captured = capture(model, [x], dialect)
+    transformed = transform(captured.graph_module).graph_module
+    error = max(output_error(captured.run(transformed), eager).max_abs for _ in range(2))
+    return error, test_lab.ATOL + test_lab.RTOL * eager.abs().max().item()
+
+
+@pytest.mark.parametrize(("plant", "model_class"), [
+    (layout_sees_only_writes_through_the_view, ConvViewThenBaseWritten),
+    (layout_sees_only_the_view_and_its_input, ViewOfASliceThenBaseWritten),
+])  # fmt: skip
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_layout_passes_blind_to_aliases_are_wrong_against_eager(reference, monkeypatch, plant, model_class, dialect):
+    torch.manual_seed(0)
+    model, x = model_class().eval(), torch.randn(2, 3, 6, 6)
+    error, _ = error_against_eager(model, x, dialect, reference.convert_to_channels_last)
+    assert error <= test_lab.ATOL, f"{dialect}: the reference is {error:.2e} away from eager"
+    plant(monkeypatch)
+    error, allowed = error_against_eager(model, x, dialect, reference.convert_to_channels_last)
+    assert error > 1000 * allowed, f"{dialect}: {plant.__name__} moves the output by only {error:.2e}"
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_writes_to_a_views_base_missed_fail_the_layout_test(reference, monkeypatch, dialect):
+    test_lab.test_channels_last_keeps_views_of_written_memory_contiguous(reference, dialect)  # the reference passes
+    layout_sees_only_writes_through_the_view(monkeypatch)
+    test_lab.test_channels_last_keeps_a_view_written_in_place_contiguous(reference, dialect)  # full marks before
+    test_lab.test_channels_last_is_not_stopped_by_a_write_before_a_view(reference, dialect)
+    missed = test_lab.ViewsOfWrittenMemory.CASES[0]  # "output 0 is a.view(n, -1), then a.add_(1) writes the tensor it views"
+    with pytest.raises(AssertionError, match=re.escape(missed)) as caught:
+        test_lab.test_channels_last_keeps_views_of_written_memory_contiguous(reference, dialect)
+    assert "memory_layout.py" in str(caught.value) and "not only the view's own users" in str(caught.value)
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_writes_through_other_aliases_missed_fail_the_layout_test(reference, monkeypatch, dialect):
+    test_lab.test_channels_last_keeps_views_of_written_memory_contiguous(reference, dialect)  # the reference passes
+    layout_sees_only_the_view_and_its_input(monkeypatch)
+    test_lab.test_channels_last_keeps_a_view_written_in_place_contiguous(reference, dialect)  # full marks before
+    test_lab.test_channels_last_is_not_stopped_by_a_write_before_a_view(reference, dialect)
+    missed = test_lab.ViewsOfWrittenMemory.CASES[1]  # "output 1 is b[:, :2].view(n, -1), then b.mul_(2) writes ..."
+    with pytest.raises(AssertionError, match=re.escape(missed)) as caught:
+        test_lab.test_channels_last_keeps_views_of_written_memory_contiguous(reference, dialect)
+    assert "memory_layout.py" in str(caught.value) and "follow the aliasing ops both ways" in str(caught.value)
+
+
+@pytest.mark.parametrize(("plant", "model_class"), [
+    (folding_sees_no_aliases, ViewOfAConstantThenBaseWritten),
+    (folding_blocks_only_direct_impure_users, ConstantWrittenThroughItsView),
+])  # fmt: skip
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_constant_folders_blind_to_aliases_are_wrong_against_eager(reference, monkeypatch, plant, model_class, dialect):
+    torch.manual_seed(0)
+    model, x = model_class(), torch.randn(4)
+    error, _ = error_against_eager(model, x, dialect, reference.fold_constants)
+    assert error <= test_lab.ATOL, f"{dialect}: the reference is {error:.2e} away from eager"
+    plant(monkeypatch)
+    error, allowed = error_against_eager(model, x, dialect, reference.fold_constants)
+    assert error > 1000 * allowed, f"{dialect}: {plant.__name__} moves the output by only {error:.2e}"
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_a_folded_view_of_a_written_constant_fails_the_folding_test(reference, monkeypatch, dialect):
+    test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)  # the reference passes
+    folding_sees_no_aliases(monkeypatch)
+    test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)  # full marks before
+    missed = test_lab.ConstantsSharingMemoryWithWrites.CASES[1]  # "output 1 reads first = scale[0], a view of scale, ..."
+    with pytest.raises(AssertionError, match="the first call differs .*" + re.escape(missed)) as caught:
+        test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)
+    assert "The folded value is stale" in str(caught.value) and "constant_folding.py" in str(caught.value)
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_a_constant_written_through_a_view_fails_the_folding_test(reference, monkeypatch, dialect):
+    test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)  # the reference passes
+    folding_blocks_only_direct_impure_users(monkeypatch)
+    test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)  # full marks before
+    missed = test_lab.ConstantsSharingMemoryWithWrites.CASES[0]  # "output 0 reads table = self.w * 2, which ..."
+    with pytest.raises(AssertionError, match="the second call differs .*" + re.escape(missed)) as caught:
+        test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)
+    assert "written in place through a view of it" in str(caught.value) and "constant_folding.py" in str(caught.value)
