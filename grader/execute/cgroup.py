@@ -174,8 +174,14 @@ class RunCgroup:
         """The cap the kernel held the run at, in words (the OOM killer ended a member; a fork was
         refused), or None."""
         if self._counter("memory", "memory.oom_control", "oom_kill"):
-            return (f"memory, by the kernel's count (page cache and kernel memory included): the run reached its "
-                    f"cgroup's limit of {amount(self.memory_limit_bytes, 'bytes')} and the kernel ended one of its processes")
+            peak = self.peak_memory_bytes()
+            if peak >= 0.95 * self.memory_limit_bytes:
+                held = f"the run reached its cgroup's limit of {amount(self.memory_limit_bytes, 'bytes')}"
+            else:  # a limit around the grader was hit first: a Slurm job's --mem, the machine's memory
+                held = (f"the run held {amount(peak, 'bytes')} at most, under a memory limit around the grader "
+                        "(a Slurm job's --mem, or the machine's memory)")
+            return (f"memory, by the kernel's count (page cache and kernel memory included): {held}, and the "
+                    "kernel ended one of its processes")
         if self._counter("pids", "pids.events", "max"):
             return (f"threads at once: the kernel refused to start more than the grader's cap of "
                     f"{self.task_limit} threads")

@@ -105,13 +105,12 @@ class TestLimit:
     cpu_s: float
     wall_s: float
     basis: str
-    #: For a test that requests shared fixtures: its limits when its setup builds them (see
-    #: :func:`lab_budget`); the supervisor's outside backstop allows the larger of the two.
+    #: For a test that requests shared fixtures: the limits of its setup when it builds them (see
+    #: :func:`with_shared_setup`); the supervisor's outside backstop then allows both, one after the other.
     shared_setup: TestLimit | None = None
     shared_fixtures: tuple[str, ...] = ()  # "scope:name" of each shared fixture the test requests
 
     __test__ = False  # not a pytest test class
-
 
     def fixture_keys(self, nodeid: str) -> set[str]:
         """One key per instance of a shared fixture this test (``nodeid``) requests: a module-scoped
@@ -188,19 +187,16 @@ def never_timed_limit(limits: RunLimits) -> TestLimit:
 
 def limit_for_test(test: RubricTest | None, limits: RunLimits) -> TestLimit:
     """One test's limits and their derivation in words (``test`` None: a test missing from the rubric)."""
-    def limit(cpu: float, basis: str) -> TestLimit:
-        return _limit(cpu, basis, limits)
-
     reference = None if test is None else test.reference_cpu_s if test.reference_cpu_s is not None else test.reference_s
     if limits.test_timeout_s is not None or (test is not None and reference is None):
         return never_timed_limit(limits)
     if test is None:
-        return limit(limits.min_test_timeout_s, "the minimum per-test limit")
+        return _limit(limits.min_test_timeout_s, "the minimum per-test limit", limits)
     scaled = limits.time_factor * reference
     if scaled <= limits.min_test_timeout_s:
-        return limit(limits.min_test_timeout_s, f"the minimum per-test limit of CPU time; the reference solution "
-                                                f"takes {_seconds(reference)}")
-    return limit(scaled, f"{limits.time_factor:g} x the reference solution's {_seconds(reference)} of CPU time")
+        return _limit(limits.min_test_timeout_s, f"the minimum per-test limit of CPU time; the reference solution "
+                                                 f"takes {_seconds(reference)}", limits)
+    return _limit(scaled, f"{limits.time_factor:g} x the reference solution's {_seconds(reference)} of CPU time", limits)
 
 
 def with_shared_setup(limit: TestLimit, test: RubricTest, never_timed: TestLimit) -> TestLimit:
