@@ -75,7 +75,8 @@ def course_python(session: nox.Session) -> str:
             old.unlink()
         stamp.touch()
     if not any(SHARED_ENV.glob("[Ll]ib/*/site-packages/course-grader-pin.pth")) and not any(
-            SHARED_ENV.glob("Lib/site-packages/course-grader-pin.pth")):
+        SHARED_ENV.glob("Lib/site-packages/course-grader-pin.pth")
+    ):
         # `python -m grader` must mean the installed grader even when run from inside a student's copy.
         session.run(python, "-m", "grader.pin", external=True, silent=True)
     return python
@@ -111,8 +112,10 @@ def _lab_session(lab_id: str, package: str) -> None:
         # run and the step table is printed (-- --step N runs one handout step's tests).
         run_in_course_env(session, "-m", "labkit.run_lab", package, *session.posargs)
 
-    run_lab.__doc__ = (f"Run {package}'s graded tests on CPU, on your code (anything after -- goes to pytest; "
-                       "-- --step N: one handout step's tests).")
+    run_lab.__doc__ = (
+        f"Run {package}'s graded tests on CPU, on your code (anything after -- goes to pytest; "
+        "-- --step N: one handout step's tests)."
+    )
 
 
 for _lab_id, _package in LABS.items():
@@ -141,15 +144,24 @@ def report_lab02(session: nox.Session) -> None:
 @nox.session(name="draw-lab01", venv_backend="none")
 def draw_lab01(session: nox.Session) -> None:
     """Lab 1's graphs before and after the pipeline as pictures (the reference where present): -- --model resnet50."""
-    run_in_course_env(session, "-m", "lab01_fx_passes.draw_graphs", *session.posargs,
-                      env={"LABKIT_IMPL": default_impl()})
+    run_in_course_env(
+        session, "-m", "lab01_fx_passes.draw_graphs", *session.posargs, env={"LABKIT_IMPL": default_impl()}
+    )
 
 
 @nox.session(name="zoo-lab02", venv_backend="none")
 def zoo_lab02(session: nox.Session) -> None:
     """Lab 2's backend on every transformers family of its zoo, both dialects (the reference where present; ~2 min)."""
-    run_in_course_env(session, "-m", "pytest", "lab02_npu_backend/test_zoo.py", "-m", "zoo", f"--impl={default_impl()}",
-                      *session.posargs)
+    run_in_course_env(
+        session,
+        "-m",
+        "pytest",
+        "lab02_npu_backend/test_zoo.py",
+        "-m",
+        "zoo",
+        f"--impl={default_impl()}",
+        *session.posargs,
+    )
 
 
 @nox.session(venv_backend="none")
@@ -163,9 +175,7 @@ def solutions(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own test suite (CI): harness and grader tests, plus every lab against its reference."""
     require_reference(session)
-    run_in_course_env(
-        session, "-m", "pytest", *PROJECT_TESTS, *LABS.values(), "--impl=solution", *session.posargs
-    )
+    run_in_course_env(session, "-m", "pytest", *PROJECT_TESTS, *LABS.values(), "--impl=solution", *session.posargs)
 
 
 @nox.session(name="zoo-lab01", venv_backend="none")
@@ -189,9 +199,7 @@ def grade(session: nox.Session) -> None:
 def _bench_session(lab_id: str, package: str) -> None:
     @nox.session(name=f"bench-{lab_id}", venv_backend="none")
     def bench(session: nox.Session) -> None:
-        run_in_course_env(
-            session, "-m", f"{package}.benchmark", *session.posargs, env={"LABKIT_IMPL": default_impl()}
-        )
+        run_in_course_env(session, "-m", f"{package}.benchmark", *session.posargs, env={"LABKIT_IMPL": default_impl()})
 
     bench.__doc__ = f"Benchmark {package} (the reference where present, unless LABKIT_IMPL says otherwise)."
 
@@ -207,9 +215,7 @@ def gpu(session: nox.Session) -> None:
     Students (no reference): the @gpu tests of their own code. Skips without CUDA.
     """
     python = course_python(session)
-    has_cuda = session.run(
-        python, "-c", "import torch; print(torch.cuda.is_available())", external=True, silent=True
-    )
+    has_cuda = session.run(python, "-c", "import torch; print(torch.cuda.is_available())", external=True, silent=True)
     if "True" not in str(has_cuda):
         session.skip("no CUDA device on this machine: the GPU checks are graded as pending")
     if not has_reference():
@@ -260,15 +266,17 @@ def container_engine(session: nox.Session) -> list[str]:
     raise AssertionError("unreachable")
 
 
-def build_image(session: nox.Session, engine: list[str], tag: str, build_args: dict[str, str],
-                target: str | None = None) -> None:
+def build_image(
+    session: nox.Session, engine: list[str], tag: str, build_args: dict[str, str], target: str | None = None
+) -> None:
     flags = [f"--build-arg={name}={value}" for name, value in build_args.items() if value]
     flags += ["--target", target] if target else []
     session.run(*engine, "build", *flags, "--tag", tag, str(ROOT), external=True)
 
 
-def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *, gpus: bool = False,
-                 out: Path | None = None) -> None:
+def run_in_image(
+    session: nox.Session, engine: list[str], nox_args: list[str], *, gpus: bool = False, out: Path | None = None
+) -> None:
     """Run ``nox nox_args`` inside the instructor image, network off (it has the course and its solutions installed).
 
     ``out``: a host folder mounted at ``/out`` (the course in the image is read-only).
@@ -280,8 +288,19 @@ def run_in_image(session: nox.Session, engine: list[str], nox_args: list[str], *
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         volume = ["--volume", f"{out}:/out"]
-    session.run(*engine, "run", "--rm", *isolation_args(limits), *(gpu_args(engine) if gpus else []), *volume,
-                "--entrypoint", "nox", INSTRUCTOR_IMAGE, *nox_args, external=True)
+    session.run(
+        *engine,
+        "run",
+        "--rm",
+        *isolation_args(limits),
+        *(gpu_args(engine) if gpus else []),
+        *volume,
+        "--entrypoint",
+        "nox",
+        INSTRUCTOR_IMAGE,
+        *nox_args,
+        external=True,
+    )
 
 
 def has_nvidia_gpu() -> bool:
@@ -317,8 +336,13 @@ def image_gpu(session: nox.Session) -> None:
     engine = container_engine(session)
     if not has_nvidia_gpu():
         session.skip("no NVIDIA GPU on this machine (nvidia-smi finds none): the GPU sessions need one")
-    run_in_image(session, engine, session.posargs or ["-s", "gpu", "--", "--out", "/out/gpu-check"], gpus=True,
-                 out=ROOT / "results" / "image-gpu")
+    run_in_image(
+        session,
+        engine,
+        session.posargs or ["-s", "gpu", "--", "--out", "/out/gpu-check"],
+        gpus=True,
+        out=ROOT / "results" / "image-gpu",
+    )
 
 
 @nox.session(name="docker-test", venv_backend="none")
@@ -335,14 +359,26 @@ def docker_test(session: nox.Session) -> None:
         if not shutil.which("debootstrap"):
             session.skip("debootstrap is not installed (apt-get install debootstrap), and BASE_IMAGE is not set")
         base = OFFLINE_BASE_IMAGE
-        session.run("bash", "docker/build-base-image.sh", base, external=True,
-                    env={"CONTAINER_ENGINE": shlex.join(engine)})
+        session.run(
+            "bash", "docker/build-base-image.sh", base, external=True, env={"CONTAINER_ENGINE": shlex.join(engine)}
+        )
     python = course_python(session)
     session.run("bash", "docker/build-wheelhouse.sh", OFFLINE_WHEELHOUSE, external=True, env={"PYTHON": python})
     tag = os.environ.get("COURSE_IMAGE", "localhost/torch-compile-labs:offline")
     build_image(session, engine, tag, {"BASE_IMAGE": base, "WHEELHOUSE": OFFLINE_WHEELHOUSE})
-    run_in_course_env(session, "-m", "grader", "selfcheck", "--container", tag, "--engine", shlex.join(engine),
-                      "--out", str(CONTAINER_TEST_DIR), *session.posargs)
+    run_in_course_env(
+        session,
+        "-m",
+        "grader",
+        "selfcheck",
+        "--container",
+        tag,
+        "--engine",
+        shlex.join(engine),
+        "--out",
+        str(CONTAINER_TEST_DIR),
+        *session.posargs,
+    )
 
 
 @nox.session(name="gradescope-test", venv_backend="none")
@@ -356,22 +392,44 @@ def gradescope_test(session: nox.Session) -> None:
     engine = container_engine(session)
     base = os.environ.get("BASE_IMAGE", OFFLINE_BASE_IMAGE)
     if base == OFFLINE_BASE_IMAGE:
-        session.run("bash", "docker/build-base-image.sh", base, external=True, env={"CONTAINER_ENGINE": shlex.join(engine)})
+        session.run(
+            "bash", "docker/build-base-image.sh", base, external=True, env={"CONTAINER_ENGINE": shlex.join(engine)}
+        )
     python = course_python(session)
     session.run("bash", "docker/build-wheelhouse.sh", OFFLINE_WHEELHOUSE, external=True, env={"PYTHON": python})
     work = ROOT / "build" / "gradescope-test"
     shutil.rmtree(work, ignore_errors=True)
     run_in_course_env(session, "-m", "grader", "gradescope-bundle", "--out", str(work / "autograder.zip"))
-    run_in_course_env(session, "-c", "import sys; from pathlib import Path; from grader.course.labs import load_course, "
-                      "make_reference_submission as make; make(load_course(), Path(sys.argv[1]))", str(work / "submission"))
+    run_in_course_env(
+        session,
+        "-c",
+        "import sys; from pathlib import Path; from grader.course.labs import load_course, "
+        "make_reference_submission as make; make(load_course(), Path(sys.argv[1]))",
+        str(work / "submission"),
+    )
     from grader.runners.container import ContainerLimits, isolation_args
 
     script = (ROOT / "docker" / "gradescope-local-run.sh").read_text()
     limits = ContainerLimits(memory="12g", cpus=float(os.cpu_count() or 1))
-    session.run(*engine, "run", "--rm", *isolation_args(limits, as_root=True),
-                "--env", "PIP_NO_INDEX=1", "--env", "PIP_FIND_LINKS=/wheelhouse",
-                "--volume", f"{ROOT / OFFLINE_WHEELHOUSE}:/wheelhouse:ro", "--volume", f"{work}:/bundle",
-                base, "bash", "-c", script, external=True)
+    session.run(
+        *engine,
+        "run",
+        "--rm",
+        *isolation_args(limits, as_root=True),
+        "--env",
+        "PIP_NO_INDEX=1",
+        "--env",
+        "PIP_FIND_LINKS=/wheelhouse",
+        "--volume",
+        f"{ROOT / OFFLINE_WHEELHOUSE}:/wheelhouse:ro",
+        "--volume",
+        f"{work}:/bundle",
+        base,
+        "bash",
+        "-c",
+        script,
+        external=True,
+    )
 
 
 def engine_program(engine: list[str], folder: Path) -> Path:
@@ -382,8 +440,9 @@ def engine_program(engine: list[str], folder: Path) -> Path:
     from grader.runners.container import ContainerLimits
 
     limits = ContainerLimits()
-    ulimits = (f"--ulimit nofile={limits.open_files}:{limits.open_files} "
-               f"--ulimit nproc={limits.processes}:{limits.processes}")
+    ulimits = (
+        f"--ulimit nofile={limits.open_files}:{limits.open_files} --ulimit nproc={limits.processes}:{limits.processes}"
+    )
     program = folder / "engine"
     program.write_text(f"""#!/bin/sh
 case "$1" in
@@ -462,28 +521,40 @@ def devcontainer_test(session: nox.Session) -> None:
             if not {path, *path.parents} & kept:
                 os.lchown(path, IMAGE_UID, IMAGE_UID)
     if build_args.get("WHEELHOUSE"):  # inside the build context, as the Dockerfile expects it (links: only read)
-        shutil.copytree(ROOT / build_args["WHEELHOUSE"], checkout / build_args["WHEELHOUSE"],
-                        copy_function=os.link)
+        shutil.copytree(ROOT / build_args["WHEELHOUSE"], checkout / build_args["WHEELHOUSE"], copy_function=os.link)
     # The checkout is the workspace, not the git repository around it (a student's clone is its own).
-    where = ["--docker-path", str(engine_program(engine, DEVCONTAINER_TEST_DIR)), "--workspace-folder", str(checkout),
-             "--config", str(config), "--mount-workspace-git-root=false"]
+    where = [
+        "--docker-path",
+        str(engine_program(engine, DEVCONTAINER_TEST_DIR)),
+        "--workspace-folder",
+        str(checkout),
+        "--config",
+        str(config),
+        "--mount-workspace-git-root=false",
+    ]
     up = [cli, "up", *where, "--remove-existing-container", *(["--buildkit", "never"] if is_podman(engine) else [])]
     session.log(shlex.join(up))
     done = subprocess.run(up, stdout=subprocess.PIPE, text=True, check=False)  # its log (the build) on stderr
     outcome = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
     if outcome.get("outcome") != "success":
         session.error(f"devcontainer up failed (exit {done.returncode}): {done.stdout.strip()[-2000:]}")
-    session.log(f"container {outcome['containerId'][:12]}: user {outcome['remoteUser']}, "
-                f"workspace {outcome['remoteWorkspaceFolder']}")
+    session.log(
+        f"container {outcome['containerId'][:12]}: user {outcome['remoteUser']}, "
+        f"workspace {outcome['remoteWorkspaceFolder']}"
+    )
     try:
         probe = session.run(cli, "exec", *where, "sh", "-c", DEVCONTAINER_PROBE, external=True, silent=True)
         print(probe)
         facts = dict(line.split(" ", 1) for line in probe.splitlines() if " " in line)
-        problems = [f"{fact}: {facts.get(fact)!r}" for fact, ok in (
-            ("python", facts.get("python", "").startswith("/opt/venv/")),
-            ("lab03", facts.get("lab03", "").startswith(outcome["remoteWorkspaceFolder"] + "/")),
-            ("instructor-files", facts.get("instructor-files") == "0"),
-        ) if not ok]
+        problems = [
+            f"{fact}: {facts.get(fact)!r}"
+            for fact, ok in (
+                ("python", facts.get("python", "").startswith("/opt/venv/")),
+                ("lab03", facts.get("lab03", "").startswith(outcome["remoteWorkspaceFolder"] + "/")),
+                ("instructor-files", facts.get("instructor-files") == "0"),
+            )
+            if not ok
+        ]
         if problems:
             session.error("in the container: " + "; ".join(problems))
         command = ["python3", "-m", "nox", "-s", "lab03"]

@@ -10,8 +10,9 @@ never written anywhere else: the wheelhouse and the image follow ``pyproject.tom
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 
 def offline_requirements(pyproject: Path) -> list[str]:

@@ -57,8 +57,11 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:  # before the verbs are imported: they need pytest, rich, matplotlib
-        require_course_environment(command=shlex.join(["-m", "grader", *argv]),
-                                   nox_session="grade-me" if argv[:2] == ["run", "."] else None, check_versions=True)
+        require_course_environment(
+            command=shlex.join(["-m", "grader", *argv]),
+            nox_session="grade-me" if argv[:2] == ["run", "."] else None,
+            check_versions=True,
+        )
     except CourseEnvironmentError as error:
         print(f"python -m grader: {error}", file=sys.stderr)
         return 2

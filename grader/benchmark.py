@@ -68,17 +68,34 @@ def bench_class(students: int, scratch: Path) -> dict[str, float]:
     start, cpu = time.perf_counter(), time.process_time()
     write_report(graded, scratch / "report")
     reported, reported_cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {"students": students, "score_s": scored, "score_cpu_s": scored_cpu, "write_s": written,
-            "report_s": reported, "report_cpu_s": reported_cpu, "total_s": scored + reported,
-            "total_cpu_s": scored_cpu + reported_cpu}
+    return {
+        "students": students,
+        "score_s": scored,
+        "score_cpu_s": scored_cpu,
+        "write_s": written,
+        "report_s": reported,
+        "report_cpu_s": reported_cpu,
+        "total_s": scored + reported,
+        "total_cpu_s": scored_cpu + reported_cpu,
+    }
 
 
 def bench_overhead(course_root: Path, lab_id: str, scratch: Path, repeats: int) -> dict[str, float]:
     """Measurement 2: plain pytest on the starter of one lab versus grading that lab."""
-    setup = GradingSetup.for_course(load_course(course_root), GradeOptions(gpu="auto", limits=RunLimits()), [lab_id],
-                                    scratch / "cache")
+    setup = GradingSetup.for_course(
+        load_course(course_root), GradeOptions(gpu="auto", limits=RunLimits()), [lab_id], scratch / "cache"
+    )
     course = setup.course
-    plain = [sys.executable, "-m", "pytest", setup.labs[0].package, "-q", "-p", "no:cacheprovider", *config_args(course.root)]
+    plain = [
+        sys.executable,
+        "-m",
+        "pytest",
+        setup.labs[0].package,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *config_args(course.root),
+    ]
     env = pytest_env(course.root, "auto")
     counter = iter(range(10_000))
 
@@ -89,8 +106,12 @@ def bench_overhead(course_root: Path, lab_id: str, scratch: Path, repeats: int) 
         grade_submission(course.root, scratch / f"graded-{next(counter)}", setup, name="starter")
 
     timings = time_interleaved({"pytest": run_plain, "grader": run_graded}, warmup=1, repeats=repeats)
-    return {"lab": lab_id, "pytest_s": timings["pytest"].median_s, "grader_s": timings["grader"].median_s,
-            "overhead_s": timings["grader"].median_s - timings["pytest"].median_s}
+    return {
+        "lab": lab_id,
+        "pytest_s": timings["pytest"].median_s,
+        "grader_s": timings["grader"].median_s,
+        "overhead_s": timings["grader"].median_s - timings["pytest"].median_s,
+    }
 
 
 def bench_batch(course_root: Path, submissions: int, scratch: Path, jobs: list[int]) -> list[dict[str, float]]:
@@ -98,7 +119,9 @@ def bench_batch(course_root: Path, submissions: int, scratch: Path, jobs: list[i
     setup = GradingSetup.for_course(load_course(course_root), GradeOptions(gpu="auto"), None, scratch / "cache")
     folders = scratch / "submissions"
     for index in range(submissions):
-        shutil.copytree(setup.course.root, folders / f"s{index:02d}", ignore=shutil.ignore_patterns("solutions", "__pycache__"))
+        shutil.copytree(
+            setup.course.root, folders / f"s{index:02d}", ignore=shutil.ignore_patterns("solutions", "__pycache__")
+        )
     entries = [(path.name, path) for path in sorted(folders.iterdir())]
     rows = []
     for j in jobs:
@@ -127,13 +150,23 @@ def bench_isolation(course_root: Path, lab_id: str, scratch: Path, repeats: int)
 
         return run
 
-    timings = time_interleaved({"bubblewrap": graded(Bubblewrap(sys.executable, course.root)),
-                                "none": graded(Unisolated())}, warmup=0, repeats=repeats)
+    timings = time_interleaved(
+        {"bubblewrap": graded(Bubblewrap(sys.executable, course.root)), "none": graded(Unisolated())},
+        warmup=0,
+        repeats=repeats,
+    )
     ratio = paired_ratio(timings["bubblewrap"], timings["none"])
-    return {"lab": lab_id, "isolated": timings["bubblewrap"].to_dict(), "unisolated": timings["none"].to_dict(),
-            "isolated_text": timings["bubblewrap"].describe("s"), "unisolated_text": timings["none"].describe("s"),
-            "ratio": ratio.to_dict(), "ratio_text": ratio.describe(), "verdict": verdict(ratio, 1.10, at_least=False),
-            "scores": scores}
+    return {
+        "lab": lab_id,
+        "isolated": timings["bubblewrap"].to_dict(),
+        "unisolated": timings["none"].to_dict(),
+        "isolated_text": timings["bubblewrap"].describe("s"),
+        "unisolated_text": timings["none"].describe("s"),
+        "ratio": ratio.to_dict(),
+        "ratio_text": ratio.describe(),
+        "verdict": verdict(ratio, 1.10, at_least=False),
+        "scores": scores,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,34 +186,63 @@ def main(argv: list[str] | None = None) -> int:
         klass = bench_class(args.students, scratch / "class") if "class" in only else None
         overhead = bench_overhead(args.course, lab_id, scratch / "overhead", repeats) if "overhead" in only else None
         batch = bench_batch(args.course, args.batch, scratch / "batch", sorted({1, cores})) if "batch" in only else None
-        isolation = bench_isolation(args.course, lab_id, scratch / "isolation", repeats) if "isolation" in only else None
+        isolation = (
+            bench_isolation(args.course, lab_id, scratch / "isolation", repeats) if "isolation" in only else None
+        )
     if klass:
         print_class(klass)
     if overhead:
-        print_table(f"Grader overhead on {overhead['lab']} (target < 5 s)", ["run", "median s"],
-                    [["plain pytest", overhead["pytest_s"]], ["grader run (one lab)", overhead["grader_s"]],
-                     ["overhead", overhead["overhead_s"]]])
+        print_table(
+            f"Grader overhead on {overhead['lab']} (target < 5 s)",
+            ["run", "median s"],
+            [
+                ["plain pytest", overhead["pytest_s"]],
+                ["grader run (one lab)", overhead["grader_s"]],
+                ["overhead", overhead["overhead_s"]],
+            ],
+        )
     if batch:
-        print_table(f"Batch of {args.batch} submissions", ["-j", "wall s", "speedup"],
-                    [[row["jobs"], row["wall_s"], row["speedup"]] for row in batch])
+        print_table(
+            f"Batch of {args.batch} submissions",
+            ["-j", "wall s", "speedup"],
+            [[row["jobs"], row["wall_s"], row["speedup"]] for row in batch],
+        )
     if isolation:
-        print_table(f"Isolation on {isolation['lab']}'s reference (target <= 1.10x)", ["grading", "median s [IQR]"],
-                    [["every process under bubblewrap", isolation["isolated_text"]],
-                     ["unisolated", isolation["unisolated_text"]],
-                     ["bubblewrap / unisolated, paired by round", f"{isolation['ratio_text']}: {isolation['verdict']}"]])
-    path = write_json(args.out / "grader_benchmark.json", {"class": klass, "overhead": overhead, "batch": batch,
-                                                           "isolation": isolation, "course": str(args.course),
-                                                           "cores": cores})
+        print_table(
+            f"Isolation on {isolation['lab']}'s reference (target <= 1.10x)",
+            ["grading", "median s [IQR]"],
+            [
+                ["every process under bubblewrap", isolation["isolated_text"]],
+                ["unisolated", isolation["unisolated_text"]],
+                ["bubblewrap / unisolated, paired by round", f"{isolation['ratio_text']}: {isolation['verdict']}"],
+            ],
+        )
+    path = write_json(
+        args.out / "grader_benchmark.json",
+        {
+            "class": klass,
+            "overhead": overhead,
+            "batch": batch,
+            "isolation": isolation,
+            "course": str(args.course),
+            "cores": cores,
+        },
+    )
     print(f"wrote {path}")
     return 0
 
 
 def print_class(klass: dict[str, float]) -> None:
-    print_table("Scoring and reporting a class (target < 5 s)", ["what", "wall s", "CPU s"],
-                [[f"re-score {klass['students']} students from their raw reports", klass["score_s"], klass["score_cpu_s"]],
-                 ["class report (CSV, JSON, HTML + charts)", klass["report_s"], klass["report_cpu_s"]],
-                 ["scoring + reporting", klass["total_s"], klass["total_cpu_s"]],
-                 ["(writing 3 output files per student)", klass["write_s"], "-"]])
+    print_table(
+        "Scoring and reporting a class (target < 5 s)",
+        ["what", "wall s", "CPU s"],
+        [
+            [f"re-score {klass['students']} students from their raw reports", klass["score_s"], klass["score_cpu_s"]],
+            ["class report (CSV, JSON, HTML + charts)", klass["report_s"], klass["report_cpu_s"]],
+            ["scoring + reporting", klass["total_s"], klass["total_cpu_s"]],
+            ["(writing 3 output files per student)", klass["write_s"], "-"],
+        ],
+    )
 
 
 if __name__ == "__main__":

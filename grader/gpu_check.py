@@ -79,12 +79,16 @@ def wheels_for(wheelhouse: Path, distributions: list[str]) -> list[Path]:
     return chosen
 
 
-def run_logged(command: list[str], log: Path, *, cwd: Path = ROOT, env: dict[str, str] | None = None) -> tuple[int, float]:
+def run_logged(
+    command: list[str], log: Path, *, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> tuple[int, float]:
     """Run ``command``, streaming its output to the terminal and to ``log``; return (exit status, seconds)."""
     print(f"$ {' '.join(command)}   (log: {log})", flush=True)
     start = time.perf_counter()
     with log.open("w") as sink:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         assert process.stdout is not None
         for line in process.stdout:
             sys.stdout.write(line)
@@ -99,18 +103,24 @@ def install_missing(wheelhouse: Path | None, out: Path) -> list[str]:
     missing = missing_modules()
     if missing:
         if wheelhouse is None:
-            raise SystemExit(f"missing {', '.join(missing)}: pass --wheelhouse DIR with their wheels "
-                             "(how to make it: python -m grader.gpu_check --help)")
+            raise SystemExit(
+                f"missing {', '.join(missing)}: pass --wheelhouse DIR with their wheels "
+                "(how to make it: python -m grader.gpu_check --help)"
+            )
         wheels = wheels_for(wheelhouse, missing)
-        status, _ = run_logged([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", *map(str, wheels)],
-                               out / "install-wheels.log")
+        status, _ = run_logged(
+            [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", *map(str, wheels)],
+            out / "install-wheels.log",
+        )
         if status != 0 or missing_modules():
             raise SystemExit(f"could not install {', '.join(missing_modules()) or 'the wheels'} from {wheelhouse}")
         installed += [wheel.name for wheel in wheels]
     outside = subprocess.run([sys.executable, "-c", "import grader.execute.probe"], cwd=out, capture_output=True)
     if outside.returncode != 0:  # graded pytest processes import the grader from outside the checkout
-        status, _ = run_logged([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
-                               out / "install-course.log")
+        status, _ = run_logged(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
+            out / "install-course.log",
+        )
         if status != 0:
             raise SystemExit(f"could not install the course in editable mode (see {out / 'install-course.log'})")
         installed.append("the course (editable)")
@@ -146,13 +156,22 @@ def versions() -> dict:
     import torch
     import triton
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-            "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.gpu_check", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m grader.gpu_check",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     parser.add_argument("--wheelhouse", type=Path, help="folder of wheels for the packages this machine lacks")
     parser.add_argument("--out", type=Path, default=Path("results/gpu-check"), help="where the JSON and logs go")
     parser.add_argument("--no-bench", action="store_true", help="skip the benchmark")
@@ -177,15 +196,35 @@ def main(argv: list[str] | None = None) -> int:
     env["PYTHONUNBUFFERED"] = "1"
 
     report = out / "suite-report.json"
-    status, seconds = run_logged([sys.executable, "-m", "pytest", PACKAGE, "--impl=solution", "-p", "no:cacheprovider",
-                                  "-q", "--json-report", f"--json-report-file={report}"], out / "suite.log", env=env)
-    record["suite"] = {"exit_status": status, "wall_s": round(seconds, 1),
-                       **(suite_summary(report) if report.exists() else {"error": "no report"})}
+    status, seconds = run_logged(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            PACKAGE,
+            "--impl=solution",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--json-report",
+            f"--json-report-file={report}",
+        ],
+        out / "suite.log",
+        env=env,
+    )
+    record["suite"] = {
+        "exit_status": status,
+        "wall_s": round(seconds, 1),
+        **(suite_summary(report) if report.exists() else {"error": "no report"}),
+    }
     save()
 
     graded = out / "graded"
-    status, seconds = run_logged([sys.executable, "-m", "grader", "selfcheck", "--labs", LAB, "--gpu", "on",
-                                  "--out", str(graded)], out / "grade.log", env=env)
+    status, seconds = run_logged(
+        [sys.executable, "-m", "grader", "selfcheck", "--labs", LAB, "--gpu", "on", "--out", str(graded)],
+        out / "grade.log",
+        env=env,
+    )
     record["grade"] = {"exit_status": status, "wall_s": round(seconds, 1)}
     try:
         record["grade"].update(grade_summary(graded))
@@ -195,9 +234,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_bench:
         bench_out = out / "benchmark"
-        status, seconds = run_logged([sys.executable, "-m", f"{PACKAGE}.benchmark", "--out", str(bench_out),
-                                      *args.bench_args.split()], out / "benchmark.log",
-                                     env={**env, "LABKIT_IMPL": "solution"})
+        status, seconds = run_logged(
+            [sys.executable, "-m", f"{PACKAGE}.benchmark", "--out", str(bench_out), *args.bench_args.split()],
+            out / "benchmark.log",
+            env={**env, "LABKIT_IMPL": "solution"},
+        )
         record["benchmark"] = {"exit_status": status, "wall_s": round(seconds, 1)}
         if (bench_out / "benchmark.json").exists():
             record["benchmark"].update(json.loads((bench_out / "benchmark.json").read_text()))
@@ -210,18 +251,28 @@ def print_summary(record: dict, out: Path) -> int:
     """Print the one-screen summary; return the exit status (0: suite passed, reference full, starter 0)."""
     suite, grade = record.get("suite", {}), record.get("grade", {})
     reference, starter = grade.get("reference", {}), grade.get("starter", {})
-    print(f"\n== GPU check on {record['versions']['gpu']} (torch {record['versions']['torch']}, "
-          f"triton {record['versions']['triton']}, Python {record['versions']['python']})")
-    print(f"lab 3 suite (reference): {suite.get('counts')} (GPU tests: {suite.get('gpu_tests')}) in {suite.get('wall_s')} s")
+    print(
+        f"\n== GPU check on {record['versions']['gpu']} (torch {record['versions']['torch']}, "
+        f"triton {record['versions']['triton']}, Python {record['versions']['python']})"
+    )
+    print(
+        f"lab 3 suite (reference): {suite.get('counts')} (GPU tests: {suite.get('gpu_tests')}) in {suite.get('wall_s')} s"
+    )
     for name, result in (("reference", reference), ("starter", starter)):
         if result:
-            print(f"grader --gpu on, {name}: {result['score']}/{result['max_score']} (pending {result['pending']}, "
-                  f"{result['status']}) in {result['wall_s']:.0f} s")
+            print(
+                f"grader --gpu on, {name}: {result['score']}/{result['max_score']} (pending {result['pending']}, "
+                f"{result['status']}) in {result['wall_s']:.0f} s"
+            )
     for row in record.get("benchmark", {}).get("verdicts", []):
         print(f"  {row['verdict']:<21} {row['target']}")
     print(f"everything: {out / 'gpu-check.json'}")
-    ok = (suite.get("exit_status") == 0 and reference.get("score") == reference.get("max_score")
-          and reference.get("pending") == 0 and starter.get("score") == 0)
+    ok = (
+        suite.get("exit_status") == 0
+        and reference.get("score") == reference.get("max_score")
+        and reference.get("pending") == 0
+        and starter.get("score") == 0
+    )
     print("ok" if ok else "PROBLEMS: see above")
     return 0 if ok else 1
 

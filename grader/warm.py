@@ -27,10 +27,19 @@ def warm_rubric(course_root: Path = COURSE_ROOT, cache_dir: Path = DEFAULT_CACHE
         print(f"  {package}: not ready ({why})")
     rubric = build_rubric(course, list(course.labs), cache_dir)
     for lab in rubric.labs:
-        extension = (f" (and an optional extension: {lab.extension_tests} tests, {lab.extension_points} points)"
-                     if lab.extension_tests else "")
-        print(f"  {lab.lab}: " + (f"{len(lab.main_tests)} tests, {lab.max_score} points{extension}"
-                                  if lab.error is None else f"UNAVAILABLE: {lab.error.splitlines()[0]}"))
+        extension = (
+            f" (and an optional extension: {lab.extension_tests} tests, {lab.extension_points} points)"
+            if lab.extension_tests
+            else ""
+        )
+        print(
+            f"  {lab.lab}: "
+            + (
+                f"{len(lab.main_tests)} tests, {lab.max_score} points{extension}"
+                if lab.error is None
+                else f"UNAVAILABLE: {lab.error.splitlines()[0]}"
+            )
+        )
     return len(rubric.labs)
 
 

@@ -29,8 +29,8 @@ from .dce import DCEPass, eliminate_dead_code, is_impure
 from .freezing import ParameterFreezer, freeze_parameters
 from .linear_gelu import LinearGeluFuser, fuse_linear_gelu
 from .memory_layout import ChannelsLastConverter, convert_to_channels_last
-from .op_names import OpName, op_name
 from .onednn_lowering import OneDNNLowering, lower_to_onednn, onednn_pipeline
+from .op_names import OpName, op_name
 from .op_replacement import OpReplacer, replace_ops
 from .pass_manager import PassManager, PassReport, PassValidationError
 from .pipeline import default_pipeline

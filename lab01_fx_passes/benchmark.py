@@ -48,6 +48,7 @@ import torch
 from torch import fx, nn
 from torch.fx.experimental import optimization
 
+from lab01_fx_passes.resnet_eval import CALIBRATION_SEED, build_resnet50, evaluation_batches, synthetic_images
 from labkit.bench import (
     MET,
     MISSED,
@@ -65,7 +66,6 @@ from labkit.bench import (
     write_json,
 )
 from labkit.impl import load_lab, selected_impl
-from lab01_fx_passes.resnet_eval import CALIBRATION_SEED, build_resnet50, evaluation_batches, synthetic_images
 
 PACKAGE = "lab01_fx_passes"
 BASELINE = "original"
@@ -91,7 +91,9 @@ def build_onednn_candidate(lab: Any, model: nn.Module, example: torch.Tensor) ->
     except NotImplementedError as error:
         print(f"  {ONEDNN}: left out (the optional step 10 is not done: {error})", flush=True)
         return None
-    print(f"  {ONEDNN}: {len(manager.report)} passes in {time.perf_counter() - start:.1f} s (with validation)", flush=True)
+    print(
+        f"  {ONEDNN}: {len(manager.report)} passes in {time.perf_counter() - start:.1f} s (with validation)", flush=True
+    )
     return result.graph_module
 
 
@@ -138,7 +140,8 @@ def measure_latency(
 def speedups(timings: dict[int, dict[str, Timing]]) -> dict[int, dict[str, Ratio]]:
     """Each candidate's speed-up over the original, round by round, per batch size."""
     return {
-        batch: {name: paired_ratio(per[BASELINE], timing) for name, timing in per.items()} for batch, per in timings.items()
+        batch: {name: paired_ratio(per[BASELINE], timing) for name, timing in per.items()}
+        for batch, per in timings.items()
     }
 
 
@@ -317,10 +320,22 @@ def parse_arguments(argv: Sequence[str] | None):
     parser = benchmark_parser(__doc__.split("\n\n")[0], "results/lab01")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8], help="latency batch sizes")
     length = parser.add_mutually_exclusive_group()
-    length.add_argument("--quick", action="store_true", help="smoke run: %d images, %d warm-up and %d timed rounds" % RUN_LENGTHS["quick"])
-    length.add_argument("--full", action="store_true", help="the spec's run: %d images, %d warm-up and %d timed rounds (~5 min on 2 cores)" % RUN_LENGTHS["full"])
-    parser.add_argument("--images", type=int, default=None, help="images in the accuracy set (default %d)" % RUN_LENGTHS["default"][0])
-    parser.add_argument("--warmup", type=int, default=None, help="untimed rounds before timing (default %d)" % RUN_LENGTHS["default"][1])
+    length.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: %d images, %d warm-up and %d timed rounds" % RUN_LENGTHS["quick"],
+    )
+    length.add_argument(
+        "--full",
+        action="store_true",
+        help="the spec's run: %d images, %d warm-up and %d timed rounds (~5 min on 2 cores)" % RUN_LENGTHS["full"],
+    )
+    parser.add_argument(
+        "--images", type=int, default=None, help="images in the accuracy set (default %d)" % RUN_LENGTHS["default"][0]
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed rounds before timing (default %d)" % RUN_LENGTHS["default"][1]
+    )
     parser.add_argument("--accuracy-batch", type=int, default=16, help="batch size of the accuracy pass")
     parser.add_argument("--data", type=Path, default=None, help="ImageNet validation folder (ImageFolder layout)")
     parser.add_argument("--weights", type=Path, default=None, help="ResNet-50 state_dict file")

@@ -35,13 +35,13 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from lab01_fx_passes.capture import DIALECTS, capture
+from lab01_fx_passes.models import ConvBNStack, LinearGeluMLP, TinyResNet, large_output_resnet50, randomize_batch_norm
+from lab01_fx_passes.pass_changes import Event, NodeHistories, PassChanges, node_histories, run_recorded
 from labkit.graph_drawing import GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, graphviz_available, write_graph
 from labkit.impl import load_lab, selected_impl
 from labkit.step_summary import shorten
 from labkit.unfinished import UNFINISHED_EXIT, unfinished_step_line
-from lab01_fx_passes.capture import DIALECTS, capture
-from lab01_fx_passes.models import ConvBNStack, LinearGeluMLP, TinyResNet, large_output_resnet50, randomize_batch_norm
-from lab01_fx_passes.pass_changes import Event, NodeHistories, PassChanges, node_histories, run_recorded
 
 PACKAGE = "lab01_fx_passes"
 #: How many node names a cell of ``changes.md`` lists before it says how many more there are.
@@ -115,10 +115,18 @@ def after_styles(histories: NodeHistories, colors: dict[str, str]) -> dict[str, 
 
 def legend(changes: Sequence[PassChanges], colors: dict[str, str]) -> list[tuple[str, NodeStyle]]:
     """One legend entry per pass (its colour and what it did here), then what white and the outlines mean."""
-    entries = [(f"{c.name}: {len(c.added)} added, {len(c.removed)} removed, {len(c.changed)} changed",
-                NodeStyle(fill=colors[c.name])) for c in changes]
-    return [*entries, ("untouched by every pass", NodeStyle()),
-            ("dashed: removed (before) / thick: added (after)", NodeStyle(dashed=True, bold=True))]
+    entries = [
+        (
+            f"{c.name}: {len(c.added)} added, {len(c.removed)} removed, {len(c.changed)} changed",
+            NodeStyle(fill=colors[c.name]),
+        )
+        for c in changes
+    ]
+    return [
+        *entries,
+        ("untouched by every pass", NodeStyle()),
+        ("dashed: removed (before) / thick: added (after)", NodeStyle(dashed=True, bold=True)),
+    ]
 
 
 #: What a TODO stops in a drawing (:func:`labkit.unfinished.unfinished_step_line`).
@@ -130,8 +138,9 @@ def _problem(error: BaseException) -> str:
     return unfinished or shorten(f"{type(error).__name__}: {error}")
 
 
-def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...], dialect: str,
-                 out: Path, *, compact: bool = True) -> DialectDrawing:
+def draw_dialect(
+    lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...], dialect: str, out: Path, *, compact: bool = True
+) -> DialectDrawing:
     """Capture ``model`` in ``dialect``, run the lab's pipeline recorded, draw before and after into ``out``."""
     captured = capture(model, inputs, dialect)
     original = captured.graph_module
@@ -150,8 +159,10 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
     if error is not None:
         result.problem = _problem(error)
     elif record is not None and manager.passes and not record.changes:
-        result.problem = ("the pass manager ran none of the passes in its `passes` list (step 7's contract: "
-                          "keep them in self.passes and run them from there)")
+        result.problem = (
+            "the pass manager ran none of the passes in its `passes` list (step 7's contract: "
+            "keep them in self.passes and run them from there)"
+        )
     changes = record.changes if record else []
     result.changes = changes
     reports = list(getattr(manager, "report", None) or [])
@@ -160,15 +171,31 @@ def draw_dialect(lab: Any, label: str, model: nn.Module, inputs: tuple[Any, ...]
     histories = node_histories(names, changes)
     key = legend(changes, colors)
     title = f"{label}, {dialect}: before the pipeline ({len(names)} nodes)"
-    result.drawings.append(write_graph(original, title, out / f"{dialect}-before",
-                                       styles=before_styles(histories, colors), legend=key, compact=compact))
+    result.drawings.append(
+        write_graph(
+            original,
+            title,
+            out / f"{dialect}-before",
+            styles=before_styles(histories, colors),
+            legend=key,
+            compact=compact,
+        )
+    )
     if record and record.graphs:
         final = result.final = record.graphs[-1]
         stopped = f" (stopped: {changes[-1].name} failed)" if error is not None else ""
         passes = ", ".join(c.name for c in changes)
         title = f"{label}, {dialect}: after {passes}{stopped} ({len(final.graph.nodes)} nodes)"
-        result.drawings.append(write_graph(final, title, out / f"{dialect}-after",
-                                           styles=after_styles(histories, colors), legend=key, compact=compact))
+        result.drawings.append(
+            write_graph(
+                final,
+                title,
+                out / f"{dialect}-after",
+                styles=after_styles(histories, colors),
+                legend=key,
+                compact=compact,
+            )
+        )
     return result
 
 
@@ -185,13 +212,16 @@ def changes_table(drawing: DialectDrawing) -> list[str]:
     if drawing.problem:
         lines += [f"The pipeline did not finish: {drawing.problem}", ""]
     if drawing.changes:
-        lines += ["| pass | nodes | added | removed | changed | inputs rewired | max abs error |",
-                  "| --- | --- | --- | --- | --- | --- | ---: |"]
+        lines += [
+            "| pass | nodes | added | removed | changed | inputs rewired | max abs error |",
+            "| --- | --- | --- | --- | --- | --- | ---: |",
+        ]
         for change, error in zip(drawing.changes, drawing.errors):
             lines.append(
                 f"| {change.name} | {change.nodes_before} -> {change.nodes_after} | {_names(change.added)} | "
                 f"{_names(change.removed)} | {_names(change.changed)} | {_names(change.rewired)} | "
-                f"{'-' if error is None else f'{error:.2e}'} |")
+                f"{'-' if error is None else f'{error:.2e}'} |"
+            )
         idle = [c.name for c in drawing.changes if not c.touched]
         if idle:
             lines += ["", f"Found nothing to do here: {', '.join(idle)}."]
@@ -204,11 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny_resnet", choices=sorted(MODELS))
     parser.add_argument("--dialect", default="all", choices=[*DIALECTS, "all"])
-    parser.add_argument("--out", type=Path, default=Path("results/lab01/graphs"),
-                        help="folder for the pictures (a subfolder per model)")
-    parser.add_argument("--full-labels", action="store_true",
-                        help="every field FxGraphDrawer writes (module constants, strides, users), "
-                             "not the compact labels")
+    parser.add_argument(
+        "--out", type=Path, default=Path("results/lab01/graphs"), help="folder for the pictures (a subfolder per model)"
+    )
+    parser.add_argument(
+        "--full-labels",
+        action="store_true",
+        help="every field FxGraphDrawer writes (module constants, strides, users), not the compact labels",
+    )
     args = parser.parse_args(argv)
 
     lab = load_lab(PACKAGE)

@@ -37,8 +37,7 @@ def _parameter_names_and_defaults(target: Any) -> list[tuple[str, Any]] | None:
     """The call signature of ``target`` as ``(name, default)`` pairs, or None when it has none."""
     if isinstance(target, torch._ops.OpOverload):
         return [
-            (arg.name, arg.default_value if arg.has_default_value() else _MISSING)
-            for arg in target._schema.arguments
+            (arg.name, arg.default_value if arg.has_default_value() else _MISSING) for arg in target._schema.arguments
         ]
     try:
         parameters = inspect.signature(target).parameters.values()

@@ -58,6 +58,8 @@ aten = torch.ops.aten
 #: aten and Dynamo 2-D convolutions whose constant weight the pass converts.
 ATEN_CONVOLUTIONS = (aten.convolution.default, aten.conv2d.default)
 TORCH_CONVOLUTIONS = (torch.conv2d,)
+
+
 def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
     """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``)."""
     if node.op == "call_function" and node.target is operator.setitem:
@@ -130,7 +132,9 @@ class ChannelsLastConverter(PassBase):
         """Why no convolution was converted: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
         if not self.skipped:
             return NO_CONVOLUTIONS
-        return "; ".join(f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
+        return "; ".join(
+            f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common()
+        )
 
 
 def convert_to_channels_last(gm: fx.GraphModule) -> PassResult:

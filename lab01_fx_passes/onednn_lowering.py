@@ -177,7 +177,9 @@ class OneDNNLowering(PassBase):
         """Why no convolution was lowered: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
         if not self.skipped:
             return NO_CONVOLUTIONS
-        return "; ".join(f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
+        return "; ".join(
+            f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common()
+        )
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         """Lower every convolution :func:`match_convolution` finds and :meth:`refusal` allows.

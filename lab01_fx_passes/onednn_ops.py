@@ -38,7 +38,9 @@ NO_EXAMPLE_INPUTS = "no example inputs: the input shapes and layouts are unknown
 NO_ONEDNN = "this PyTorch has no oneDNN (torch.backends.mkldnn.is_available() is False)"
 WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
 TRAINING = "its module is in training mode: the fused kernels have no backward"
-AUTOGRAD = "its weight requires grad and grad mode is on: the fused kernels have no backward (lower under torch.no_grad())"
+AUTOGRAD = (
+    "its weight requires grad and grad mode is on: the fused kernels have no backward (lower under torch.no_grad())"
+)
 NOT_CPU = "its tensors are not on the CPU"
 UNSUPPORTED_DTYPE = "oneDNN does not take its dtype on this CPU"
 NOT_CHANNELS_LAST = "its output is not channels-last: run convert_to_channels_last first (this pass keeps layouts)"

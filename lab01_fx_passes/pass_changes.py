@@ -129,8 +129,9 @@ def _hashable(kind: tuple) -> Any:
 
 def diff_graphs(name: str, before: Sequence[NodeRecord], after: Sequence[NodeRecord]) -> PassChanges:
     """What turned ``before`` into ``after`` (two :func:`snapshot` lists), named ``name``."""
-    matcher = difflib.SequenceMatcher(None, [_hashable(r.kind) for r in before],
-                                      [_hashable(r.kind) for r in after], autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        None, [_hashable(r.kind) for r in before], [_hashable(r.kind) for r in after], autojunk=False
+    )
     matched: dict[str, str] = {}
     for tag, b_start, b_end, a_start, a_end in matcher.get_opcodes():
         if tag == "equal":

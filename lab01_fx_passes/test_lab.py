@@ -189,9 +189,7 @@ def conv_bn_model(model: nn.Module, seed: int = 0) -> nn.Module:
 # == 0. Naming operators, in every dialect =========================================================
 #: In-place flags of ReluZoo's six ReLUs, in graph order: nn.ReLU(inplace=True) and x.relu_() write in
 #: place, except in core aten, whose functionalization turns every in-place op into its pure form.
-RELU_ZOO_IN_PLACE = {dialect: (False,) * 4 + (True, True) for dialect in DIALECTS} | {
-    "export_core_aten": (False,) * 6
-}
+RELU_ZOO_IN_PLACE = {dialect: (False,) * 4 + (True, True) for dialect in DIALECTS} | {"export_core_aten": (False,) * 6}
 #: The operator each dialect spells ReluZoo's Linear layers with (aten splits them into t/permute + addmm).
 RELU_ZOO_LINEAR = {"symbolic_trace": "linear", "dynamo": "linear", "make_fx": "addmm", "export": "linear",
                    "export_core_aten": "addmm"}  # fmt: skip
@@ -287,7 +285,9 @@ def test_conv_bn_fusion_reduces_node_count(lab, config):
     gm = fx.symbolic_trace(model)
     before, norms = node_count(gm), batch_norms(gm)
     fused = assert_fired(lab.fuse_conv_bn(gm), "symbolic_trace", f"{norms} Conv+BN pairs (call_module)")
-    assert batch_norms(fused) == 0, f"every eval-mode BN follows a conv: all {norms} must be folded, {batch_norms(fused)} left"
+    assert batch_norms(fused) == 0, (
+        f"every eval-mode BN follows a conv: all {norms} must be folded, {batch_norms(fused)} left"
+    )
     assert node_count(fused) == before - norms, "folding a pair removes its BN node and nothing else"
     with torch.no_grad():
         assert_close(run_graph(fused, x), model(x), what="the fused graph")
@@ -341,8 +341,12 @@ def test_conv_bn_fuses_aten_graphs(lab, dialect):
     assert norms == 2, f"the {dialect} graph should hold two batch norms"
     fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "two aten convolution -> batch norm pairs")
     assert batch_norms(fused) == 0, f"{batch_norms(fused)} of the {dialect} graph's 2 batch norms left"
-    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
-                 "an argument of the batch norm call, positional in aten graphs)")
+    assert_close(
+        captured.run(fused),
+        expected,
+        what=f"the fused {dialect} graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
+        "an argument of the batch norm call, positional in aten graphs)",
+    )
 
 
 @pytest.mark.points(1)
@@ -391,7 +395,9 @@ def test_conv_bn_skips_training_mode_batch_norm(lab, dialect):
     captured = capture(model, [x], dialect)
     expected = captured.run()
     fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "the eval-mode pair conv1 -> bn1")
-    assert batch_norms(fused) == 1, "only the eval-mode BN may be folded: a training-mode BN uses the batch's statistics"
+    assert batch_norms(fused) == 1, (
+        "only the eval-mode BN may be folded: a training-mode BN uses the batch's statistics"
+    )
     assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
 
 
@@ -702,8 +708,12 @@ def test_constant_folding_never_folds_values_sharing_memory_with_a_write(lab, di
             got, want = outputs[index], expected[index]
             assert outputs_close(got, want, rtol=RTOL, atol=ATOL), (
                 f"{dialect}: the {call} call differs ({output_error(got, want)}): {case}. "
-                + ("A folded buffer was written in place through a view of it, and the write leaked into the next "
-                   "call. " if call == "second" else "The folded value is stale: it was computed before the write. ")
+                + (
+                    "A folded buffer was written in place through a view of it, and the write leaked into the next "
+                    "call. "
+                    if call == "second"
+                    else "The folded value is stale: it was computed before the write. "
+                )
                 + "constant_folding.py must never fold a value that shares memory with one an in-place op writes: "
                 "follow the aliasing ops (view, getitem/select, slice, ...) both ways from every value an impure "
                 "node consumes, and fold nothing they reach"
@@ -727,9 +737,13 @@ def test_constant_folding_in_dynamo_graphs(lab):
     torch.manual_seed(0)
     captured = capture(LiteralConstants(), [torch.randn(2, 8)], "dynamo")
     expected, attrs_before = captured.run(), get_attr_targets(captured.graph_module)
-    folded = assert_fired(lab.fold_constants(captured.graph_module), "dynamo", "the constant positions (arange * 0.5 + 1)")
+    folded = assert_fired(
+        lab.fold_constants(captured.graph_module), "dynamo", "the constant positions (arange * 0.5 + 1)"
+    )
     new = get_attr_targets(folded) - attrs_before
-    assert len(new) == 1, f"one buffer, the positions: self.w * 2 reads a placeholder and is not constant; got {sorted(new)}"
+    assert len(new) == 1, (
+        f"one buffer, the positions: self.w * 2 reads a placeholder and is not constant; got {sorted(new)}"
+    )
     assert count_nodes(folded, functions=(torch.arange,)) == 0, "arange has only literal inputs: it must be folded"
     assert_close(captured.run(folded), expected, what="the folded Dynamo graph")
 
@@ -748,7 +762,9 @@ def test_replace_relu_with_hardswish(lab, dialect):
     captured = capture(model, [x], dialect)
     relus_before = relus(captured.graph_module)
     assert relus_before >= 5
-    replaced = assert_fired(lab.replace_ops(captured.graph_module, {"relu": "hardswish"}), dialect, f"{relus_before} ReLUs")
+    replaced = assert_fired(
+        lab.replace_ops(captured.graph_module, {"relu": "hardswish"}), dialect, f"{relus_before} ReLUs"
+    )
     assert relus(replaced) == 0, f"{relus(replaced)} ReLUs left in the {dialect} graph: every spelling must be replaced"
     assert hardswishes(replaced) == relus_before, "one hardswish per ReLU, in the ReLU's own dialect"
     assert_close(captured.run(replaced), expected, what="the graph with hardswish (in-place ReLUs must stay in place)")
@@ -775,7 +791,9 @@ def test_linear_gelu_fuses_in_every_dialect(lab, dialect, approximate):
     expected = captured.run()
     assert gelus(captured.graph_module) == 2
     fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "two Linear -> GELU pairs")
-    assert fused_linear_gelus(fused) == 2, f"both pairs must be fused in the {dialect} graph, {fused_linear_gelus(fused)} were"
+    assert fused_linear_gelus(fused) == 2, (
+        f"both pairs must be fused in the {dialect} graph, {fused_linear_gelus(fused)} were"
+    )
     assert gelus(fused) == 0, "a fused pair's GELU must be gone"
     assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
 
@@ -924,7 +942,9 @@ def test_channels_last_keeps_a_view_written_in_place_contiguous(lab, dialect):
     assert weights and not any(w.is_contiguous(memory_format=torch.channels_last) for w in weights if w is not None), (
         "the convolution feeds a view that is written in place: converting it makes the view a copy"
     )
-    assert_close(captured.run(result.graph_module), expected, what="the graph (the write through the view must reach y)")
+    assert_close(
+        captured.run(result.graph_module), expected, what="the graph (the write through the view must reach y)"
+    )
 
 
 class ViewsOfWrittenMemory(nn.Module):
@@ -985,7 +1005,9 @@ def test_channels_last_keeps_views_of_written_memory_contiguous(lab, dialect):
     assert_close(outputs[4], expected[4], what="the channels-last graph (VGG's classifier head)")
     weights = conv_weights(result.graph_module)
     assert len(weights) == 5, f"the graph runs 5 convolutions, found {len(weights)}"
-    converted = [name for name, w in zip("abcd", weights) if w is not None and w.is_contiguous(memory_format=torch.channels_last)]
+    converted = [
+        name for name, w in zip("abcd", weights) if w is not None and w.is_contiguous(memory_format=torch.channels_last)
+    ]
     assert not converted, (
         f"conv_{', conv_'.join(converted)}: converted, yet each feeds a view whose memory is written after the view is "
         "taken: it must stay contiguous (and the view a view)"
@@ -1093,9 +1115,7 @@ def test_pass_manager_names_the_pass_that_diverges(lab):
 @pytest.mark.points(2)
 def test_pass_manager_reports_a_declared_semantic_change(lab):
     captured = tiny_resnet_graph()
-    manager = lab.PassManager(
-        [lab.OpReplacer({"relu": "hardswish"}), lab.fuse_conv_bn], example_inputs=captured.inputs
-    )
+    manager = lab.PassManager([lab.OpReplacer({"relu": "hardswish"}), lab.fuse_conv_bn], example_inputs=captured.inputs)
     result = manager(captured.graph_module)  # must not raise: the change is declared
     replace, fuse = manager.report
     assert replace.changes_semantics and replace.max_abs_error > 1e-3, "the deviation is reported"
@@ -1215,8 +1235,12 @@ def test_default_pipeline_in_a_torch_compile_backend_runs_a_fused_resnet(lab):
             graph = backend.compiled[0]
             verdict = reference.compare(output)
             assert verdict.ok, f"the compiled model differs from eager: {verdict.describe()}"
-            assert graph.calls == 1 and graph.fallbacks == 0, "the guard holds on the first call: the optimised graph ran"
-            assert batch_norms(graph.optimized) == 0, f"{batch_norms(graph.optimized)} batch norms left in the compiled graph"
+            assert graph.calls == 1 and graph.fallbacks == 0, (
+                "the guard holds on the first call: the optimised graph ran"
+            )
+            assert batch_norms(graph.optimized) == 0, (
+                f"{batch_norms(graph.optimized)} batch norms left in the compiled graph"
+            )
             assert all_channels_last(conv_weights(graph.optimized)), "every convolution runs channels-last"
             model.bn1.running_var.mul_(1.5)  # a frozen buffer changes: the frozen graph is stale
             assert_close(compiled(x), model(x), what="the compiled model after bn1.running_var changed")
@@ -1264,18 +1288,28 @@ def test_conv_bn_folds_dynamo_graphs_once_frozen(lab):
     state = [node for node in placeholders if is_module_state(node)]
     with torch.no_grad():  # inference: parameters that require grad are frozen only without autograd
         frozen = assert_fired(
-            lab.freeze_parameters(captured.graph_module, captured.inputs), "dynamo", f"{len(state)} parameter and buffer placeholders"
+            lab.freeze_parameters(captured.graph_module, captured.inputs),
+            "dynamo",
+            f"{len(state)} parameter and buffer placeholders",
         )
     kept = frozen.graph.find_nodes(op="placeholder")
-    assert len(kept) == len(placeholders), "the placeholders stay (unused): the graph is still called with every argument"
+    assert len(kept) == len(placeholders), (
+        "the placeholders stay (unused): the graph is still called with every argument"
+    )
     still_read = [node.name for node in kept if is_module_state(node) and node.users]
     assert not still_read, f"parameter and buffer placeholders still read after freezing: {still_read}"
     assert all(node.users for node in kept if not is_module_state(node)), "the model's own input (x) is never frozen"
-    assert_close(captured.run(frozen), expected, rtol=0, atol=0, what="the frozen graph (freezing changes no arithmetic)")
+    assert_close(
+        captured.run(frozen), expected, rtol=0, atol=0, what="the frozen graph (freezing changes no arithmetic)"
+    )
     fused = assert_fired(lab.fuse_conv_bn(frozen), "frozen dynamo", "two torch.conv2d -> F.batch_norm pairs")
     assert batch_norms(fused) == 0, f"{batch_norms(fused)} batch norms left in the frozen Dynamo graph"
-    assert_close(captured.run(fused), expected, what=f"the fused Dynamo graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
-                 "positional in F.batch_norm's call)")
+    assert_close(
+        captured.run(fused),
+        expected,
+        what=f"the fused Dynamo graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
+        "positional in F.batch_norm's call)",
+    )
 
 
 @pytest.mark.points(2)
@@ -1293,7 +1327,9 @@ def test_freezing_keeps_values_the_graph_modifies_or_autograd_needs(lab):
         frozen = assert_fired(freezer(captured.graph_module), "dynamo", "conv1's, bn1's and conv2's parameters")
     kept = set(freezer.kept)
     modified = {name for name in names if "bn2_buffers" in name}
-    assert modified <= kept, f"bn2's running statistics are written by the graph and must stay inputs: kept {sorted(kept)}"
+    assert modified <= kept, (
+        f"bn2's running statistics are written by the graph and must stay inputs: kept {sorted(kept)}"
+    )
     assert {name for name in names if "conv1" in name} <= {value.name for value in freezer.frozen}, "conv1 is frozen"
     # The same updates reach the statistics, call after call: compare against the graph as captured.
     before, after = copy.deepcopy(captured.inputs), copy.deepcopy(captured.inputs)
@@ -1320,11 +1356,11 @@ def test_freezing_guard_fails_once_a_frozen_value_changes(lab):
     args = list(captured.inputs)
     assert freezer.guard_holds(args), "nothing changed: the guard must hold"
     x_index = next(i for i, node in enumerate(placeholders) if not is_module_state(node))
-    assert freezer.guard_holds(args[:x_index] + [torch.randn_like(args[x_index])] + args[x_index + 1:]), (
+    assert freezer.guard_holds(args[:x_index] + [torch.randn_like(args[x_index])] + args[x_index + 1 :]), (
         "a new input x is what every call brings: the guard is about frozen values only"
     )
     weight = next(i for i, node in enumerate(placeholders) if is_module_state(node))
-    replaced = args[:weight] + [args[weight].detach().clone()] + args[weight + 1:]
+    replaced = args[:weight] + [args[weight].detach().clone()] + args[weight + 1 :]
     assert not freezer.guard_holds(replaced), "a different tensor (model.conv1.weight replaced), even with equal values"
     with torch.no_grad():
         args[weight].mul_(1.0)  # an in-place write (values unchanged; the version counter moves)
@@ -1348,7 +1384,9 @@ def onednn_forms(gm: fx.GraphModule) -> Counter:
             assert node.args[7] in ("none", "relu"), f"{node.format_node()}: unexpected post-op {node.args[7]!r}"
             forms["conv+relu" if node.args[7] == "relu" else "conv"] += 1
         elif node.target is ONEDNN_BINARY:
-            assert node.args[8] == "add" and node.args[10] in (None, "relu"), f"{node.format_node()}: expected add (+relu)"
+            assert node.args[8] == "add" and node.args[10] in (None, "relu"), (
+                f"{node.format_node()}: expected add (+relu)"
+            )
             forms["conv+add+relu" if node.args[10] == "relu" else "conv+add"] += 1
     return forms
 
@@ -1627,7 +1665,9 @@ def test_onednn_pipeline_validates_every_pass_and_lowers_tiny_resnet(lab, dialec
         result = manager(captured.graph_module)
     lines = "\n  ".join(row.line() if hasattr(row, "line") else str(row) for row in manager.report)
     last = manager.report[-1]
-    assert last.name == "lower_to_onednn" and last.modified, f"the pipeline ends with the lowering, which fires:\n  {lines}"
+    assert last.name == "lower_to_onednn" and last.modified, (
+        f"the pipeline ends with the lowering, which fires:\n  {lines}"
+    )
     assert last.max_abs_error is not None, "the lowering is validated like every pass"
     gm = assert_lowered(result, dialect, "TinyResNet's 5 convolutions", {"conv+relu": 3, "conv+add+relu": 2})
     assert batch_norms(gm) == 0 and fused_linear_gelus(gm) == 1, f"the default pipeline's passes ran first:\n  {lines}"

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from lab02_npu_backend.models import STANDARD_MODELS, build_model
 from labkit.bench import (
     Timing,
     apply_threads,
@@ -35,7 +36,6 @@ from labkit.bench import (
 )
 from labkit.impl import load_lab, selected_impl
 from labkit.unfinished import finish_steps_first
-from lab02_npu_backend.models import STANDARD_MODELS, build_model
 
 PACKAGE = "lab02_npu_backend"
 LATENCY_TARGET = 1.5

@@ -160,8 +160,9 @@ class PartitionReport:
             if why and why not in seen.setdefault(d.op, []):
                 seen[d.op].append(why)
         by_op = {
-            op: OpCoverage(op, c["npu"], c["cpu"], tuple(reasons.get(op, ())), c["elided"],
-                           tuple(elided_reasons.get(op, ())))
+            op: OpCoverage(
+                op, c["npu"], c["cpu"], tuple(reasons.get(op, ())), c["elided"], tuple(elided_reasons.get(op, ()))
+            )
             for op, c in sorted(counts.items(), key=lambda item: (-sum(item[1].values()), item[0]))
         }
         return cls(

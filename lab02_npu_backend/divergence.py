@@ -24,8 +24,8 @@ import torch
 from torch import fx
 from torch.utils._pytree import tree_flatten
 
-from labkit.numerics import output_error
 from lab02_npu_backend.graphs import target_name
+from labkit.numerics import output_error
 
 #: A node's value differs when ``max |got - want| > RELATIVE_TOLERANCE * max(|want|, ABSOLUTE_FLOOR)``.
 RELATIVE_TOLERANCE = 1e-4
@@ -102,7 +102,9 @@ def _output_names(gm: fx.GraphModule) -> list[str]:
     return [v.name if isinstance(v, fx.Node) else repr(v) for v in values]
 
 
-def first_divergence(lab: Any, original: fx.GraphModule, compiled: fx.GraphModule, inputs: Sequence[Any]) -> Divergence | None:
+def first_divergence(
+    lab: Any, original: fx.GraphModule, compiled: fx.GraphModule, inputs: Sequence[Any]
+) -> Divergence | None:
     """The first node of ``original`` whose value ``compiled`` computes differently, or None.
 
     Args:
@@ -127,15 +129,21 @@ def first_divergence(lab: Any, original: fx.GraphModule, compiled: fx.GraphModul
         label = f"{node.name} ({target_name(node)})"
         if node.name in owner:
             name = owner[node.name]
-            return Divergence(label, f"NPU partition {name}", error, _explain_partition(lab, name, *got.partitions[name], own[name]))
+            return Divergence(
+                label, f"NPU partition {name}", error, _explain_partition(lab, name, *got.partitions[name], own[name])
+            )
         wrong = {name: e for name, e in own.items() if e is not None}
         if wrong:
-            explanation = (f"NPU partitions that differ from their own CPU subgraph on the same inputs: "
-                           f"{', '.join(f'{k} (max abs {v:.3g})' for k, v in wrong.items())}.")
+            explanation = (
+                f"NPU partitions that differ from their own CPU subgraph on the same inputs: "
+                f"{', '.join(f'{k} (max abs {v:.3g})' for k, v in wrong.items())}."
+            )
         else:
-            explanation = (f"Every NPU partition ({len(own)}) matches its own CPU subgraph on the same inputs: nothing "
-                           "was lowered wrongly; the fused graph computes in another order (a read moved across a "
-                           "write in place?).")
+            explanation = (
+                f"Every NPU partition ({len(own)}) matches its own CPU subgraph on the same inputs: nothing "
+                "was lowered wrongly; the fused graph computes in another order (a read moved across a "
+                "write in place?)."
+            )
         return Divergence(label, "CPU", error, explanation)
     return None
 
@@ -147,8 +155,10 @@ def _partition_error(module: Any, args: tuple[Any, ...]) -> float | None:
 
 def _explain_partition(lab: Any, name: str, module: Any, args: tuple[Any, ...], error: float | None) -> str:
     if error is None:
-        return (f"{name} matches its own CPU subgraph on the inputs it got: its inputs were already different "
-                "(an earlier CPU node, or the order of the fused graph).")
+        return (
+            f"{name} matches its own CPU subgraph on the inputs it got: its inputs were already different "
+            "(an earlier CPU node, or the order of the fused graph)."
+        )
     inner = _first_wrong_lowered_node(lab, module.graph_module, args)
     where = f" The first node of {name} whose lowered value differs: {inner}." if inner else ""
     return f"{name} differs from its own CPU subgraph on the same inputs (max abs {error:.3g}): a lowering bug.{where}"
@@ -163,8 +173,11 @@ def _first_wrong_lowered_node(lab: Any, gm: fx.GraphModule, args: tuple[Any, ...
     want = _Recorder(gm)
     want.run(*_snapshot(args))
     probe = copy.deepcopy(gm)
-    named = [n for n in probe.graph.nodes if n.op in ("call_function", "call_method")
-             and isinstance(want.values.get(n.name), torch.Tensor)]
+    named = [
+        n
+        for n in probe.graph.nodes
+        if n.op in ("call_function", "call_method") and isinstance(want.values.get(n.name), torch.Tensor)
+    ]
     output = next(n for n in reversed(probe.graph.nodes) if n.op == "output")
     output.args = (tuple(named),)
     probe.recompile()

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 from torch import fx
 
-from labkit.fx_nodes import node_value
 from lab02_npu_backend.flops import FlopCount
 from lab02_npu_backend.mutation import writes_in_place
+from labkit.fx_nodes import node_value
 
 CALL_OPS = ("call_function", "call_method", "call_module")
 

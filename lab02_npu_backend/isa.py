@@ -174,8 +174,12 @@ def _build(document: dict[str, Any], source: Path) -> Isa:
         ops[name] = OpSpec(
             name=name,
             operands=tuple(
-                Operand(o["name"], o["kind"], o.get("optional", False),
-                        frozenset(DTYPES[d] for d in o["dtypes"]) if "dtypes" in o else None)
+                Operand(
+                    o["name"],
+                    o["kind"],
+                    o.get("optional", False),
+                    frozenset(DTYPES[d] for d in o["dtypes"]) if "dtypes" in o else None,
+                )
                 for o in entry["operands"]
             ),
             attributes=attributes,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 # These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
 # you write your code.
-
 import math  # noqa: F401
 import operator
 from collections.abc import Callable, Sequence
@@ -59,6 +58,7 @@ LOWERINGS: dict[Any, LowerFn] = {}
 
 def lowers(*targets: Any) -> Callable[[LowerFn], LowerFn]:
     """Register a lowering rule for ``targets``."""
+
     def register(rule: LowerFn) -> LowerFn:
         for target in targets:
             LOWERINGS[target] = rule

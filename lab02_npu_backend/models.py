@@ -49,9 +49,7 @@ class ModelCase:
 
 
 def _mlp() -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10)
-    )
+    return nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
 def _resnet18() -> nn.Module:
@@ -95,11 +93,18 @@ class CausalLMLogits(nn.Module):
 
 
 def _hf_llama() -> nn.Module:
-    from transformers import LlamaConfig as HfLlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig as HfLlamaConfig
+    from transformers import LlamaForCausalLM
 
     config = HfLlamaConfig(
-        vocab_size=HF_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, attn_implementation="sdpa",
+        vocab_size=HF_VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
     )
     return CausalLMLogits(LlamaForCausalLM(config))
 
@@ -108,8 +113,17 @@ def _hf_gpt2() -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
-        vocab_size=HF_VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128, bos_token_id=HF_VOCAB - 1,
-        eos_token_id=HF_VOCAB - 1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="sdpa",
+        vocab_size=HF_VOCAB,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=128,
+        bos_token_id=HF_VOCAB - 1,
+        eos_token_id=HF_VOCAB - 1,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        attn_implementation="sdpa",
     )
     return CausalLMLogits(GPT2LMHeadModel(config))
 

@@ -73,7 +73,11 @@ def written_arguments(node: fx.Node) -> list[fx.Node]:
         arguments = target._schema.arguments
         for index, argument in enumerate(arguments):
             if argument.alias_info is not None and argument.alias_info.is_write:
-                value = node.args[index] if index < len(node.args) and not argument.kwarg_only else node.kwargs.get(argument.name)
+                value = (
+                    node.args[index]
+                    if index < len(node.args) and not argument.kwarg_only
+                    else node.kwargs.get(argument.name)
+                )
                 written.append(value)
     elif target is operator.setitem:
         written.append(first)
@@ -145,8 +149,9 @@ def find_tensor_writes(gm: fx.GraphModule) -> list[TensorWrite]:
     return writes
 
 
-def _why_shared(node: fx.Node, written: fx.Node, shared: set, aliases: Iterable[fx.Node], inputs: set,
-                order: dict[fx.Node, int]) -> str:
+def _why_shared(
+    node: fx.Node, written: fx.Node, shared: set, aliases: Iterable[fx.Node], inputs: set, order: dict[fx.Node, int]
+) -> str:
     """Why someone other than ``node``'s result can observe the write ("" when nobody can)."""
     if not shared:
         return "no recorded example values to prove the write private"

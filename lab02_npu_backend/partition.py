@@ -22,7 +22,6 @@ from __future__ import annotations
 
 # These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
 # you write your code.
-
 import bisect  # noqa: F401
 import operator
 import warnings  # noqa: F401
@@ -82,8 +81,9 @@ def retarget_tensor_indexing(gm: fx.GraphModule) -> int:
     return count
 
 
-def pin_cpu_writes(writes: Sequence[TensorWrite], reasons: dict[fx.Node, str | None],
-                   order: dict[fx.Node, int]) -> dict[fx.Node, str]:
+def pin_cpu_writes(
+    writes: Sequence[TensorWrite], reasons: dict[fx.Node, str | None], order: dict[fx.Node, int]
+) -> dict[fx.Node, str]:
     """The nodes that writes in place keep on the CPU, each with its (fallback) reason.
 
     Args:
@@ -103,8 +103,9 @@ def pin_cpu_writes(writes: Sequence[TensorWrite], reasons: dict[fx.Node, str | N
     raise NotImplementedError("pin_cpu_writes")
 
 
-def split_at_writes(partitions: Sequence[Partition], cpu_writes: Sequence[fx.Node],
-                    order: dict[fx.Node, int]) -> list[Partition]:
+def split_at_writes(
+    partitions: Sequence[Partition], cpu_writes: Sequence[fx.Node], order: dict[fx.Node, int]
+) -> list[Partition]:
     """Cut every partition at the writes that run on the CPU, so that no partition spans one.
 
     Returns new ``Partition(id=..., nodes=[...])`` objects: the nodes of each partition grouped by

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from torch import fx
 
-from labkit.graph_drawing import Cluster, Drawing, NodeStyle, write_graph
 from lab02_npu_backend.coverage import GraphCoverage, NpuCoverageWarning
 from lab02_npu_backend.graphs import capture_graphs
+from labkit.graph_drawing import Cluster, Drawing, NodeStyle, write_graph
 
 #: Fills of the NPU partitions' nodes, in turn: shades of the NPU's green (neighbouring partitions differ).
 NPU_FILLS = ("#a1d99b", "#c7e9c0", "#74c476", "#e5f5e0")
@@ -68,18 +68,23 @@ def partition_graphs(lab: Any, model: Any, example_inputs: tuple[Any, ...], dial
     for gm, inputs in zip(*graphs):
         with warnings.catch_warnings():  # the report itself has already said it, once per graph
             warnings.simplefilter("ignore", NpuCoverageWarning)
-            partitioning = lab.partition_for_npu(copy.deepcopy(gm), lab.support_for_dialect(dialect),
-                                                 example_inputs=inputs, dialect=dialect)
+            partitioning = lab.partition_for_npu(
+                copy.deepcopy(gm), lab.support_for_dialect(dialect), example_inputs=inputs, dialect=dialect
+            )
         names = {node.name for node in gm.graph.nodes}
         partitions = {}
         for submodule in partitioning.npu_submodules:
             inner = getattr(partitioning.graph_module, submodule).graph.nodes
-            partitions[submodule] = tuple(n.name for n in inner
-                                          if n.op not in ("placeholder", "output") and n.name in names)
+            partitions[submodule] = tuple(
+                n.name for n in inner if n.op not in ("placeholder", "output") and n.name in names
+            )
         state = {id(tensor) for tensor in (*model.parameters(), *model.buffers())}
         placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
-        weights = frozenset(name for name, value in zip(placeholders, inputs)
-                            if isinstance(value, torch.nn.Parameter) or id(value) in state)
+        weights = frozenset(
+            name
+            for name, value in zip(placeholders, inputs)
+            if isinstance(value, torch.nn.Parameter) or id(value) in state
+        )
         results.append(PartitionedGraph(dialect, gm, partitions, partitioning.coverage, weights))
     return results
 
@@ -100,8 +105,13 @@ def partition_styles(graph: PartitionedGraph) -> dict[str, NodeStyle]:
 
 
 LEGEND = (
-    *((f"NPU: one box per partition (fused submodule); shade {index + 1} of {len(NPU_FILLS)}, in turn",
-       NodeStyle(fill=fill, border=NPU_BORDER)) for index, fill in enumerate(NPU_FILLS)),
+    *(
+        (
+            f"NPU: one box per partition (fused submodule); shade {index + 1} of {len(NPU_FILLS)}, in turn",
+            NodeStyle(fill=fill, border=NPU_BORDER),
+        )
+        for index, fill in enumerate(NPU_FILLS)
+    ),
     ("CPU fallback: the reason is in the node", NodeStyle(fill=CPU_FILL, bold=True)),
     ("elided: does no work anywhere, outside the NPU fraction", NodeStyle(fill=ELIDED_FILL)),
     ("not a compute node (inputs, parameters, outputs)", NodeStyle()),
@@ -111,16 +121,29 @@ LEGEND = (
 def draw_partitioned(graph: PartitionedGraph, title: str, stem: Path) -> Drawing:
     """Draw one partitioned graph (:func:`partition_styles`, a box per NPU partition) to ``stem.*``."""
     coverage = graph.coverage
-    title = (f"{title}: {coverage.npu_nodes}/{coverage.work_nodes} nodes that do work on the NPU, "
-             f"{len(graph.partitions)} NPU partition(s), {coverage.work_nodes - coverage.npu_nodes} CPU fallback(s)")
-    clusters = [Cluster(f"NPU partition {name} ({len(nodes)} nodes)", nodes, NPU_BORDER)
-                for name, nodes in graph.partitions.items() if nodes]
-    return write_graph(graph.graph_module, title, stem, styles=partition_styles(graph), clusters=clusters,
-                       legend=LEGEND, weights=graph.weights)
+    title = (
+        f"{title}: {coverage.npu_nodes}/{coverage.work_nodes} nodes that do work on the NPU, "
+        f"{len(graph.partitions)} NPU partition(s), {coverage.work_nodes - coverage.npu_nodes} CPU fallback(s)"
+    )
+    clusters = [
+        Cluster(f"NPU partition {name} ({len(nodes)} nodes)", nodes, NPU_BORDER)
+        for name, nodes in graph.partitions.items()
+        if nodes
+    ]
+    return write_graph(
+        graph.graph_module,
+        title,
+        stem,
+        styles=partition_styles(graph),
+        clusters=clusters,
+        legend=LEGEND,
+        weights=graph.weights,
+    )
 
 
-def draw_model(lab: Any, name: str, model: Any, example_inputs: tuple[Any, ...], dialect: str,
-               out: Path) -> list[Drawing]:
+def draw_model(
+    lab: Any, name: str, model: Any, example_inputs: tuple[Any, ...], dialect: str, out: Path
+) -> list[Drawing]:
     """Draw every graph of ``model`` in ``dialect``: ``out/partitions-<name>-<dialect>[-graph<i>].*``."""
     graphs = partition_graphs(lab, model, example_inputs, dialect)
     drawings = []

@@ -75,6 +75,7 @@ class ProgramBuilder:
 
     def emit(self, op: str, inputs: list[Any], **attrs: Any) -> Ref:
         """Append ``op(inputs, attrs)`` and return its result (shape/dtype inferred on meta tensors)."""
+
         def meta(value: Any) -> Any:
             if isinstance(value, Ref):
                 return torch.empty(value.shape, dtype=value.dtype, device="meta")

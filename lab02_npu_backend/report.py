@@ -25,15 +25,15 @@ from pathlib import Path
 
 import torch
 
-from labkit.graph_drawing import GRAPHVIZ_MISSING, graphviz_available
-from labkit.impl import load_lab, selected_impl
-from labkit.numerics import output_error
-from labkit.unfinished import finish_steps_first
 from lab02_npu_backend import coverage
 from lab02_npu_backend.coverage import PartitionReport
 from lab02_npu_backend.models import STANDARD_MODELS, build_model
 from lab02_npu_backend.partition_drawing import draw_model
 from lab02_npu_backend.zoo import FAMILIES, ZOO_BAR, Family, build_family
+from labkit.graph_drawing import GRAPHVIZ_MISSING, graphviz_available
+from labkit.impl import load_lab, selected_impl
+from labkit.numerics import output_error
+from labkit.unfinished import finish_steps_first
 
 PACKAGE = "lab02_npu_backend"
 DIALECTS = {"torch": ("torch",), "aten": ("aten",), "both": ("torch", "aten")}
@@ -41,9 +41,11 @@ DIALECTS = {"torch": ("torch",), "aten": ("aten",), "both": ("torch", "aten")}
 
 def summary_row(report: PartitionReport) -> str:
     """One Markdown row: model, dialect, NPU/work nodes, %, FLOPs %, elided, CPU fallback ops with counts."""
-    return (f"| {report.model} | {report.dialect} | {report.npu_nodes}/{report.total_nodes} | "
-            f"{report.npu_fraction:.1%} | {report.npu_flop_fraction:.1%} | {report.elided_nodes} | "
-            f"{fallback_summary(report)} |")
+    return (
+        f"| {report.model} | {report.dialect} | {report.npu_nodes}/{report.total_nodes} | "
+        f"{report.npu_fraction:.1%} | {report.npu_flop_fraction:.1%} | {report.elided_nodes} | "
+        f"{fallback_summary(report)} |"
+    )
 
 
 #: The zoo's coverage table: one row per family and dialect (:func:`zoo_row`).
@@ -63,15 +65,20 @@ def fallback_summary(report: PartitionReport) -> str:
 def zoo_row(report: PartitionReport, family: Family, max_abs: float) -> str:
     """One row of the zoo's table; a family under the bar is marked (its reason is in the zoo's table)."""
     mark = " (under the bar: see below)" if report.npu_fraction < ZOO_BAR else ""
-    return (f"| {family.name} | {family.kind} | {report.dialect} | {report.npu_nodes}/{report.total_nodes} | "
-            f"{report.npu_fraction:.1%}{mark} | {report.npu_flop_fraction:.1%} | {report.elided_nodes} | "
-            f"{fallback_summary(report)} | {max_abs:.2g} |")
+    return (
+        f"| {family.name} | {family.kind} | {report.dialect} | {report.npu_nodes}/{report.total_nodes} | "
+        f"{report.npu_fraction:.1%}{mark} | {report.npu_flop_fraction:.1%} | {report.elided_nodes} | "
+        f"{fallback_summary(report)} | {max_abs:.2g} |"
+    )
 
 
 def zoo_reasons() -> list[str]:
     """Why each family under the bar stays there (the zoo's ``below_bar`` entries)."""
-    return [f"- {family.name} ({dialect}): {reason}" for family in FAMILIES
-            for dialect, (_, reason) in family.below_bar.items()]
+    return [
+        f"- {family.name} ({dialect}): {reason}"
+        for family in FAMILIES
+        for dialect, (_, reason) in family.below_bar.items()
+    ]
 
 
 def zoo_report(lab, dialects: tuple[str, ...]) -> list[str]:
@@ -94,23 +101,36 @@ def zoo_report(lab, dialects: tuple[str, ...]) -> list[str]:
 
 def zoo_table_lines(rows: list[str]) -> list[str]:
     """The zoo's table: header, rows, then why each family under the bar stays there."""
-    return [*ZOO_TABLE_HEADER, *rows, "", f"Under the bar of {ZOO_BAR:.0%} of the nodes that do work, and why:", "",
-            *zoo_reasons()]
+    return [
+        *ZOO_TABLE_HEADER,
+        *rows,
+        "",
+        f"Under the bar of {ZOO_BAR:.0%} of the nodes that do work, and why:",
+        "",
+        *zoo_reasons(),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print and write the report; on an unfinished lab, one line naming the step to finish (exit 3)."""
     parser = argparse.ArgumentParser(description="NPU coverage of standard models under the npu_simulator backend.")
     parser.add_argument("--model", default="llama-tiny", choices=[*STANDARD_MODELS, "all"])
-    parser.add_argument("--dialect", default=None, choices=list(DIALECTS),
-                        help="torch: Dynamo graphs (plain backend); aten: through AOTAutograd; both "
-                             "(default: torch, both with --zoo)")
+    parser.add_argument(
+        "--dialect",
+        default=None,
+        choices=list(DIALECTS),
+        help="torch: Dynamo graphs (plain backend); aten: through AOTAutograd; both (default: torch, both with --zoo)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/lab02"), help="folder for the JSON reports")
-    parser.add_argument("--zoo", action="store_true",
-                        help="instead: every transformers family of the zoo (--dialect both by default)")
-    parser.add_argument("--draw", action="store_true",
-                        help="also draw each graph's partitions: NPU partitions boxed, CPU fallbacks with "
-                             "their reasons (DOT; SVG and PNG with Graphviz)")
+    parser.add_argument(
+        "--zoo", action="store_true", help="instead: every transformers family of the zoo (--dialect both by default)"
+    )
+    parser.add_argument(
+        "--draw",
+        action="store_true",
+        help="also draw each graph's partitions: NPU partitions boxed, CPU fallbacks with "
+        "their reasons (DOT; SVG and PNG with Graphviz)",
+    )
     args = parser.parse_args(argv)
     if args.draw and args.zoo:
         parser.error("--draw draws the standard models (--model); the zoo's report has no pictures")
@@ -133,8 +153,10 @@ def write_reports(args: argparse.Namespace, lab) -> int:
     rows = []
     for name in names:
         for dialect in DIALECTS[args.dialect or "torch"]:
-            print(f"compiling {name} with npu_simulator ({selected_impl()} implementation, {dialect} graphs) ...",
-                  flush=True)
+            print(
+                f"compiling {name} with npu_simulator ({selected_impl()} implementation, {dialect} graphs) ...",
+                flush=True,
+            )
             case = build_model(name)
             report = lab.partition_report(case.model, *case.example_inputs, dialect=dialect, name=name)
             print(report.to_markdown())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 # These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
 # you write your code.
-
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 # These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
 # you write your code.
-
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -218,4 +217,3 @@ def support_for_dialect(dialect: str, isa: Isa | None = None) -> NpuOperatorSupp
     if dialect not in TABLES:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(TABLES)}")
     return NpuOperatorSupport(TABLES[dialect], isa)
-

@@ -24,8 +24,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from labkit.fx_nodes import run_graph
-from labkit.numerics import ReferenceOutputs, output_error, outputs_close
 from lab02_npu_backend import coverage
 from lab02_npu_backend.coverage import NpuCoverageWarning, NpuTrainingUnsupported
 from lab02_npu_backend.divergence import diagnose_model
@@ -34,6 +32,8 @@ from lab02_npu_backend.ir import ProgramError
 from lab02_npu_backend.isa import DTYPE_NAMES, ISA_PATH, IsaError, default_isa
 from lab02_npu_backend.models import REAL_MODELS, STANDARD_MODELS, build_model
 from lab02_npu_backend.mutation import writes_in_place
+from labkit.fx_nodes import run_graph
+from labkit.numerics import ReferenceOutputs, output_error, outputs_close
 
 TOLERANCE = 1e-4
 DIALECTS = ("torch", "aten")
@@ -42,7 +42,14 @@ NPU_FRACTION_BAR = 0.85
 REAL_MODEL_BAR = 0.90
 LLAMA_TARGET = 0.95
 REQUIRED_REPORT_KEYS = {
-    "total_nodes", "npu_nodes", "cpu_nodes", "npu_fraction", "by_op", "graph_breaks", "elided_nodes", "elided",
+    "total_nodes",
+    "npu_nodes",
+    "cpu_nodes",
+    "npu_fraction",
+    "by_op",
+    "graph_breaks",
+    "elided_nodes",
+    "elided",
 }
 
 
@@ -74,8 +81,10 @@ def compiled_models(lab):
 @pytest.fixture(scope="module")
 def float32_references():
     """name -> the eager model's outputs and a float64 run of it (what float32 can promise on that model)."""
-    return {name: ReferenceOutputs.measure(case.model, case.example_inputs)
-            for name, case in ((name, build_model(name)) for name in STANDARD_MODELS)}
+    return {
+        name: ReferenceOutputs.measure(case.model, case.example_inputs)
+        for name, case in ((name, build_model(name)) for name in STANDARD_MODELS)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -104,12 +113,15 @@ def test_backend_is_registered_and_routes_to_your_backend(lab):
     with torch.no_grad():
         output, graphs = compile_and_run("npu_simulator", case.model, *case.example_inputs)
         assert outputs_close(output, case.model(*case.example_inputs), rtol=TOLERANCE, atol=TOLERANCE)
-    assert graphs, ("backend='npu_simulator' did not reach your backend: no coverage was recorded (is the name "
-                    "registered to npu_backend, and does compile_graph call coverage.record?)")
+    assert graphs, (
+        "backend='npu_simulator' did not reach your backend: no coverage was recorded (is the name "
+        "registered to npu_backend, and does compile_graph call coverage.record?)"
+    )
     assert graphs[0].npu_nodes > 0, (
         f"your backend ran, but put 0 of its {graphs[0].work_nodes} nodes that do work on the NPU: check your "
         f"table's dialect (Dynamo hands a plain backend torch-level targets such as torch._C._nn.linear); "
-        f"fallback reasons: {sorted({d.reason for d in graphs[0].decisions if d.reason})[:3]}")
+        f"fallback reasons: {sorted({d.reason for d in graphs[0].decisions if d.reason})[:3]}"
+    )
 
 
 ENTRY_POINT_SCRIPT = textwrap.dedent(
@@ -161,8 +173,10 @@ def test_standard_model_matches_eager(lab, compiled_models, float32_references, 
     verdict = reference.compare(actual)
     if not (outputs_close(actual, reference.outputs, rtol=TOLERANCE, atol=TOLERANCE) and verdict.ok):
         case = build_model(name)
-        pytest.fail(f"{name} ({dialect} graphs) differs from eager: {output_error(actual, reference.outputs)}; "
-                    f"{verdict.describe()}\n{diagnose_model(lab, case.model, case.example_inputs, dialect)}")
+        pytest.fail(
+            f"{name} ({dialect} graphs) differs from eager: {output_error(actual, reference.outputs)}; "
+            f"{verdict.describe()}\n{diagnose_model(lab, case.model, case.example_inputs, dialect)}"
+        )
     assert sum(g.npu_nodes for g in graphs) > 0, f"{name} ({dialect} graphs): nothing ran on the NPU"
 
 
@@ -226,7 +240,9 @@ def test_dialects_classify_compute_nodes_alike(lab, name):
     for node in compute_nodes(captured.aten[0]):
         aten_verdicts[source_node_name(node)].append(verdict(aten_support, node))
     compared = {
-        source: (all(s for s, _ in v), all(e for _, e in v)) for source, v in aten_verdicts.items() if source in torch_verdict
+        source: (all(s for s, _ in v), all(e for _, e in v))
+        for source, v in aten_verdicts.items()
+        if source in torch_verdict
     }
     # Some Dynamo nodes vanish in aten (eval dropout, a .to that keeps the dtype), so not all have a counterpart.
     assert len(compared) >= 0.5 * len(torch_verdict), "too few aten nodes trace back to Dynamo nodes"
@@ -235,9 +251,11 @@ def test_dialects_classify_compute_nodes_alike(lab, name):
     }
     if disagreements:  # the first few, and how many: the whole dict runs to thousands of characters
         shown = "; ".join(f"{source}: torch {t}, aten {a}" for source, (t, a) in list(disagreements.items())[:5])
-        pytest.fail(f"{len(disagreements)} of {len(compared)} Dynamo nodes are classified differently ((supported, "
-                    f"elided) by the torch table vs by the aten table of the nodes they became); the first "
-                    f"{min(5, len(disagreements))}: {shown}")
+        pytest.fail(
+            f"{len(disagreements)} of {len(compared)} Dynamo nodes are classified differently ((supported, "
+            f"elided) by the torch table vs by the aten table of the nodes they became); the first "
+            f"{min(5, len(disagreements))}: {shown}"
+        )
     assert sum(s for s, _ in compared.values()) > 0, "neither table supports anything: the test proves nothing"
 
 
@@ -271,16 +289,36 @@ def assert_partitioned_graph_computes(result, inputs, expected, what):
     actual = run_graph(result.graph_module, *inputs)
     assert outputs_close(actual, expected, rtol=1e-6, atol=1e-6), (
         f"{what}: the partitioned graph computes something else than the graph it came from "
-        f"({output_error(actual, expected)})")
+        f"({output_error(actual, expected)})"
+    )
 
 
 #: Ops that move or relabel elements but compute nothing: such a node does no work exactly when its
 #: result is one of its inputs, unchanged. Every other op does work (a multiply by 1 included).
 NO_ARITHMETIC = {
-    "dropout", "Tensor.to", "Tensor.float", "Tensor.type", "Tensor.type_as", "Tensor.contiguous", "Tensor.clone",
-    "clone", "Tensor.view", "Tensor.reshape",
-    "reshape", "Tensor.flatten", "flatten", "Tensor.unsqueeze", "Tensor.squeeze", "Tensor.expand", "getitem",
-    "__getitem__", "cat", "Tensor.split", "split", "Tensor.chunk", "chunk",
+    "dropout",
+    "Tensor.to",
+    "Tensor.float",
+    "Tensor.type",
+    "Tensor.type_as",
+    "Tensor.contiguous",
+    "Tensor.clone",
+    "clone",
+    "Tensor.view",
+    "Tensor.reshape",
+    "reshape",
+    "Tensor.flatten",
+    "flatten",
+    "Tensor.unsqueeze",
+    "Tensor.squeeze",
+    "Tensor.expand",
+    "getitem",
+    "__getitem__",
+    "cat",
+    "Tensor.split",
+    "split",
+    "Tensor.chunk",
+    "chunk",
 }
 
 
@@ -332,8 +370,10 @@ def test_elided_nodes_do_no_work_and_every_other_node_counts(lab, name):
         kind = "getitem" if decision.op == "__getitem__" else decision.op
         no_work = _is_empty(values[node.name]) or (kind in NO_ARITHMETIC and _returns_an_input(node, values))
         if no_work != (decision.elided is not None):
-            wrong.append(f"{decision.name} ({decision.op}): elided={decision.elided!r}, but it does "
-                         f"{'no' if no_work else 'some'} work")
+            wrong.append(
+                f"{decision.name} ({decision.op}): elided={decision.elided!r}, but it does "
+                f"{'no' if no_work else 'some'} work"
+            )
     assert not wrong, "\n".join(wrong)
     if name == "transformer-encoder":  # its three eval-mode dropouts, once counted as NPU nodes
         assert [d.op for d in result.coverage.decisions if d.elided] == ["dropout"] * 3
@@ -392,8 +432,10 @@ def test_partitions_keep_writes_in_place_in_order(lab, case):
     fn, inputs = make_fn(), make_inputs()
     torch._dynamo.reset()
     captured = capture_graphs(fn, *inputs)
-    for dialect, gm, graph_inputs in (("torch", captured.torch[0], captured.torch_inputs[0]),
-                                      ("aten", captured.aten[0], captured.aten_inputs[0])):
+    for dialect, gm, graph_inputs in (
+        ("torch", captured.torch[0], captured.torch_inputs[0]),
+        ("aten", captured.aten[0], captured.aten_inputs[0]),
+    ):
         with torch.no_grad():
             expected = copy.deepcopy(gm)(*graph_inputs)
         writes = {node.name for node in gm.graph.nodes if writes_in_place(node)}
@@ -404,12 +446,15 @@ def test_partitions_keep_writes_in_place_in_order(lab, case):
             f"{case} ({dialect} graphs): the partitioned graph is off by {output_error(actual, expected).max_abs:.3g}. "
             f"A partition moved a read of a tensor across a write in place ({', '.join(sorted(writes))}): a write "
             f"returns nothing (setitem) or its input (add_), so no data edge orders it against the reads, and "
-            f"fusing puts each partition where its last node was")
+            f"fusing puts each partition where its last node was"
+        )
         decided = {d.name: d for d in result.coverage.decisions}
         assert writes <= set(decided), f"{case}: every write in place is a compute node (it copies elements)"
         on_npu = [name for name in writes if decided[name].on_npu or not decided[name].reason]
         assert not on_npu, f"{case}: the writes {on_npu} must run on the CPU, with a reason"
-        assert result.coverage.npu_nodes > 0, f"{case} ({dialect} graphs): the NPU still runs the nodes around the writes"
+        assert result.coverage.npu_nodes > 0, (
+            f"{case} ({dialect} graphs): the NPU still runs the nodes around the writes"
+        )
 
 
 @pytest.mark.points(1)
@@ -422,7 +467,8 @@ def test_writes_in_place_compile_to_eagers_answer(lab, case, dialect):
         expected = fn(*inputs)
         output, graphs = compile_and_run(backend_for(lab, dialect), fn, *inputs)
     assert outputs_close(output, expected, rtol=TOLERANCE, atol=TOLERANCE), (
-        f"{case} ({dialect} graphs): {output_error(output, expected)}\n{diagnose_model(lab, fn, inputs, dialect)}")
+        f"{case} ({dialect} graphs): {output_error(output, expected)}\n{diagnose_model(lab, fn, inputs, dialect)}"
+    )
     assert sum(g.npu_nodes for g in graphs) > 0, f"{case} ({dialect} graphs): nothing ran on the NPU"
 
 
@@ -444,7 +490,10 @@ def _conversion_and_float(x):
 
 
 FALLBACK_CASES = {
-    "int64-matmul": (_int_and_float, lambda: (torch.randint(-5, 5, (4, 4)), torch.randint(-5, 5, (4, 4)), torch.randn(4, 4))),
+    "int64-matmul": (
+        _int_and_float,
+        lambda: (torch.randint(-5, 5, (4, 4)), torch.randint(-5, 5, (4, 4)), torch.randn(4, 4)),
+    ),
     "complex64": (_complex_and_float, lambda: (torch.randn(3, 3, dtype=torch.complex64), torch.randn(3, 3))),
     "float64": (_float64_and_float, lambda: (torch.randn(5, dtype=torch.float64), torch.randn(5))),
     "float32-to-float16": (_conversion_and_float, lambda: (torch.randn(4, 4),)),
@@ -476,8 +525,12 @@ ATTENTION_FORMS = (
     ("is_causal", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
     ("is_causal, scale=2.0", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=2.0)),
     ("boolean mask", lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
-    ("float mask, scale=0.5", lambda q, k, v, mask: F.scaled_dot_product_attention(
-        q, k, v, attn_mask=torch.where(mask, 0.0, -2.0), scale=0.5)),
+    (
+        "float mask, scale=0.5",
+        lambda q, k, v, mask: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.where(mask, 0.0, -2.0), scale=0.5
+        ),
+    ),
 )
 
 
@@ -516,12 +569,16 @@ def compiled_outputs_differing(lab, dialect, fn, forms, inputs) -> list[str]:
             try:
                 outputs, _ = compile_and_run(backend_for(lab, dialect), fn, *inputs)
             except ProgramError as error:
-                raise AssertionError(f"{dialect} graphs: the NPU was given an instruction it cannot run ({error}): "
-                                     "support.py must check the dtype of every operand, not only the result's") from None
+                raise AssertionError(
+                    f"{dialect} graphs: the NPU was given an instruction it cannot run ({error}): "
+                    "support.py must check the dtype of every operand, not only the result's"
+                ) from None
     expected = fn(*inputs)
-    return [f"{name} (off by {output_error(got, want).max_abs:.3g})"
-            for (name, _), got, want in zip(forms, outputs, expected)
-            if got.dtype != want.dtype or not outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)]
+    return [
+        f"{name} (off by {output_error(got, want).max_abs:.3g})"
+        for (name, _), got, want in zip(forms, outputs, expected)
+        if got.dtype != want.dtype or not outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
+    ]
 
 
 @pytest.mark.points(2)
@@ -534,8 +591,10 @@ def test_attention_honours_scale_causality_and_masks(lab, dialect):
     mask = torch.rand(5, 5, generator=generator) > 0.3
     mask[:, 0] = True  # every query sees at least one key
     wrong = compiled_outputs_differing(lab, dialect, _attention_forms, ATTENTION_FORMS, (q, k, v, mask))
-    assert not wrong, (f"{dialect} graphs: these attention forms differ from eager: {'; '.join(wrong)}. Check that "
-                       "lowering.py passes scale, is_causal and attn_mask on (support.py may refuse what it cannot lower)")
+    assert not wrong, (
+        f"{dialect} graphs: these attention forms differ from eager: {'; '.join(wrong)}. Check that "
+        "lowering.py passes scale, is_causal and attn_mask on (support.py may refuse what it cannot lower)"
+    )
 
 
 @pytest.mark.points(2)
@@ -543,11 +602,17 @@ def test_attention_honours_scale_causality_and_masks(lab, dialect):
 def test_arithmetic_keeps_operand_order_alpha_and_type_promotion(lab, dialect):
     """What each operator's schema allows, not only its common use: eager's answer for every expression."""
     generator = torch.Generator().manual_seed(0)
-    inputs = (torch.randn(3, 5, generator=generator), torch.randn(3, 5, generator=generator),
-              torch.rand(3, 5, generator=generator) > 0.5, torch.randint(-3, 4, (3, 5), generator=generator))
+    inputs = (
+        torch.randn(3, 5, generator=generator),
+        torch.randn(3, 5, generator=generator),
+        torch.rand(3, 5, generator=generator) > 0.5,
+        torch.randint(-3, 4, (3, 5), generator=generator),
+    )
     wrong = compiled_outputs_differing(lab, dialect, _mixed_arithmetic, MIXED_ARITHMETIC, inputs)
-    assert not wrong, (f"{dialect} graphs: these expressions differ from eager: {'; '.join(wrong)}. Check lowering.py's "
-                       "operand order (a number may come first), alpha, and support.py's dtype checks of every operand")
+    assert not wrong, (
+        f"{dialect} graphs: these expressions differ from eager: {'; '.join(wrong)}. Check lowering.py's "
+        "operand order (a number may come first), alpha, and support.py's dtype checks of every operand"
+    )
 
 
 def compiled_forms_off_eager(lab, dialect, forms, inputs) -> tuple[list[str], list]:
@@ -565,9 +630,11 @@ def compiled_forms_off_eager(lab, dialect, forms, inputs) -> tuple[list[str], li
             with torch.no_grad():
                 outputs, graphs = compile_and_run(backend_for(lab, dialect), fn, *inputs)
                 expected = fn(*inputs)
-        wrong = [f"{name} (off by {output_error(got, want).max_abs:.3g})"
-                 for (name, _), got, want in zip(chosen, outputs, expected)
-                 if got.dtype != want.dtype or not outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)]
+        wrong = [
+            f"{name} (off by {output_error(got, want).max_abs:.3g})"
+            for (name, _), got, want in zip(chosen, outputs, expected)
+            if got.dtype != want.dtype or not outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
+        ]
         return wrong, graphs
 
     try:
@@ -617,11 +684,14 @@ def test_gelu_honours_its_approximate_argument(lab, dialect):
     assert approximate.kwarg_only and approximate.default_value == "none", "aten.gelu's schema changed: update the test"
     x = torch.linspace(-4, 4, 161).reshape(7, 23)
     assert not outputs_close(F.gelu(x), F.gelu(x, approximate="tanh"), rtol=TOLERANCE, atol=TOLERANCE), (
-        "the inputs must tell exact GELU from its tanh approximation at the spec's tolerance")
+        "the inputs must tell exact GELU from its tanh approximation at the spec's tolerance"
+    )
     wrong, graphs = compiled_forms_off_eager(lab, dialect, GELU_FORMS, (x,))
-    assert not wrong, (f"{dialect} graphs: these GELU forms differ from eager: {'; '.join(wrong)}. lowering.py must "
-                       "honour gelu's approximate argument (approximate='tanh' is the activation unit's gelu_tanh, "
-                       "the default 'none' its exact gelu)")
+    assert not wrong, (
+        f"{dialect} graphs: these GELU forms differ from eager: {'; '.join(wrong)}. lowering.py must "
+        "honour gelu's approximate argument (approximate='tanh' is the activation unit's gelu_tanh, "
+        "the default 'none' its exact gelu)"
+    )
     assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
 
 
@@ -633,8 +703,11 @@ def _layer_norm_forms():
     """LayerNorm in every form ``aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
     Tensor? bias=None, float eps=1e-05, ...)`` allows: over each of :data:`LAYER_NORM_SHAPES`, with each optional
     tensor present or absent. Inputs: x, then a weight and a bias per shape (each of that shape)."""
-    optional = [a.name for a in torch.ops.aten.layer_norm.default._schema.arguments
-                if isinstance(a.type, torch.OptionalType) and a.type.getElementType() == torch.TensorType.get()]
+    optional = [
+        a.name
+        for a in torch.ops.aten.layer_norm.default._schema.arguments
+        if isinstance(a.type, torch.OptionalType) and a.type.getElementType() == torch.TensorType.get()
+    ]
     assert optional == ["weight", "bias"], f"aten.layer_norm's optional tensors are {optional}: update the test"
     forms = []
     for index, shape in enumerate(LAYER_NORM_SHAPES):
@@ -657,10 +730,15 @@ def test_layer_norm_normalizes_over_every_dim_of_normalized_shape(lab, dialect):
     last len(normalized_shape) dims, and weight and bias have that shape. Eager's answer for every form."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 4, 8, generator=generator) * 2 + 0.5
-    params = [t for shape in LAYER_NORM_SHAPES
-              for t in (torch.rand(shape, generator=generator) + 0.5, torch.rand(shape, generator=generator) - 0.5)]
-    hint = ("lowering.py must normalize over every dim of normalized_shape (the layernorm instruction's "
-            "normalized_ndim), not only the last (support.py may refuse what it cannot lower)")
+    params = [
+        t
+        for shape in LAYER_NORM_SHAPES
+        for t in (torch.rand(shape, generator=generator) + 0.5, torch.rand(shape, generator=generator) - 0.5)
+    ]
+    hint = (
+        "lowering.py must normalize over every dim of normalized_shape (the layernorm instruction's "
+        "normalized_ndim), not only the last (support.py may refuse what it cannot lower)"
+    )
     wrong, graphs = compiled_forms_off_eager(lab, dialect, _layer_norm_forms(), (x, *params))
     assert not wrong, f"{dialect} graphs: these LayerNorm forms differ from eager: {'; '.join(wrong)}. {hint}"
     assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
@@ -821,17 +899,29 @@ def test_program_outputs_share_no_memory_with_inputs(lab):
     """Results come back from NPU memory as new tensors: a kernel's view of an input (reshape, slice) or an
     input returned as an output must be copied, or a later write in place on one changes the other."""
     x = torch.randn(4, 6)
-    program = {"format": "npu-program", "version": 1, "name": "views",
-               "tensors": {"x": {"shape": [4, 6], "dtype": "float32"}, "flat": {"shape": [24], "dtype": "float32"},
-                           "half": {"shape": [4, 3], "dtype": "float32"}},
-               "inputs": ["x"], "outputs": ["flat", "half", "x"],
-               "instructions": [{"op": "reshape", "inputs": ["x"], "output": "flat", "attrs": {"shape": [24]}},
-                                {"op": "slice", "inputs": ["x"], "output": "half",
-                                 "attrs": {"dim": 1, "start": 0, "end": 3, "step": 1}}]}
+    program = {
+        "format": "npu-program",
+        "version": 1,
+        "name": "views",
+        "tensors": {
+            "x": {"shape": [4, 6], "dtype": "float32"},
+            "flat": {"shape": [24], "dtype": "float32"},
+            "half": {"shape": [4, 3], "dtype": "float32"},
+        },
+        "inputs": ["x"],
+        "outputs": ["flat", "half", "x"],
+        "instructions": [
+            {"op": "reshape", "inputs": ["x"], "output": "flat", "attrs": {"shape": [24]}},
+            {"op": "slice", "inputs": ["x"], "output": "half", "attrs": {"dim": 1, "start": 0, "end": 3, "step": 1}},
+        ],
+    }
     outputs = lab.NpuSimulator().run(program, [x])
     assert torch.equal(outputs[0], x.reshape(-1)) and torch.equal(outputs[1], x[:, :3]) and torch.equal(outputs[2], x)
-    shared = [name for name, out in zip(program["outputs"], outputs)
-              if out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()]
+    shared = [
+        name
+        for name, out in zip(program["outputs"], outputs)
+        if out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    ]
     assert not shared, f"outputs {shared} share memory with the input x: return copies"
 
 
@@ -843,19 +933,30 @@ def _isa_cases(n: int, m: int):
     large = torch.cat([x, 100 * x, x + 100])
     return {
         "matmul": ({}, [x, torch.randn(m, n)], lambda a, b: a @ b),
-        "conv2d": ({"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1},
-                   [torch.randn(1, 2, n + 2, m + 2), torch.randn(3, 2, 3, 3), torch.randn(3)],
-                   lambda a, w, b: torch.nn.functional.conv2d(a, w, b, padding=1)),
+        "conv2d": (
+            {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1},
+            [torch.randn(1, 2, n + 2, m + 2), torch.randn(3, 2, 3, 3), torch.randn(3)],
+            lambda a, w, b: torch.nn.functional.conv2d(a, w, b, padding=1),
+        ),
         "add": ({}, [x, y], torch.add),
         "mul": ({}, [x, torch.randn(m)], torch.mul),
         "rsqrt": ({}, [x.abs() + 0.5], torch.rsqrt),
         "mean": ({"dims": [1, 2], "keepdim": True}, [x], lambda a: a.mean((1, 2), keepdim=True)),
-        "softmax": ({"dim": 2, "causal": True}, [large],
-                    lambda a: a.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf")).softmax(2)),
-        "layernorm": ({"normalized_ndim": 1, "eps": 1e-5}, [large, torch.randn(m), torch.randn(m)],
-                      lambda a, w, b: torch.nn.functional.layer_norm(a, (m,), w, b, 1e-5)),
-        "rmsnorm": ({"normalized_ndim": 1, "eps": 1e-6}, [large, torch.randn(m)],
-                    lambda a, w: a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * w),
+        "softmax": (
+            {"dim": 2, "causal": True},
+            [large],
+            lambda a: a.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf")).softmax(2),
+        ),
+        "layernorm": (
+            {"normalized_ndim": 1, "eps": 1e-5},
+            [large, torch.randn(m), torch.randn(m)],
+            lambda a, w, b: torch.nn.functional.layer_norm(a, (m,), w, b, 1e-5),
+        ),
+        "rmsnorm": (
+            {"normalized_ndim": 1, "eps": 1e-6},
+            [large, torch.randn(m)],
+            lambda a, w: a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+        ),
         "activation": ({"function": "gelu_tanh"}, [x], lambda a: torch.nn.functional.gelu(a, approximate="tanh")),
         "reshape": ({"shape": [n, 2 * m]}, [x], lambda a: a.reshape(n, 2 * m)),
         "permute": ({"dims": [2, 0, 1]}, [x], lambda a: a.permute(2, 0, 1)),
@@ -877,8 +978,15 @@ def _single_op_program(op, attrs, inputs, expected):
         names.append(group_names if isinstance(value, list) else group_names[0])
     tensors["out"] = {"shape": list(expected.shape), "dtype": DTYPE_NAMES[expected.dtype]}
     flat_names = [n for group in names for n in (group if isinstance(group, list) else [group])]
-    program = {"format": "npu-program", "version": 1, "name": op, "tensors": tensors, "inputs": flat_names,
-               "outputs": ["out"], "instructions": [{"op": op, "inputs": names, "output": "out", "attrs": attrs}]}
+    program = {
+        "format": "npu-program",
+        "version": 1,
+        "name": op,
+        "tensors": tensors,
+        "inputs": flat_names,
+        "outputs": ["out"],
+        "instructions": [{"op": op, "inputs": names, "output": "out", "attrs": attrs}],
+    }
     flat_inputs = [t for v in inputs for t in (v if isinstance(v, list) else [v])]
     return program, flat_inputs
 
@@ -906,7 +1014,8 @@ def test_softmax_handles_large_scores_and_boolean_masks(lab):
     program, inputs = _single_op_program("softmax", {"dim": 1}, [scores], scores.softmax(1))
     (actual,) = simulator.run(program, inputs)
     assert not actual.isnan().any() and outputs_close(actual, scores.softmax(1), rtol=1e-6, atol=1e-7), (
-        f"softmax of {scores.tolist()} gave {actual.tolist()}: exp overflows unless each row's maximum is subtracted")
+        f"softmax of {scores.tolist()} gave {actual.tolist()}: exp overflows unless each row's maximum is subtracted"
+    )
     scores = 100 * torch.randn(2, 3, 4, 5)
     mask = torch.rand(2, 1, 4, 5, generator=torch.Generator().manual_seed(0)) > 0.4
     mask[..., 0] = True  # no row fully masked (PyTorch gives NaN there)
@@ -945,7 +1054,9 @@ def test_activation_unit_computes_every_function(lab, case):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("attrs", [{"function": "clamp"}, {"function": "relu", "min": 0.0}, {"function": "tanh", "max": 1.0}])
+@pytest.mark.parametrize(
+    "attrs", [{"function": "clamp"}, {"function": "relu", "min": 0.0}, {"function": "tanh", "max": 1.0}]
+)
 def test_activation_unit_rejects_bounds_that_do_not_fit_the_function(lab, attrs):
     """clamp without a bound, or a bound on a function that does not read it: an error, never a silent ignore."""
     x = torch.randn(3, 4)
@@ -1033,20 +1144,39 @@ def _all_but(*ops):
 # case -> (function, inputs, exact counts of some ops, ops that must not appear)
 LOWERING_CASES = {
     "rmsnorm-chain": (RMSNormChain(16), lambda: (torch.randn(2, 5, 16),), {"rmsnorm": 1}, {"rsqrt", "mean"}),
-    "causal-attention": (_causal_attention, lambda: tuple(torch.randn(2, 3, 6, 8) for _ in range(3)),
-                         {"matmul": 2, "softmax": 1}, set()),
+    "causal-attention": (
+        _causal_attention,
+        lambda: tuple(torch.randn(2, 3, 6, 8) for _ in range(3)),
+        {"matmul": 2, "softmax": 1},
+        set(),
+    ),
     # a boolean mask is the softmax's mask operand (no add); a float mask is added to the scores
-    "boolean-mask-attention": (_grouped_attention_with_boolean_mask, _boolean_mask_inputs,
-                               {"matmul": 2, "softmax": 1, "add": 0}, set()),
-    "float-mask-attention": (_attention_with_float_mask,
-                             lambda: (*(torch.randn(2, 3, 6, 8) for _ in range(3)), torch.randn(6, 6)),
-                             {"matmul": 2, "softmax": 1, "add": 1}, set()),
+    "boolean-mask-attention": (
+        _grouped_attention_with_boolean_mask,
+        _boolean_mask_inputs,
+        {"matmul": 2, "softmax": 1, "add": 0},
+        set(),
+    ),
+    "float-mask-attention": (
+        _attention_with_float_mask,
+        lambda: (*(torch.randn(2, 3, 6, 8) for _ in range(3)), torch.randn(6, 6)),
+        {"matmul": 2, "softmax": 1, "add": 1},
+        set(),
+    ),
     "neg-sub-div": (_neg_sub_div, lambda: (torch.randn(3, 4), torch.randn(3, 4)), {"mul": 3, "add": 1}, set()),
     # addmm = matmul + add; pow(h, 3) = two multiplications; tanh on the activation unit
-    "gpt2-mlp": (Gpt2Mlp(), lambda: (torch.randn(2, 5, 8),),
-                 {"matmul": 1, "add": 3, "mul": 6, "activation": 1, "reshape": 2}, _all_but("matmul", "add", "mul", "activation", "reshape")),
-    "split-heads": (_split_heads, lambda: (torch.randn(3, 12),), {"slice": 3, "mul": 1, "add": 1},
-                    _all_but("slice", "mul", "add")),
+    "gpt2-mlp": (
+        Gpt2Mlp(),
+        lambda: (torch.randn(2, 5, 8),),
+        {"matmul": 1, "add": 3, "mul": 6, "activation": 1, "reshape": 2},
+        _all_but("matmul", "add", "mul", "activation", "reshape"),
+    ),
+    "split-heads": (
+        _split_heads,
+        lambda: (torch.randn(3, 12),),
+        {"slice": 3, "mul": 1, "add": 1},
+        _all_but("slice", "mul", "add"),
+    ),
     # ReLU6, hardtanh and clamp are the activation unit's clamp; sigmoid is one of its functions
     "clamps": (_clamps, lambda: (4 * torch.randn(3, 8),), {"activation": 4, "add": 2}, _all_but("activation", "add")),
     # dropout in eval, .float()/.to() that keep the dtype, contiguous, a view to the same shape: no instruction
@@ -1072,7 +1202,8 @@ def test_lowering_decomposes_into_isa_primitives(lab, case):
     if case == "boolean-mask-attention":
         softmax = next(i for i in program["instructions"] if i["op"] == "softmax")
         assert len(softmax["inputs"]) == 2 and program["tensors"][softmax["inputs"][1]]["dtype"] == "bool", (
-            "a boolean attention mask goes to the softmax's mask operand")
+            "a boolean attention mask goes to the softmax's mask operand"
+        )
     outputs = lab.NpuSimulator().run(program, [x for x in graph_inputs if isinstance(x, torch.Tensor)])
     with torch.no_grad():
         expected = fn(*inputs)

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit.numerics import ReferenceOutputs
 from lab02_npu_backend import coverage
 from lab02_npu_backend.coverage import PartitionReport
 from lab02_npu_backend.divergence import diagnose_model
 from lab02_npu_backend.report import zoo_row, zoo_table_lines
 from lab02_npu_backend.zoo import BY_NAME, FAMILIES, ZOO_BAR, build_family
+from labkit.numerics import ReferenceOutputs
 
 pytestmark = pytest.mark.zoo
 
@@ -59,12 +59,15 @@ def test_zoo_family_matches_eager_and_runs_on_the_npu(lab, zoo_table, name, dial
     report = PartitionReport.from_graphs(graphs, model=name)
     zoo_table[(name, dialect)] = zoo_row(report, family, verdict.error.max_abs)
     if not verdict.ok:
-        pytest.fail(f"{name} ({dialect} graphs) differs from eager: {verdict.describe()}\n"
-                    f"{diagnose_model(lab, case.model, case.example_inputs, dialect)}")
+        pytest.fail(
+            f"{name} ({dialect} graphs) differs from eager: {verdict.describe()}\n"
+            f"{diagnose_model(lab, case.model, case.example_inputs, dialect)}"
+        )
     floor, reason = family.below_bar.get(dialect, (ZOO_BAR, ""))
     assert report.npu_fraction >= floor, (
         f"{name} ({dialect}): {report.npu_fraction:.1%} of the nodes that do work on the NPU, under "
-        f"{floor:.0%}{' (' + reason + ')' if reason else ''}\n{report.to_markdown()}")
+        f"{floor:.0%}{' (' + reason + ')' if reason else ''}\n{report.to_markdown()}"
+    )
     assert report.npu_flop_fraction >= FLOP_BAR, f"{name} ({dialect}): {report.npu_flop_fraction:.1%} of the FLOPs"
 
 

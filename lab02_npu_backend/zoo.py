@@ -30,10 +30,14 @@ VOCAB, BATCH, SEQ = 128, 2, 12
 #: The coverage bar by nodes that do work, in both dialects.
 ZOO_BAR = 0.90
 
-_DECODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
+_DECODER = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64
+)
 _GQA = dict(_DECODER, num_key_value_heads=2)
-_INDEX_REASON = ("index bookkeeping on int64 (position ids: arange, add; the embedding lookups) runs on the host: "
-                 "the NPU's integer arithmetic is int32 and it has no gather")
+_INDEX_REASON = (
+    "index bookkeeping on int64 (position ids: arange, add; the embedding lookups) runs on the host: "
+    "the NPU's integer arithmetic is int32 and it has no gather"
+)
 
 
 @dataclass(frozen=True)
@@ -68,45 +72,128 @@ FAMILIES: tuple[Family, ...] = (
     Family("phi", "decoder", "PhiConfig", "PhiForCausalLM", _DECODER, "logits"),
     Family("phi3", "decoder", "Phi3Config", "Phi3ForCausalLM", _DECODER, "logits"),
     Family("gemma", "decoder", "GemmaConfig", "GemmaForCausalLM", dict(_GQA, head_dim=8), "logits"),
-    Family("gpt2", "decoder", "GPT2Config", "GPT2LMHeadModel", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64),
-           "logits"),
+    Family(
+        "gpt2",
+        "decoder",
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        dict(n_embd=32, n_layer=2, n_head=4, n_positions=64),
+        "logits",
+    ),
     Family("gpt-neox", "decoder", "GPTNeoXConfig", "GPTNeoXForCausalLM", _DECODER, "logits"),
-    Family("opt", "decoder", "OPTConfig", "OPTForCausalLM",
-           dict(hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4, word_embed_proj_dim=32,
-                max_position_embeddings=64), "logits",
-           below_bar={"torch": (0.89, "position ids from the attention mask (ones, cumsum, long, int64 add) and "
-                                      "two embedding lookups run on the host: 6 of 57 nodes at 2 layers")}),
-    Family("falcon", "decoder", "FalconConfig", "FalconForCausalLM",
-           dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64), "logits",
-           below_bar={"torch": (0.87, "its boolean causal mask is built from index vectors on the host (4 aranges, "
-                                      "3 int64 adds, a comparison) besides the position ids and rotary table: "
-                                      "13 of 102 nodes at 2 layers"),
-                      "aten": (0.81, "as in torch, plus what AOTAutograd makes of it: the mask turned into a float "
-                                     "one (where, scalar_tensor) and the key/value selection x[..., [-2], :] "
-                                     "lifted into a gather by a tensor of indices (aten.index)")}),
+    Family(
+        "opt",
+        "decoder",
+        "OPTConfig",
+        "OPTForCausalLM",
+        dict(
+            hidden_size=32,
+            ffn_dim=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            word_embed_proj_dim=32,
+            max_position_embeddings=64,
+        ),
+        "logits",
+        below_bar={
+            "torch": (
+                0.89,
+                "position ids from the attention mask (ones, cumsum, long, int64 add) and "
+                "two embedding lookups run on the host: 6 of 57 nodes at 2 layers",
+            )
+        },
+    ),
+    Family(
+        "falcon",
+        "decoder",
+        "FalconConfig",
+        "FalconForCausalLM",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64),
+        "logits",
+        below_bar={
+            "torch": (
+                0.87,
+                "its boolean causal mask is built from index vectors on the host (4 aranges, "
+                "3 int64 adds, a comparison) besides the position ids and rotary table: "
+                "13 of 102 nodes at 2 layers",
+            ),
+            "aten": (
+                0.81,
+                "as in torch, plus what AOTAutograd makes of it: the mask turned into a float "
+                "one (where, scalar_tensor) and the key/value selection x[..., [-2], :] "
+                "lifted into a gather by a tensor of indices (aten.index)",
+            ),
+        },
+    ),
     Family("bert", "encoder", "BertConfig", "BertModel", _DECODER, "last_hidden_state"),
-    Family("distilbert", "encoder", "DistilBertConfig", "DistilBertModel",
-           dict(dim=32, hidden_dim=64, n_layers=2, n_heads=4, max_position_embeddings=64), "last_hidden_state"),
-    Family("t5-encoder", "encoder", "T5Config", "T5EncoderModel", dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8),
-           "last_hidden_state",
-           below_bar={dialect: (floor, "T5's relative-position buckets are int64 arithmetic on a [seq, seq] "
-                                       "table computed once per call (sub, abs, comparisons, log, min, where, "
-                                       "conversions): about 20 nodes, on the host")
-                      for dialect, floor in (("torch", 0.78), ("aten", 0.83))}),
-    Family("bart", "encoder-decoder", "BartConfig", "BartModel",
-           dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-                encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64), "last_hidden_state",
-           below_bar={"torch": (0.89, "the decoder input is the input shifted right by writes in place on int64 ids "
-                                      "(new_zeros, two setitems, eq, masked_fill_): they stay on the host, in order, "
-                                      "with the position ids and four embedding lookups")}),
-    Family("t5", "encoder-decoder", "T5Config", "T5ForConditionalGeneration",
-           dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8, decoder_start_token_id=0),
-           "logits",
-           shift_labels=True,
-           below_bar={dialect: (floor, "the relative-position buckets of the encoder and the decoder (int64 "
-                                       "arithmetic, as in t5-encoder), the causal mask, and the decoder input "
-                                       "shifted right by writes in place on int64 ids")
-                      for dialect, floor in (("torch", 0.78), ("aten", 0.83))}),
+    Family(
+        "distilbert",
+        "encoder",
+        "DistilBertConfig",
+        "DistilBertModel",
+        dict(dim=32, hidden_dim=64, n_layers=2, n_heads=4, max_position_embeddings=64),
+        "last_hidden_state",
+    ),
+    Family(
+        "t5-encoder",
+        "encoder",
+        "T5Config",
+        "T5EncoderModel",
+        dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8),
+        "last_hidden_state",
+        below_bar={
+            dialect: (
+                floor,
+                "T5's relative-position buckets are int64 arithmetic on a [seq, seq] "
+                "table computed once per call (sub, abs, comparisons, log, min, where, "
+                "conversions): about 20 nodes, on the host",
+            )
+            for dialect, floor in (("torch", 0.78), ("aten", 0.83))
+        },
+    ),
+    Family(
+        "bart",
+        "encoder-decoder",
+        "BartConfig",
+        "BartModel",
+        dict(
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=64,
+        ),
+        "last_hidden_state",
+        below_bar={
+            "torch": (
+                0.89,
+                "the decoder input is the input shifted right by writes in place on int64 ids "
+                "(new_zeros, two setitems, eq, masked_fill_): they stay on the host, in order, "
+                "with the position ids and four embedding lookups",
+            )
+        },
+    ),
+    Family(
+        "t5",
+        "encoder-decoder",
+        "T5Config",
+        "T5ForConditionalGeneration",
+        dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8, decoder_start_token_id=0),
+        "logits",
+        shift_labels=True,
+        below_bar={
+            dialect: (
+                floor,
+                "the relative-position buckets of the encoder and the decoder (int64 "
+                "arithmetic, as in t5-encoder), the causal mask, and the decoder input "
+                "shifted right by writes in place on int64 ids",
+            )
+            for dialect, floor in (("torch", 0.78), ("aten", 0.83))
+        },
+    ),
 )
 #: The zoo's families by name.
 BY_NAME: dict[str, Family] = {family.name: family for family in FAMILIES}

@@ -32,6 +32,7 @@ About 2 minutes on an H100/H200 (``--quick``: the spec shape only, ~30 s; ``--tu
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 from collections.abc import Callable
@@ -157,8 +158,9 @@ class ShapeResult:
         return unpaired_ratio(self.timings[baseline], self.timings[candidate])
 
 
-def measure_shape(lab, shape: tuple[int, ...], dtype: torch.dtype, timer: Callable = do_bench_timing,
-                  device: str = "cuda") -> ShapeResult:
+def measure_shape(
+    lab, shape: tuple[int, ...], dtype: torch.dtype, timer: Callable = do_bench_timing, device: str = "cuda"
+) -> ShapeResult:
     """Time every candidate (and a device-to-device copy of x) at ``shape``."""
     x, weight, bias = make_inputs(shape, dtype, device)
     torch._dynamo.reset()  # Dynamo caches per code object: start each shape from scratch
@@ -176,13 +178,16 @@ def measure_shape(lab, shape: tuple[int, ...], dtype: torch.dtype, timer: Callab
     return ShapeResult(tuple(shape), ideal_bytes(x), 2 * x.numel() * x.element_size(), timings, copy)
 
 
-def measure_small_shape(lab, dtype: torch.dtype, timer: Callable = do_bench_timing,
-                        device: str = "cuda") -> dict[str, Timing]:
+def measure_small_shape(
+    lab, dtype: torch.dtype, timer: Callable = do_bench_timing, device: str = "cuda"
+) -> dict[str, Timing]:
     """Eager and the direct call at :data:`SMALL_SHAPE`, where the host's cost per call shows."""
     x, weight, bias = make_inputs(SMALL_SHAPE, dtype, device)
     lab.layernorm_gelu(x, weight, bias)  # compile the kernel for this shape first
-    return {"eager": timer(lambda: sequential(x, weight, bias)),
-            "fused kernel": timer(lambda: lab.layernorm_gelu(x, weight, bias))}
+    return {
+        "eager": timer(lambda: sequential(x, weight, bias)),
+        "fused kernel": timer(lambda: lab.layernorm_gelu(x, weight, bias)),
+    }
 
 
 @dataclass
@@ -204,17 +209,37 @@ def judge(results: list[ShapeResult], small: dict[str, Timing]) -> Verdicts:
     """The targets of the module docstring, each judged with its spread."""
     verdicts = Verdicts()
     spec = next(r for r in results if r.d == SPEC_SHAPE[-1])
-    verdicts.add(f"d={spec.d}: fused >= {TARGET_SPEEDUP_OVER_EAGER}x over eager",
-                 spec.speedup("eager", "fused kernel"), TARGET_SPEEDUP_OVER_EAGER, at_least=True)
-    verdicts.add(f"d={spec.d}: fused >= {TARGET_COPY_FRACTION:.0%} of copy bandwidth (fraction)",
-                 spec.copy_fraction("fused kernel"), TARGET_COPY_FRACTION, at_least=True)
+    verdicts.add(
+        f"d={spec.d}: fused >= {TARGET_SPEEDUP_OVER_EAGER}x over eager",
+        spec.speedup("eager", "fused kernel"),
+        TARGET_SPEEDUP_OVER_EAGER,
+        at_least=True,
+    )
+    verdicts.add(
+        f"d={spec.d}: fused >= {TARGET_COPY_FRACTION:.0%} of copy bandwidth (fraction)",
+        spec.copy_fraction("fused kernel"),
+        TARGET_COPY_FRACTION,
+        at_least=True,
+    )
     for result in results:
-        verdicts.add(f"d={result.d}: fused >= {TARGET_VS_COMPILE}x torch.compile",
-                     result.speedup("torch.compile", "fused kernel"), TARGET_VS_COMPILE, at_least=True)
-    verdicts.add(f"{list(SMALL_SHAPE)}: direct call within {TARGET_SMALL_SLOWDOWN}x of eager (time ratio)",
-                 unpaired_ratio(small["fused kernel"], small["eager"]), TARGET_SMALL_SLOWDOWN, at_least=False)
-    verdicts.add(f"d={spec.d}: the spec's graded bar, > {GRADED_SPEEDUP}x over eager",
-                 spec.speedup("eager", "fused kernel"), GRADED_SPEEDUP, at_least=True)
+        verdicts.add(
+            f"d={result.d}: fused >= {TARGET_VS_COMPILE}x torch.compile",
+            result.speedup("torch.compile", "fused kernel"),
+            TARGET_VS_COMPILE,
+            at_least=True,
+        )
+    verdicts.add(
+        f"{list(SMALL_SHAPE)}: direct call within {TARGET_SMALL_SLOWDOWN}x of eager (time ratio)",
+        unpaired_ratio(small["fused kernel"], small["eager"]),
+        TARGET_SMALL_SLOWDOWN,
+        at_least=False,
+    )
+    verdicts.add(
+        f"d={spec.d}: the spec's graded bar, > {GRADED_SPEEDUP}x over eager",
+        spec.speedup("eager", "fused kernel"),
+        GRADED_SPEEDUP,
+        at_least=True,
+    )
     return verdicts
 
 
@@ -223,39 +248,75 @@ def report(results: list[ShapeResult], small: dict[str, Timing], *, dtype: str, 
     rows = []
     for result in sorted(results, key=lambda r: r.d):
         for name in CANDIDATES:
-            rows.append([result.d, name, result.timings[name].describe("ms"), f"{result.gbps(name):.0f}",
-                         result.speedup("eager", name).describe(), f"{result.copy_fraction(name).median:.0%}"])
+            rows.append(
+                [
+                    result.d,
+                    name,
+                    result.timings[name].describe("ms"),
+                    f"{result.gbps(name):.0f}",
+                    result.speedup("eager", name).describe(),
+                    f"{result.copy_fraction(name).median:.0%}",
+                ]
+            )
     rows_n = results[0].shape[0] if len(results[0].shape) == 2 else results[0].shape[0] * results[0].shape[1]
-    print_table(f"LayerNorm -> GELU, {rows_n} rows, {dtype} (do_bench: median [interquartile range])",
-                ["d", "candidate", "time", "GB/s", "x eager", "% of copy"], rows)
-    print_table(f"Small input {list(SMALL_SHAPE)}, {dtype}: host cost per call",
-                ["candidate", "time"], [[name, timing.describe("us")] for name, timing in small.items()])
+    print_table(
+        f"LayerNorm -> GELU, {rows_n} rows, {dtype} (do_bench: median [interquartile range])",
+        ["d", "candidate", "time", "GB/s", "x eager", "% of copy"],
+        rows,
+    )
+    print_table(
+        f"Small input {list(SMALL_SHAPE)}, {dtype}: host cost per call",
+        ["candidate", "time"],
+        [[name, timing.describe("us")] for name, timing in small.items()],
+    )
     verdicts = judge(results, small)
     verdicts.print()
 
     spec = next(r for r in results if r.d == SPEC_SHAPE[-1])
     payload = {
-        "impl": selected_impl(), "dtype": dtype, "spec_shape": SPEC_SHAPE, "machine": machine_info(),
-        "shapes": [{"shape": r.shape, "moved_bytes": r.moved_bytes, "copy": r.copy.to_dict(),
-                    "candidates": {name: {**r.timings[name].to_dict(), "gbps": r.gbps(name),
-                                          "speedup_over_eager": r.speedup("eager", name).to_dict(),
-                                          "copy_fraction": r.copy_fraction(name).to_dict()}
-                                   for name in CANDIDATES}} for r in results],
+        "impl": selected_impl(),
+        "dtype": dtype,
+        "spec_shape": SPEC_SHAPE,
+        "machine": machine_info(),
+        "shapes": [
+            {
+                "shape": r.shape,
+                "moved_bytes": r.moved_bytes,
+                "copy": r.copy.to_dict(),
+                "candidates": {
+                    name: {
+                        **r.timings[name].to_dict(),
+                        "gbps": r.gbps(name),
+                        "speedup_over_eager": r.speedup("eager", name).to_dict(),
+                        "copy_fraction": r.copy_fraction(name).to_dict(),
+                    }
+                    for name in CANDIDATES
+                },
+            }
+            for r in results
+        ],
         "small_shape": {"shape": SMALL_SHAPE, **{name: t.to_dict() for name, t in small.items()}},
         "verdicts": [{**row, "ratio": row["ratio"].to_dict()} for row in verdicts.rows],
     }
     json_path = write_json(out / "benchmark.json", payload)
     spec_png = bar_chart(
-        out / "spec_latency.png", list(CANDIDATES), [spec.timings[c].median_s * 1e3 for c in CANDIDATES],
+        out / "spec_latency.png",
+        list(CANDIDATES),
+        [spec.timings[c].median_s * 1e3 for c in CANDIDATES],
         spread=[(spec.timings[c].q1_s * 1e3, spec.timings[c].q3_s * 1e3) for c in CANDIDATES],
-        ylabel="latency (ms)", title=f"LayerNorm->GELU {list(SPEC_SHAPE)} {dtype}",
+        ylabel="latency (ms)",
+        title=f"LayerNorm->GELU {list(SPEC_SHAPE)} {dtype}",
     )
     sweep = sorted(results, key=lambda r: r.d)
     ratios = [r.speedup("eager", "fused kernel") for r in sweep]
     sweep_png = bar_chart(
-        out / "sweep_speedup.png", [f"d={r.d}" for r in sweep], [ratio.median for ratio in ratios],
-        spread=[(ratio.q1, ratio.q3) for ratio in ratios], target=TARGET_SPEEDUP_OVER_EAGER,
-        target_label="target over eager", ylabel="speed-up over eager (x)",
+        out / "sweep_speedup.png",
+        [f"d={r.d}" for r in sweep],
+        [ratio.median for ratio in ratios],
+        spread=[(ratio.q1, ratio.q3) for ratio in ratios],
+        target=TARGET_SPEEDUP_OVER_EAGER,
+        target_label="target over eager",
+        ylabel="speed-up over eager (x)",
         title=f"fused kernel vs eager, {rows_n} rows, {dtype}",
     )
     print(f"wrote {json_path}, {spec_png} and {sweep_png}")
@@ -277,7 +338,9 @@ def tune(lab, dtype: torch.dtype, ds: tuple[int, ...], timer: Callable = quick_t
     """
     kernel = importlib.import_module(f"{lab.__name__}.kernel")
     if not hasattr(kernel, "LaunchConfig") or "config" not in kernel.layernorm_gelu_forward.__code__.co_varnames:
-        raise SystemExit("--tune needs kernel.layernorm_gelu_forward(..., config=LaunchConfig(...)), as the reference has")
+        raise SystemExit(
+            "--tune needs kernel.layernorm_gelu_forward(..., config=LaunchConfig(...)), as the reference has"
+        )
     rows_n = SPEC_SHAPE[0] * SPEC_SHAPE[1]
     table, found = [], []
     for d in ds:
@@ -289,33 +352,52 @@ def tune(lab, dtype: torch.dtype, ds: tuple[int, ...], timer: Callable = quick_t
             if rows * min(block, d) * x.element_size() <= 65536 and (rows == 1 or d <= block):
                 configs.add(kernel.LaunchConfig(block, rows, warps, chosen.fast_erf))
         if d == SPEC_SHAPE[-1]:
-            configs |= {kernel.LaunchConfig(c.block_size, c.rows_per_program, c.num_warps, not c.fast_erf)
-                        for c in list(configs)}
+            configs |= {
+                kernel.LaunchConfig(c.block_size, c.rows_per_program, c.num_warps, not c.fast_erf)
+                for c in list(configs)
+            }
         moved = ideal_bytes(x)
         torch._dynamo.reset()
-        inductor = timer(lambda compiled=torch.compile(sequential, dynamic=False): compiled(x, weight, bias))
+        inductor = timer(functools.partial(torch.compile(sequential, dynamic=False), x, weight, bias))
         found.append({"d": d, "config": "torch.compile", **inductor.to_dict()})
-        table.append([d, "torch.compile", "", "", "", "", inductor.describe("ms"), f"{moved / inductor.median_s / 1e9:.0f}"])
+        table.append(
+            [d, "torch.compile", "", "", "", "", inductor.describe("ms"), f"{moved / inductor.median_s / 1e9:.0f}"]
+        )
         for config in sorted(configs, key=lambda c: (c.fast_erf, c.block_size, c.rows_per_program, c.num_warps)):
             try:
-                timing = timer(lambda: kernel.layernorm_gelu_forward(x, weight, bias, 1e-5, "none", config=config))
+                timing = timer(
+                    functools.partial(kernel.layernorm_gelu_forward, x, weight, bias, 1e-5, "none", config=config)
+                )
             except Exception as error:  # a configuration the compiler rejects (registers, shared memory)
                 table.append([d, *_config_cells(config, chosen), f"failed: {type(error).__name__}", ""])
                 continue
             found.append({"d": d, "config": vars(config), "chosen": config == chosen, **timing.to_dict()})
-            table.append([d, *_config_cells(config, chosen), timing.describe("ms"), f"{moved / timing.median_s / 1e9:.0f}"])
+            table.append(
+                [d, *_config_cells(config, chosen), timing.describe("ms"), f"{moved / timing.median_s / 1e9:.0f}"]
+            )
         del x, weight, bias
-    print_table(f"launch configurations, {rows_n} rows, {dtype} (* = launch_config's choice)",
-                ["d", "block", "rows/prog", "warps", "erf", "chosen", "time", "GB/s"], table)
+    print_table(
+        f"launch configurations, {rows_n} rows, {dtype} (* = launch_config's choice)",
+        ["d", "block", "rows/prog", "warps", "erf", "chosen", "time", "GB/s"],
+        table,
+    )
     paths = _call_paths(lab, kernel, dtype, timer)
-    print_table(f"host cost per call at {list(SMALL_SHAPE)}, {dtype}", ["call path", "time"],
-                [[name, timing.describe("us")] for name, timing in paths.items()])
+    print_table(
+        f"host cost per call at {list(SMALL_SHAPE)}, {dtype}",
+        ["call path", "time"],
+        [[name, timing.describe("us")] for name, timing in paths.items()],
+    )
     return {"configs": found, "call_paths": {name: t.to_dict() for name, t in paths.items()}}
 
 
 def _config_cells(config, chosen) -> list[Any]:
-    return [config.block_size, config.rows_per_program, config.num_warps, "fast" if config.fast_erf else "libdevice",
-            "*" if config == chosen else ""]
+    return [
+        config.block_size,
+        config.rows_per_program,
+        config.num_warps,
+        "fast" if config.fast_erf else "libdevice",
+        "*" if config == chosen else "",
+    ]
 
 
 def _call_paths(lab, kernel, dtype: torch.dtype, timer: Callable) -> dict[str, Timing]:
@@ -359,16 +441,20 @@ def measure_all(args) -> int:
     dtype = getattr(torch, args.dtype)
     rows = SPEC_SHAPE[0] * SPEC_SHAPE[1]
     shapes = [SPEC_SHAPE] + ([] if args.quick else [(rows, d) for d in SWEEP_D if d != SPEC_SHAPE[-1]])
-    print(f"LayerNorm+GELU benchmark ({selected_impl()} implementation, {args.dtype}) on {torch.cuda.get_device_name()}",
-          flush=True)
+    print(
+        f"LayerNorm+GELU benchmark ({selected_impl()} implementation, {args.dtype}) on {torch.cuda.get_device_name()}",
+        flush=True,
+    )
     results: list[ShapeResult] = []
     with torch.no_grad():
         for shape in shapes:
             result = measure_shape(lab, shape, dtype)
             results.append(result)
             speedup = result.speedup("eager", "fused kernel")
-            print(f"  d={result.d}: fused {result.timings['fused kernel'].describe('ms')}, {speedup.describe()} over eager",
-                  flush=True)
+            print(
+                f"  d={result.d}: fused {result.timings['fused kernel'].describe('ms')}, {speedup.describe()} over eager",
+                flush=True,
+            )
         small = measure_small_shape(lab, dtype)
         payload = report(results, small, dtype=args.dtype, out=args.out)
         if args.tune:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
 from labkit.triton_env import kernel_for  # noqa: F401  (launch the kernel through it: see layernorm_gelu_forward)
 
 #: The largest block one program holds in registers. Rows up to this length are read exactly once;

@@ -50,10 +50,23 @@ from labkit.unfinished import stop_if_unfinished
 #: The simulated GPU: Triton target (backend, compute capability, warp size) and device properties.
 TARGET = ("cuda", 90, 32)
 DEVICE_PROPERTIES = types.SimpleNamespace(
-    name="simulated sm_90", major=9, minor=0, multi_processor_count=132, max_threads_per_multi_processor=2048,
-    warp_size=32, regs_per_multiprocessor=65536, max_threads_per_block=1024, shared_memory_per_block_optin=232448,
-    shared_memory_per_multiprocessor=233472, total_memory=80 * 2**30, L2_cache_size=50 * 2**20, gcnArchName="",
-    uuid="simulated", clock_rate=1980000, memory_clock_rate=2619000, memory_bus_width=5120,
+    name="simulated sm_90",
+    major=9,
+    minor=0,
+    multi_processor_count=132,
+    max_threads_per_multi_processor=2048,
+    warp_size=32,
+    regs_per_multiprocessor=65536,
+    max_threads_per_block=1024,
+    shared_memory_per_block_optin=232448,
+    shared_memory_per_multiprocessor=233472,
+    total_memory=80 * 2**30,
+    L2_cache_size=50 * 2**20,
+    gcnArchName="",
+    uuid="simulated",
+    clock_rate=1980000,
+    memory_clock_rate=2619000,
+    memory_bus_width=5120,
 )
 CHECKS = ("kernel", "inductor", "cpu")
 PACKAGE = "lab03_triton_lowering"
@@ -62,8 +75,11 @@ CHECK_NEEDS = "the simulated GPU check"
 #: Half-precision dtypes the lowering must fire for on CUDA.
 HALF_DTYPES = ("float16", "bfloat16")
 #: How far the kernel may be from eager: fp32 within 1e-4; half precision within two units in the last place.
-TOLERANCE = {"float32": dict(rtol=0.0, atol=1e-4), "float16": dict(rtol=2e-3, atol=1e-3),
-             "bfloat16": dict(rtol=1.6e-2, atol=1e-2)}
+TOLERANCE = {
+    "float32": dict(rtol=0.0, atol=1e-4),
+    "float16": dict(rtol=2e-3, atol=1e-3),
+    "bfloat16": dict(rtol=1.6e-2, atol=1e-2),
+}
 
 
 @dataclass(frozen=True)
@@ -191,8 +207,9 @@ def _matches_eager(lab, case: Case, device: str) -> str | None:
     x, weight, bias = _inputs(case, device)
     out = lab.layernorm_gelu(x, weight, bias, eps=1e-5, approximate=case.approximate)
     as_fp32 = lambda t: None if t is None else t.float()  # noqa: E731
-    expected = F.gelu(F.layer_norm(x.float(), x.shape[-1:], as_fp32(weight), as_fp32(bias), 1e-5),
-                      approximate=case.approximate).to(x.dtype)
+    expected = F.gelu(
+        F.layer_norm(x.float(), x.shape[-1:], as_fp32(weight), as_fp32(bias), 1e-5), approximate=case.approximate
+    ).to(x.dtype)
     if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
         return f"returned {tuple(out.shape)} {out.dtype} on {out.device}"
     if not torch.allclose(out.float(), expected.float(), **TOLERANCE[case.dtype]):
@@ -370,12 +387,18 @@ def check_inductor(lab, simulated: bool) -> bool:
             before = handle.replacements
             try:
                 with torch.no_grad():
-                    codes = _compile_simulated(*_fake_cuda_model(dtype)) if simulated else _compile_on_gpu(*_gpu_model(dtype))
+                    codes = (
+                        _compile_simulated(*_fake_cuda_model(dtype))
+                        if simulated
+                        else _compile_on_gpu(*_gpu_model(dtype))
+                    )
             except Exception as error:
                 stop_if_unfinished(error, PACKAGE, CHECK_NEEDS)
                 problems.append(f"{dtype_name}: Inductor did not finish compiling: {type(error).__name__}: {error}")
                 continue
-            problems += [f"{dtype_name}: {p}" for p in _read_inductor_code("\n".join(codes), handle.replacements - before)]
+            problems += [
+                f"{dtype_name}: {p}" for p in _read_inductor_code("\n".join(codes), handle.replacements - before)
+            ]
     finally:
         lab.uninstall_lowering()
     for problem in problems:
@@ -396,10 +419,12 @@ def _gpu_model(dtype):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab03_triton_lowering.simulated_gpu",
-                                     description="Check the lab's kernel (kernel), Inductor's code with the lowering "
-                                                 "(inductor) and CPU launches beside a GPU (cpu): on a simulated sm_90 "
-                                                 "GPU, or for real where CUDA is present.")
+    parser = argparse.ArgumentParser(
+        prog="python -m lab03_triton_lowering.simulated_gpu",
+        description="Check the lab's kernel (kernel), Inductor's code with the lowering "
+        "(inductor) and CPU launches beside a GPU (cpu): on a simulated sm_90 "
+        "GPU, or for real where CUDA is present.",
+    )
     parser.add_argument("check", choices=CHECKS)
     argv = [parser.parse_args(sys.argv[1:] if argv is None else argv).check]
     if os.environ.get("TRITON_INTERPRET") == "1":

@@ -28,8 +28,6 @@ from torch._inductor.utils import run_and_get_code
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from labkit.impl import IMPL_ENV_VAR
-from labkit.numerics import output_error, outputs_close
 from lab03_triton_lowering.models import (
     CONTROL_SITE,
     FUSABLE_SITES,
@@ -38,6 +36,8 @@ from lab03_triton_lowering.models import (
     NonFusableSites,
 )
 from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips
+from labkit.impl import IMPL_ENV_VAR
+from labkit.numerics import output_error, outputs_close
 
 #: The spec's bar: the kernel matches F.gelu(F.layer_norm(...)) within 1e-4 (fp32).
 TOLERANCE = 1e-4
@@ -136,7 +136,9 @@ def test_kernel_matches_pytorch_on_data_that_finds_bugs(lab, data):
     for length in (300, 12288):
         x, (_, weight, bias) = make((2, length)), make_inputs((2, length))
         for approximate in ("none", "tanh"):
-            assert_matches_reference(lab, x, weight, bias, eps=eps, approximate=approximate, data=data.replace("_", " "))
+            assert_matches_reference(
+                lab, x, weight, bias, eps=eps, approximate=approximate, data=data.replace("_", " ")
+            )
 
 
 @pytest.mark.points(1)
@@ -244,7 +246,11 @@ BAD_INPUTS = {
     "negative_eps": (lambda x, w, b: dict(x=x, weight=w, bias=b, eps=-1e-5), ValueError, ["eps"]),
     "eps_not_a_number": (lambda x, w, b: dict(x=x, weight=w, bias=b, eps="1e-5"), TypeError, ["eps"]),
     "zero_dim_input": (lambda x, w, b: dict(x=x[0, 0], weight=None, bias=None), ValueError, ["x"]),
-    "input_on_another_device": (lambda x, w, b: dict(x=x.to("meta"), weight=None, bias=None), ValueError, ["x", "meta"]),
+    "input_on_another_device": (
+        lambda x, w, b: dict(x=x.to("meta"), weight=None, bias=None),
+        ValueError,
+        ["x", "meta"],
+    ),
     "weight_on_another_device": (lambda x, w, b: dict(x=x, weight=w.to("meta"), bias=b), ValueError, ["weight"]),
     "bias_on_another_device": (lambda x, w, b: dict(x=x, weight=w, bias=b.to("meta")), ValueError, ["bias"]),
 }
@@ -311,11 +317,15 @@ def test_operator_passes_opcheck_in_half_precision(lab, dtype):
     try:
         torch.library.opcheck(operator, (x, weight, bias, 1e-3, "tanh"))
     except Exception as error:  # opcheck's own message names the check; say which inputs and where to look
-        raise AssertionError(f"torch.library.opcheck failed on {dtype} inputs: op.py's register_fake must return "
-                             f"x's shape, dtype and device, as the real operator does. {error}") from None
+        raise AssertionError(
+            f"torch.library.opcheck failed on {dtype} inputs: op.py's register_fake must return "
+            f"x's shape, dtype and device, as the real operator does. {error}"
+        ) from None
 
 
-def run_python(lab, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run_python(
+    lab, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     """Run ``python <args>`` (``-m module ...`` or ``-c code``) in a fresh process, against the implementation under test.
 
     From the folder the tested package was imported from (``-m`` and ``-c`` put it first on
@@ -325,9 +335,7 @@ def run_python(lab, *args: str, env: dict[str, str] | None = None, unset: tuple[
     root = Path(lab.__file__).resolve().parents[len(lab.__name__.split("."))]
     base = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET" and key not in unset}
     env = {**base, IMPL_ENV_VAR: os.environ.get(IMPL_ENV_VAR, "student"), **(env or {})}
-    return subprocess.run(
-        [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
-    )
+    return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=600)
 
 
 def run_simulated_gpu_check(lab, check: str) -> subprocess.CompletedProcess:
@@ -363,7 +371,9 @@ class FusedCall:
 
 
 #: ``buf3 = torch.ops.<namespace>.<op>.default(x, weight, bias, 1e-06, 'tanh')`` in CPU wrapper code.
-FUSED_CALL = re.compile(r"torch\.ops\.\w+\.layernorm_gelu\w*\.default\(.*, (?P<eps>[-+0-9.e]+), '(?P<approximate>\w+)'\)")
+FUSED_CALL = re.compile(
+    r"torch\.ops\.\w+\.layernorm_gelu\w*\.default\(.*, (?P<eps>[-+0-9.e]+), '(?P<approximate>\w+)'\)"
+)
 
 
 @dataclass(frozen=True)
@@ -439,7 +449,9 @@ def test_lowering_replaces_only_the_fusable_control_site(non_fusable_run):
 @pytest.mark.points(2)
 @pytest.mark.parametrize("site", NON_FUSABLE_SITES, ids=[s.name for s in NON_FUSABLE_SITES])
 def test_lowering_leaves_non_fusable_sites_alone(non_fusable_run, site):
-    assert non_fusable_run.calls_with_eps(CONTROL_SITE.eps), "the control site was not replaced: was the lowering active?"
+    assert non_fusable_run.calls_with_eps(CONTROL_SITE.eps), (
+        "the control site was not replaced: was the lowering active?"
+    )
     stray = non_fusable_run.calls_with_eps(site.eps)
     assert not stray, f"{site.name} ({site.why}) must not be replaced, found {stray}"
     error = output_error(non_fusable_run.compiled[site.name], non_fusable_run.eager[site.name])
@@ -481,11 +493,16 @@ def test_lowering_fires_in_half_precision_with_or_without_the_round_trip(lab, dt
 def _layer_norm_affine_forms() -> list[tuple[str, ...]]:
     """Every choice of affine tensors ``aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
     Tensor? bias=None, float eps=1e-05, ...)`` allows: each optional tensor (of shape normalized_shape) present or absent."""
-    optional = [a.name for a in torch.ops.aten.layer_norm.default._schema.arguments
-                if isinstance(a.type, torch.OptionalType) and a.type.getElementType() == torch.TensorType.get()]
+    optional = [
+        a.name
+        for a in torch.ops.aten.layer_norm.default._schema.arguments
+        if isinstance(a.type, torch.OptionalType) and a.type.getElementType() == torch.TensorType.get()
+    ]
     assert optional == ["weight", "bias"], f"aten.layer_norm's optional tensors are {optional}: update the test"
-    return [tuple(name for name, used in zip(optional, present) if used)
-            for present in itertools.product((True, False), repeat=len(optional))]
+    return [
+        tuple(name for name, used in zip(optional, present) if used)
+        for present in itertools.product((True, False), repeat=len(optional))
+    ]
 
 
 LAYER_NORM_AFFINE = _layer_norm_affine_forms()
@@ -496,7 +513,9 @@ LAST_DIM_CONTROL = ((8,), 1e-5)
 
 
 def _affine_name(affine: tuple[str, ...]) -> str:
-    return {("weight", "bias"): "weight_and_bias", ("weight",): "weight_only", ("bias",): "bias_only"}.get(affine, "none")
+    return {("weight", "bias"): "weight_and_bias", ("weight",): "weight_only", ("bias",): "bias_only"}.get(
+        affine, "none"
+    )
 
 
 @pytest.mark.points(1)
@@ -509,8 +528,13 @@ def test_lowering_refuses_layernorm_over_several_trailing_dims(lab, affine):
     x = torch.randn(2, 3, 4, 8, generator=generator) * 2 + 0.5
     sites = [(shape, eps, affine) for shape, eps in SEVERAL_DIMS_SITES.items()]
     sites.append((*LAST_DIM_CONTROL, ("weight", "bias")))
-    params = [torch.rand(shape, generator=generator) + 0.5 if name == "weight" else torch.rand(shape, generator=generator) - 0.5
-              for shape, _, names in sites for name in names]
+    params = [
+        torch.rand(shape, generator=generator) + 0.5
+        if name == "weight"
+        else torch.rand(shape, generator=generator) - 0.5
+        for shape, _, names in sites
+        for name in names
+    ]
 
     def fn(x, *params):
         outputs, flat = [], iter(params)
@@ -525,21 +549,29 @@ def test_lowering_refuses_layernorm_over_several_trailing_dims(lab, affine):
         inductor_config.post_grad_custom_post_pass(graph_module.graph)
     finally:
         lab.uninstall_lowering()
-    fused_eps = [node.args[3] if len(node.args) > 3 else node.kwargs["eps"] for node in graph_module.graph.nodes
-                 if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-                 and node.target.namespace not in ("aten", "prims")]  # layernorm_gelu(x, weight, bias, eps, approximate)
+    fused_eps = [
+        node.args[3] if len(node.args) > 3 else node.kwargs["eps"]
+        for node in graph_module.graph.nodes
+        if node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target.namespace not in ("aten", "prims")
+    ]  # layernorm_gelu(x, weight, bias, eps, approximate)
     label = " and ".join(affine) if affine else "no weight, no bias"
     control_shape, control_eps = LAST_DIM_CONTROL
     assert any(math.isclose(eps, control_eps) for eps in fused_eps), (
-        f"the control site (normalized_shape={control_shape}, weight and bias) was not replaced: was the lowering active?")
+        f"the control site (normalized_shape={control_shape}, weight and bias) was not replaced: was the lowering active?"
+    )
     for shape, eps in SEVERAL_DIMS_SITES.items():
         assert not any(math.isclose(e, eps) for e in fused_eps), (
             f"LayerNorm over normalized_shape={shape} ({label}) -> GELU was replaced by the kernel, which normalizes "
-            f"x's last dim only: the lowering must not fire where normalized_shape spans several dims")
+            f"x's last dim only: the lowering must not fire where normalized_shape spans several dims"
+        )
     graph_module.recompile()
     for (shape, _, _), got, want in zip(sites, graph_module(x, *params), fn(x, *params)):
         error = output_error(got, want)
-        assert error.max_abs <= TOLERANCE, f"normalized_shape={shape} ({label}): differs from eager by {error.max_abs:.3g}"
+        assert error.max_abs <= TOLERANCE, (
+            f"normalized_shape={shape} ({label}): differs from eager by {error.max_abs:.3g}"
+        )
 
 
 #: Compiles a small model after install_lowering() with Inductor's default caches and prints what happened.
@@ -576,7 +608,9 @@ def test_count_holds_when_the_compile_is_served_from_inductors_cache(lab, tmp_pa
         runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
     first, second = runs
     assert first["kernel_calls"] > 0 and first["replacements"] == 1, f"first process (cold cache): {first}"
-    assert second["cache_hits"] >= 1, f"the second process was not served from the cache, so this proves nothing: {second}"
+    assert second["cache_hits"] >= 1, (
+        f"the second process was not served from the cache, so this proves nothing: {second}"
+    )
     assert second["kernel_calls"] > 0, f"the cached code should still call the kernel: {second}"
     assert second["replacements"] == 1, (
         f"served from the cache, the handle counts {second['replacements']} replacements although the compiled "
@@ -610,7 +644,9 @@ def test_install_is_idempotent_and_uninstall_restores_inductor_config(lab):
             assert first.replacements == 0
         finally:
             lab.uninstall_lowering()
-        assert inductor_config.post_grad_custom_post_pass is sentinel, "uninstall_lowering must restore the previous pass"
+        assert inductor_config.post_grad_custom_post_pass is sentinel, (
+            "uninstall_lowering must restore the previous pass"
+        )
         lab.uninstall_lowering()  # a second uninstall is harmless
         assert inductor_config.post_grad_custom_post_pass is sentinel
 
@@ -700,7 +736,9 @@ GPU_SHAPES = {"row_4096": (8, 4096), "row_1000": (6, 1000), "long_row_12288": (4
 
 @pytest.mark.gpu
 @pytest.mark.points(1)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["float32", "float16", "bfloat16"]
+)
 @pytest.mark.parametrize("shape", list(GPU_SHAPES.values()), ids=list(GPU_SHAPES))
 def test_gpu_kernel_matches_pytorch(lab, shape, dtype):
     x, weight, bias = make_inputs(shape, dtype=dtype, device="cuda")
@@ -713,7 +751,9 @@ def test_gpu_kernel_matches_pytorch(lab, shape, dtype):
             assert error.max_abs <= TOLERANCE, f"{approximate}: max |error| {error.max_abs:.3g}"
         else:
             expected = expected.to(dtype)
-            assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), f"{approximate}: {output_error(out, expected)}"
+            assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), (
+                f"{approximate}: {output_error(out, expected)}"
+            )
 
 
 @pytest.mark.gpu

@@ -333,8 +333,9 @@ def _jsonable(value: Any) -> Any:
 WHISKER_CLIP_FACTOR = 3.0
 
 
-def value_axis_limit(values: Sequence[float], spread: Sequence[tuple[float, float]] | None = None,
-                     target: float | None = None) -> float:
+def value_axis_limit(
+    values: Sequence[float], spread: Sequence[tuple[float, float]] | None = None, target: float | None = None
+) -> float:
     """The top of a bar chart's value axis: room for every bar, the target line and every whisker end
     within :data:`WHISKER_CLIP_FACTOR` times the tallest of those, plus 10%."""
     base = max([*values, target or 0.0, 0.0])
@@ -384,8 +385,14 @@ def bar_chart(
     axes.bar_label(bars, fmt="%.3g", label_type="center", color="white")
     for index, high in clipped:  # the whisker goes on beyond the axis: say where it ends
         axes.plot([index], [top], marker="^", color="#C44E52", markersize=8, clip_on=False)
-        axes.annotate(f"to {high:.4g}", (index, top), textcoords="offset points", xytext=(6, -12), fontsize="small",
-                      color="#C44E52")
+        axes.annotate(
+            f"to {high:.4g}",
+            (index, top),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize="small",
+            color="#C44E52",
+        )
     axes.set_ylim(top=top)
     if target is not None:
         axes.axhline(target, color="#C44E52", linestyle="--", linewidth=1.2, label=f"{target_label}: {target:g}")

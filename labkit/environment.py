@@ -17,9 +17,10 @@ import functools
 import os
 import shlex
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
+
+import tomllib
 
 from labkit.labspec import COURSE_ROOT
 
@@ -59,8 +60,9 @@ def _name_and_pin(requirement: str) -> tuple[str, str]:
     return spec, ""
 
 
-def unmet_requirements(requirements: tuple[str, ...], *, check_versions: bool = True,
-                       supported: dict[str, str] | None = None) -> list[str]:
+def unmet_requirements(
+    requirements: tuple[str, ...], *, check_versions: bool = True, supported: dict[str, str] | None = None
+) -> list[str]:
     """Each requirement this interpreter does not satisfy, in words (``"torch (not installed)"``).
 
     Args:
@@ -96,8 +98,9 @@ def unmet_requirements(requirements: tuple[str, ...], *, check_versions: bool = 
 
 def unmet_course_requirements(pyproject: Path, *, check_versions: bool = True) -> list[str]:
     """:func:`unmet_requirements` for the course described by ``pyproject``: its pins, and its supported versions."""
-    return unmet_requirements(requirements_of(pyproject), check_versions=check_versions,
-                              supported=supported_versions_of(pyproject))
+    return unmet_requirements(
+        requirements_of(pyproject), check_versions=check_versions, supported=supported_versions_of(pyproject)
+    )
 
 
 def shown_path(path: Path) -> str:
@@ -118,9 +121,11 @@ def what_to_run(command: str, nox_session: str | None = None) -> str:
     if python.exists():
         lines.append(f"Run it with the course environment's interpreter:\n    {shown_path(python)} {command}")
     else:
-        lines.append(f"The course environment does not exist yet. Create it (once, a few minutes):\n"
-                     f"    {CREATE_ENV_COMMAND}\n"
-                     f"then run:\n    {shown_path(python)} {command}")
+        lines.append(
+            f"The course environment does not exist yet. Create it (once, a few minutes):\n"
+            f"    {CREATE_ENV_COMMAND}\n"
+            f"then run:\n    {shown_path(python)} {command}"
+        )
     if nox_session:
         lines.append(f"or let nox pick the interpreter:\n    python3 -m nox -s {nox_session}")
     return "\n".join(lines)
@@ -140,8 +145,13 @@ def _unmet_for_this_interpreter(root: Path, check_versions: bool) -> tuple[str, 
     return tuple(unmet_course_requirements(root / "pyproject.toml", check_versions=check_versions))
 
 
-def require_course_environment(*, command: str | None = None, nox_session: str | None = None,
-                               check_versions: bool = False, root: Path = COURSE_ROOT) -> None:
+def require_course_environment(
+    *,
+    command: str | None = None,
+    nox_session: str | None = None,
+    check_versions: bool = False,
+    root: Path = COURSE_ROOT,
+) -> None:
     """Stop with a clear message when this interpreter lacks the course's packages.
 
     Called first thing by ``python -m grader`` and by each lab's ``__init__`` (so ``python -m
@@ -162,8 +172,10 @@ def require_course_environment(*, command: str | None = None, nox_session: str |
     unmet = _unmet_for_this_interpreter(Path(root), check_versions)
     if not unmet:
         return
-    message = (f"this Python ({sys.executable}) is not the course's environment: it lacks "
-               f"{', '.join(unmet)}.\n{what_to_run(command or current_command(), nox_session)}")
+    message = (
+        f"this Python ({sys.executable}) is not the course's environment: it lacks "
+        f"{', '.join(unmet)}.\n{what_to_run(command or current_command(), nox_session)}"
+    )
     # While `python -m pkg.module` imports pkg, sys.argv[0] is "-m" (see the -m entry of `python --help`).
     if sys.argv[:1] == ["-m"]:
         print(f"error: {message}", file=sys.stderr)

@@ -76,7 +76,7 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
 def last_process(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events of the last pytest process (from its ``configure`` on), plus the runner's after it."""
     starts = [index for index, event in enumerate(events) if event.get("event") == CONFIGURE]
-    return events[starts[-1]:] if starts else []
+    return events[starts[-1] :] if starts else []
 
 
 def finished_session(events: list[dict[str, Any]]) -> bool:

@@ -51,8 +51,7 @@ from torch.fx.passes.graph_drawer import FxGraphDrawer
 #: What :func:`write_drawing` renders when Graphviz is installed.
 FORMATS = ("svg", "png")
 #: Fill colours that stay readable under black text, in the order drawings hand them out.
-PALETTE = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#f4a6c6", "#fdd49e", "#c7e9c0", "#d9d9d9",
-           "#9edae5", "#e7cb94")
+PALETTE = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#f4a6c6", "#fdd49e", "#c7e9c0", "#d9d9d9", "#9edae5", "#e7cb94")
 #: What the commands print (and still write the DOT text) when Graphviz's ``dot`` is not on PATH.
 GRAPHVIZ_MISSING = (
     "Graphviz (its `dot` program) is not installed, so only the DOT text of each drawing was written. "
@@ -159,15 +158,26 @@ def compact_label(label: str) -> str:
 
 def _style_attributes(style: NodeStyle) -> dict[str, str]:
     outline = ["filled", "rounded"] + (["dashed"] if style.dashed else []) + (["bold"] if style.bold else [])
-    return {"fillcolor": f'"{style.fill}"', "color": f'"{style.border}"', "style": f'"{",".join(outline)}"',
-            "penwidth": "2.5" if style.bold else "1"}
+    return {
+        "fillcolor": f'"{style.fill}"',
+        "color": f'"{style.border}"',
+        "style": f'"{",".join(outline)}"',
+        "penwidth": "2.5" if style.bold else "1",
+    }
 
 
 def _legend(entries: Sequence[tuple[str, NodeStyle]]) -> pydot.Cluster:
     legend = pydot.Cluster("legend", label="legend", color="grey", fontsize="12")
     for index, (text, style) in enumerate(entries):
-        legend.add_node(pydot.Node(f"{_LEGEND_PREFIX}{index}", label=f'"{record_text(text)}"', shape="box",
-                                   fontsize="11", **_style_attributes(style)))
+        legend.add_node(
+            pydot.Node(
+                f"{_LEGEND_PREFIX}{index}",
+                label=f'"{record_text(text)}"',
+                shape="box",
+                fontsize="11",
+                **_style_attributes(style),
+            )
+        )
         if index:  # invisible edges stack the entries in a column instead of one wide row
             legend.add_edge(pydot.Edge(f"{_LEGEND_PREFIX}{index - 1}", f"{_LEGEND_PREFIX}{index}", style="invis"))
     return legend
@@ -183,13 +193,17 @@ def weight_nodes(graph_module: fx.GraphModule, weights: Iterable[str] = ()) -> s
     holds the example inputs, knows which are parameters and buffers.
     """
     named = set(weights)
-    return {node.name for node in graph_module.graph.nodes
-            if node.op == "get_attr" or (node.op == "placeholder" and (
-                node.name in named or _WEIGHT_NAME.search(node.name) or not node.users))}
+    return {
+        node.name
+        for node in graph_module.graph.nodes
+        if node.op == "get_attr"
+        or (node.op == "placeholder" and (node.name in named or _WEIGHT_NAME.search(node.name) or not node.users))
+    }
 
 
-def _collapse_weights(dot: pydot.Dot, graph_module: fx.GraphModule, hidden: set[str],
-                      styles: Mapping[str, NodeStyle]) -> dict[str, str]:
+def _collapse_weights(
+    dot: pydot.Dot, graph_module: fx.GraphModule, hidden: set[str], styles: Mapping[str, NodeStyle]
+) -> dict[str, str]:
     """Remove ``hidden`` nodes and their edges; return, per reader, the note that counts what it reads."""
     counts: dict[str, list[str]] = {}
     for node in graph_module.graph.nodes:
@@ -212,14 +226,22 @@ def _collapse_weights(dot: pydot.Dot, graph_module: fx.GraphModule, hidden: set[
 
 def legend_fills(dot_source: str) -> set[str]:
     """The fill colours of a drawing's legend entries (white ones left out)."""
-    return {_fill(node) for graph in _all_graphs(dot_source) for node in graph.get_nodes()
-            if node.get_name().strip('"').startswith(_LEGEND_PREFIX)} - {"white", "#ffffff"}
+    return {
+        _fill(node)
+        for graph in _all_graphs(dot_source)
+        for node in graph.get_nodes()
+        if node.get_name().strip('"').startswith(_LEGEND_PREFIX)
+    } - {"white", "#ffffff"}
 
 
 def drawn_fills(dot_source: str) -> set[str]:
     """The fill colours of a drawing's graph nodes (legend and white left out)."""
-    return {_fill(node) for graph in _all_graphs(dot_source) for node in graph.get_nodes()
-            if not node.get_name().strip('"').startswith(_LEGEND_PREFIX) and node.get("fillcolor")} - {"white", "#ffffff"}
+    return {
+        _fill(node)
+        for graph in _all_graphs(dot_source)
+        for node in graph.get_nodes()
+        if not node.get_name().strip('"').startswith(_LEGEND_PREFIX) and node.get("fillcolor")
+    } - {"white", "#ffffff"}
 
 
 def _fill(node: pydot.Node) -> str:
@@ -293,8 +315,13 @@ def draw_graph(
             node.set(key, value)
         drawn.add(style.fill.lower())
     for index, cluster in enumerate(clusters):
-        box = pydot.Cluster(f"group_{index}", label=f'"{record_text(cluster.label)}"', color=f'"{cluster.color}"',
-                            penwidth="2", fontsize="13")
+        box = pydot.Cluster(
+            f"group_{index}",
+            label=f'"{record_text(cluster.label)}"',
+            color=f'"{cluster.color}"',
+            penwidth="2",
+            fontsize="13",
+        )
         for name in cluster.nodes:
             if name in hidden:
                 continue
@@ -303,9 +330,12 @@ def draw_graph(
             box.add_node(node)
         dot.add_subgraph(box)
     if legend:
-        shown = [(text, style) if style.fill.lower() in drawn | {"white"} else
-                 (f"{text} (no such node in this graph)", NodeStyle(border="grey", dashed=style.dashed))
-                 for text, style in legend]
+        shown = [
+            (text, style)
+            if style.fill.lower() in drawn | {"white"}
+            else (f"{text} (no such node in this graph)", NodeStyle(border="grey", dashed=style.dashed))
+            for text, style in legend
+        ]
         dot.add_subgraph(_legend(shown))
     return dot
 
@@ -352,8 +382,9 @@ def _block(node: fx.Node) -> str | None:
     return ".".join(path.split(".")[:2]) or None
 
 
-def split_parts(graph_module: fx.GraphModule, hidden: set[str] = frozenset(),
-                max_nodes: int = MAX_PART_NODES) -> list[list[str]]:
+def split_parts(
+    graph_module: fx.GraphModule, hidden: set[str] = frozenset(), max_nodes: int = MAX_PART_NODES
+) -> list[list[str]]:
     """The graph's drawn nodes in graph order, cut into parts of at most ``max_nodes``.
 
     Consecutive nodes of one block (:func:`_block`: a ResNet's ``layer1.0``) stay together where the
@@ -390,9 +421,17 @@ def _keep_only(dot: pydot.Dot, keep: set[str], part_of: Mapping[str, int]) -> No
         if destination in keep and source not in keep:
             stub = f"{_STUB_PREFIX}{source}"
             if not dot.get_node(f'"{stub}"'):
-                dot.add_node(pydot.Node(f'"{stub}"', label=f'"{record_text(source)} (part {part_of[source] + 1})"',
-                                        shape="box", style='"dashed,rounded"', color="grey", fontcolor="grey30",
-                                        fontsize="10"))
+                dot.add_node(
+                    pydot.Node(
+                        f'"{stub}"',
+                        label=f'"{record_text(source)} (part {part_of[source] + 1})"',
+                        shape="box",
+                        style='"dashed,rounded"',
+                        color="grey",
+                        fontcolor="grey30",
+                        fontsize="10",
+                    )
+                )
             dot.add_edge(pydot.Edge(f'"{stub}"', edge.get_destination(), color="grey", style="dashed"))
         if source not in keep or destination not in keep:
             dot.del_edge(edge.get_source(), edge.get_destination())
@@ -405,8 +444,11 @@ def _keep_only(dot: pydot.Dot, keep: set[str], part_of: Mapping[str, int]) -> No
                 graph.del_node(node.get_name())
     for graph in graphs:  # a partition box with none of its nodes here is left out
         subgraphs = graph.obj_dict.get("subgraphs", {})
-        for name in [n for n, boxes in subgraphs.items() if n != "cluster_legend"
-                     and not any(_box_has_nodes(box) for box in boxes)]:
+        for name in [
+            n
+            for n, boxes in subgraphs.items()
+            if n != "cluster_legend" and not any(_box_has_nodes(box) for box in boxes)
+        ]:
             subgraphs.pop(name)
     fills = drawn_fills(dot.to_string())
     for graph in graphs:
@@ -419,11 +461,13 @@ def _keep_only(dot: pydot.Dot, keep: set[str], part_of: Mapping[str, int]) -> No
 
 def _box_has_nodes(box: dict) -> bool:
     return bool([n for n in box.get("nodes", {}) if n not in ("node", "edge", "graph")]) or any(
-        _box_has_nodes(inner) for boxes in box.get("subgraphs", {}).values() for inner in boxes)
+        _box_has_nodes(inner) for boxes in box.get("subgraphs", {}).values() for inner in boxes
+    )
 
 
-def write_graph(graph_module: fx.GraphModule, title: str, stem: Path, *, max_part_nodes: int = MAX_PART_NODES,
-                **options) -> Drawing:
+def write_graph(
+    graph_module: fx.GraphModule, title: str, stem: Path, *, max_part_nodes: int = MAX_PART_NODES, **options
+) -> Drawing:
     """Draw ``graph_module`` (:func:`draw_graph`'s ``options``) to ``stem.*``, in parts when it is large.
 
     A graph of more than ``max_part_nodes`` drawn nodes gets ``stem.dot`` and ``stem.svg`` of the whole
@@ -443,13 +487,22 @@ def write_graph(graph_module: fx.GraphModule, title: str, stem: Path, *, max_par
         _keep_only(dot, set(names), part_of)
         drawn.append(write_drawing(dot, stem.parent / f"{stem.name}-part{index + 1}"))
     index_page = stem.parent / f"{stem.name}.md"
-    lines = [f"# {title}", "", f"{len(part_of)} nodes drawn in {len(parts)} parts of at most {max_part_nodes} "
-             f"(the whole graph: `{stem.name}.svg`, `{stem.name}.dot`). An input from another part is a grey "
-             "dashed box naming that part.", ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"{len(part_of)} nodes drawn in {len(parts)} parts of at most {max_part_nodes} "
+        f"(the whole graph: `{stem.name}.svg`, `{stem.name}.dot`). An input from another part is a grey "
+        "dashed box naming that part.",
+        "",
+    ]
     for index, (names, part) in enumerate(zip(parts, drawn)):
         picture = next((p.name for p in part.images if p.suffix == ".png"), part.source.name)
-        lines += [f"## Part {index + 1}: `{names[0]}` to `{names[-1]}` ({len(names)} nodes)", "",
-                  f"![part {index + 1}]({picture})" if picture.endswith(".png") else f"`{picture}`", ""]
+        lines += [
+            f"## Part {index + 1}: `{names[0]}` to `{names[-1]}` ({len(names)} nodes)",
+            "",
+            f"![part {index + 1}]({picture})" if picture.endswith(".png") else f"`{picture}`",
+            "",
+        ]
     index_page.write_text("\n".join(lines), encoding="utf-8")
     missing = "; ".join(dict.fromkeys(d.missing for d in (drawing, *drawn) if d.missing)) or None
     return Drawing(drawing.source, drawing.images, missing, tuple(drawn), index_page)
@@ -474,15 +527,21 @@ def drawn_node_names(dot_source: str) -> set[str]:
         graph = stack.pop()
         names.update(_unquote(node.get_name()) for node in graph.get_nodes())
         stack.extend(graph.get_subgraphs())
-    return {name for name in names if name not in ("node", "edge", "graph")
-            and not name.startswith((_LEGEND_PREFIX, _STUB_PREFIX))}
+    return {
+        name
+        for name in names
+        if name not in ("node", "edge", "graph") and not name.startswith((_LEGEND_PREFIX, _STUB_PREFIX))
+    }
 
 
 def svg_node_names(svg_text: str) -> set[str]:
     """The names of the nodes a Graphviz SVG draws (each node is a ``<g class="node">`` with a ``<title>``)."""
     namespace = {"svg": "http://www.w3.org/2000/svg"}
     root = ElementTree.fromstring(svg_text)
-    titles = (group.find("svg:title", namespace) for group in root.iter("{http://www.w3.org/2000/svg}g")
-              if group.get("class") == "node")
+    titles = (
+        group.find("svg:title", namespace)
+        for group in root.iter("{http://www.w3.org/2000/svg}g")
+        if group.get("class") == "node"
+    )
     names = {title.text or "" for title in titles if title is not None}
     return {name for name in names if not name.startswith((_LEGEND_PREFIX, _STUB_PREFIX))}

@@ -32,9 +32,10 @@ belongs to exactly one step, and every step has a test (:func:`step_coverage_pro
 from __future__ import annotations
 
 import ast
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 #: The course's labs, in teaching order.
 LAB_PACKAGES = ("lab01_fx_passes", "lab02_npu_backend", "lab03_triton_lowering")
@@ -216,9 +217,7 @@ def test_functions(test_file: Path) -> set[str]:
 def missing_evidence(spec: LabSpec) -> list[str]:
     """Evidence entries of ``spec`` that name no test in its ``test_lab.py`` (empty when consistent)."""
     defined = test_functions(spec.test_file)
-    return [
-        f"{point.id}: {test}" for point in spec.talking_points for test in point.evidence if test not in defined
-    ]
+    return [f"{point.id}: {test}" for point in spec.talking_points for test in point.evidence if test not in defined]
 
 
 def step_coverage_problems(spec: LabSpec) -> list[str]:

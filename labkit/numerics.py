@@ -79,9 +79,7 @@ def _paired_leaves(actual: Any, expected: Any) -> list[tuple[torch.Tensor, torch
     """
     actual_leaves, expected_leaves = _leaves(actual), _leaves(expected)
     if len(actual_leaves) != len(expected_leaves):
-        raise ValueError(
-            f"output structure changed: {len(actual_leaves)} tensors, expected {len(expected_leaves)}"
-        )
+        raise ValueError(f"output structure changed: {len(actual_leaves)} tensors, expected {len(expected_leaves)}")
     for index, (got, want) in enumerate(zip(actual_leaves, expected_leaves)):
         if got.shape != want.shape or got.dtype != want.dtype:
             raise ValueError(
@@ -205,16 +203,22 @@ class Comparison:
     def describe(self) -> str:
         """One line: the error, the budget and where the budget comes from."""
         if self.own_error is None:
-            source = (f"no float64 run possible: {FALLBACK_RELATIVE_ERROR:g} of the outputs' magnitude "
-                      f"{self.magnitude:.3e}, times {self.factor:g}")
+            source = (
+                f"no float64 run possible: {FALLBACK_RELATIVE_ERROR:g} of the outputs' magnitude "
+                f"{self.magnitude:.3e}, times {self.factor:g}"
+            )
         else:
-            source = (f"{self.factor:g} x float32's own error {self.own_error:.3e} against a float64 run, "
-                      f"on outputs of magnitude {self.magnitude:.3e}")
+            source = (
+                f"{self.factor:g} x float32's own error {self.own_error:.3e} against a float64 run, "
+                f"on outputs of magnitude {self.magnitude:.3e}"
+            )
         budget = f"budget {self.worst_budget:.3e} ({source})"
         if self.worst_error == self.error.max_abs:
             return f"max abs error {self.error.max_abs:.3e}, {budget}"
-        return (f"max abs error {self.error.max_abs:.3e}; the output tensor furthest over its budget moved by "
-                f"{self.worst_error:.3e}, {budget}")
+        return (
+            f"max abs error {self.error.max_abs:.3e}; the output tensor furthest over its budget moved by "
+            f"{self.worst_error:.3e}, {budget}"
+        )
 
 
 class ReferenceOutputs:

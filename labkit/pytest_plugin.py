@@ -41,13 +41,21 @@ from types import ModuleType
 
 import pytest
 
-from labkit import event_log
+from labkit import event_log, step_summary
 from labkit import impl as impl_switch
-from labkit import step_summary
 from labkit.event_log import EventLog, GradedTest
 from labkit.labspec import (
-    HIDDEN, SPEC_FILE, VISIBILITIES, VISIBLE, LabSpec, LabSpecError, is_graded_test_file, is_heldout_test_file,
-    lab_folder_of, lab_package_of, load_lab_spec,
+    HIDDEN,
+    SPEC_FILE,
+    VISIBILITIES,
+    VISIBLE,
+    LabSpec,
+    LabSpecError,
+    is_graded_test_file,
+    is_heldout_test_file,
+    lab_folder_of,
+    lab_package_of,
+    load_lab_spec,
 )  # fmt: skip
 from labkit.step_summary import FAILED, NOT_IMPLEMENTED, PASSED, PENDING, SKIPPED, TestOutcome
 
@@ -73,18 +81,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         help="run only the tests lab.toml lists for step N of the lab (all their cases)",
     )
-    group.addoption("--labkit-events", default=None, metavar="FILE",
-                    help="(used by python -m labkit.run_lab) append one JSON line per test event to FILE")
-    group.addoption("--labkit-resume", action="store_true",
-                    help="(used by python -m labkit.run_lab) leave out the tests --labkit-events shows as started")
+    group.addoption(
+        "--labkit-events",
+        default=None,
+        metavar="FILE",
+        help="(used by python -m labkit.run_lab) append one JSON line per test event to FILE",
+    )
+    group.addoption(
+        "--labkit-resume",
+        action="store_true",
+        help="(used by python -m labkit.run_lab) leave out the tests --labkit-events shows as started",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points this graded test is worth (positive integer)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped (graded as pending) without one")
-    config.addinivalue_line("markers", "extension: an optional extension step's test; its points are shown apart "
-                                       "from the lab's main score")
-    config.addinivalue_line("markers", f"{ZOO_MARKER}: enumerates a model zoo (long, never graded); runs only with -m {ZOO_MARKER}")
+    config.addinivalue_line(
+        "markers", "extension: an optional extension step's test; its points are shown apart from the lab's main score"
+    )
+    config.addinivalue_line(
+        "markers", f"{ZOO_MARKER}: enumerates a model zoo (long, never graded); runs only with -m {ZOO_MARKER}"
+    )
     config.addinivalue_line("markers", "area(text): what a held-out test covers, as its feedback names it")
     config.addinivalue_line("markers", f"visibility(level): one of {', '.join(VISIBILITIES)} (held-out tests only)")
     chosen = config.getoption("--impl")
@@ -139,7 +157,7 @@ def visibility_problem(item: pytest.Item) -> str | None:
         if level == VISIBLE:
             return f"{item.nodeid}: a held-out test cannot be visible (students do not have its code)"
         if not (_marker_text(item, "area") or "").strip():
-            return f"{item.nodeid}: a held-out test needs @pytest.mark.area(\"what it covers\") for its feedback"
+            return f'{item.nodeid}: a held-out test needs @pytest.mark.area("what it covers") for its feedback'
     elif level not in (None, VISIBLE):
         return f"{item.nodeid}: tests of test_lab.py ship to students and cannot be {level}; move it to heldout/"
     return None
@@ -236,8 +254,10 @@ class StepSummary:
         if not self.earlier:
             return None
         crashed = len(event_log.crashes(self.earlier))
-        return (f"resumed after {crashed} test(s) crashed the test process: the {len(event_log.started(self.earlier))} "
-                "tests started before are left out, and their outcomes are in the step table")
+        return (
+            f"resumed after {crashed} test(s) crashed the test process: the {len(event_log.started(self.earlier))} "
+            "tests started before are left out, and their outcomes are in the step table"
+        )
 
     @pytest.hookimpl(trylast=True)  # after the points check and -k: the items the run would take
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -261,7 +281,9 @@ class StepSummary:
         labs = {lab_folder_of(item.path) for item in items if _is_graded(item)}
         specs = {folder: self.spec_for(folder) for folder in labs if (folder / SPEC_FILE).is_file()}
         if not specs:
-            raise pytest.UsageError(f"--step {number}: no lab's graded tests were collected (run a lab: nox -s lab01 -- --step 1)")
+            raise pytest.UsageError(
+                f"--step {number}: no lab's graded tests were collected (run a lab: nox -s lab01 -- --step 1)"
+            )
         steps = {}
         for folder, spec in sorted(specs.items()):
             if spec is None:
@@ -269,7 +291,9 @@ class StepSummary:
             step = next((step for step in spec.steps if step.number == number), None)
             if step is None:
                 have = ", ".join(str(step.number) for step in spec.steps)
-                raise pytest.UsageError(f"--step {number}: {spec.id} has no step {number}; its steps are {have} (lab.toml)")
+                raise pytest.UsageError(
+                    f"--step {number}: {spec.id} has no step {number}; its steps are {have} (lab.toml)"
+                )
             steps[folder] = step
         return [
             item for item in items

@@ -39,7 +39,14 @@ def describe_exit(returncode: int) -> str:
 
 def run_pytest(args: Sequence[str], log: Path, resume: bool) -> int:
     """One pytest process; Ctrl-C reaches it (same process group) and this waits for it to finish."""
-    command = [sys.executable, "-m", "pytest", *args, f"--labkit-events={log}", *(["--labkit-resume"] if resume else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *args,
+        f"--labkit-events={log}",
+        *(["--labkit-resume"] if resume else []),
+    ]
     child = subprocess.Popen(command)
     while True:
         try:
@@ -69,16 +76,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return returncode
             writer = event_log.EventLog(log)
             for nodeid in crashed:
-                writer.write(event_log.CRASHED, nodeid=nodeid, how=how,
-                             message=f"crashed the test process ({how}): its output above shows where")
+                writer.write(
+                    event_log.CRASHED,
+                    nodeid=nodeid,
+                    how=how,
+                    message=f"crashed the test process ({how}): its output above shows where",
+                )
             writer.close()
-            print(f"\nlabkit: the test process {how} during {', '.join(crashed)}; "
-                  "running the rest of the tests in a new process", flush=True)
+            print(
+                f"\nlabkit: the test process {how} during {', '.join(crashed)}; "
+                "running the rest of the tests in a new process",
+                flush=True,
+            )
             returncode = run_pytest(args, log, resume=True)
         crashes = event_log.crashes(event_log.read_events(log))
         if crashes:
-            print(f"labkit: {len(crashes)} test(s) crashed the test process (counted as failed above); the run "
-                  "resumed after each:", flush=True)
+            print(
+                f"labkit: {len(crashes)} test(s) crashed the test process (counted as failed above); the run "
+                "resumed after each:",
+                flush=True,
+            )
             for event in crashes:
                 print(f"  {event['nodeid']} ({event['how']})", flush=True)
             return returncode if returncode not in (0, NO_TESTS_COLLECTED) else 1

@@ -172,8 +172,10 @@ def step_to_finish_first(error: BaseException, spec: LabSpec, open_steps: Sequen
     if step is None:
         return f"{spec.id}: not implemented yet: {where}"
     met = "" if step is own or own is None else f", step {own.number}'s"
-    return (f"{spec.id}: finish step {step.number} first ({step.title}; {', '.join(step.files)}): "
-            f"stopped at a TODO{met}: {where}; its tests: nox -s {spec.id} -- --step {step.number}")
+    return (
+        f"{spec.id}: finish step {step.number} first ({step.title}; {', '.join(step.files)}): "
+        f"stopped at a TODO{met}: {where}; its tests: nox -s {spec.id} -- --step {step.number}"
+    )
 
 
 #: Where a shortened message may end: after a sentence (``. ! ?``), then a clause (``; : ,`` or a dash).
@@ -274,8 +276,10 @@ def summary_lines(
     pending = sum(s.pending for s in scores)
     passed = sum(s.count(PASSED) for s in scores)
     total = f"{earned}/{possible}"
-    lines.append(f"{'total':<{width}}  {f'{passed}/{len(outcomes)}':>7}  {total:>7}"
-                 + (f"  ({pending} pending: GPU tests, graded on a machine with CUDA)" if pending else ""))
+    lines.append(
+        f"{'total':<{width}}  {f'{passed}/{len(outcomes)}':>7}  {total:>7}"
+        + (f"  ({pending} pending: GPU tests, graded on a machine with CUDA)" if pending else "")
+    )
     if partial:
         lines.append("(only the tests that ran: the lab has more; run it without -k or --step for the full score)")
 
@@ -296,8 +300,10 @@ def start_here(lab_id: str, scores: Sequence[StepScore]) -> list[str]:
         where = "a held-out test" if start.heldout else "listed in no step of lab.toml"
         lines = [f"Start here: {first.function} ({where})"]
     else:
-        lines = [f"Start here: step {start.step.number}, {start.step.title} ({', '.join(start.step.files)}); "
-                 f"its tests: nox -s {lab_id} -- --step {start.step.number}"]
+        lines = [
+            f"Start here: step {start.step.number}, {start.step.title} ({', '.join(start.step.files)}); "
+            f"its tests: nox -s {lab_id} -- --step {start.step.number}"
+        ]
     return [*lines, f"  its first failing test alone: nox -s {lab_id} -- -k {first.function}"]
 
 

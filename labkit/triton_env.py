@@ -100,8 +100,10 @@ def _twin_of(function: Any) -> Any:
 
 def _reachable_modules(kernel: Any) -> list[ModuleType]:
     """The modules whose ``@triton.jit`` functions an interpreted ``kernel`` may call."""
-    pending = [sys.modules[kernel.fn.__module__], *(sys.modules[name] for name in TRITON_LANGUAGE_MODULES
-                                                    if name in sys.modules)]
+    pending = [
+        sys.modules[kernel.fn.__module__],
+        *(sys.modules[name] for name in TRITON_LANGUAGE_MODULES if name in sys.modules),
+    ]
     found: dict[str, ModuleType] = {}
     while pending:
         module = pending.pop()
@@ -128,10 +130,17 @@ def _import_lazy_triton_modules() -> None:
 
 def _triton_language() -> list[Any]:
     """``triton.language``'s modules and their classes: what the interpreter patches (``tl.load``, ``tensor.to``, ...)."""
-    modules = [module for name, module in list(sys.modules.items())
-               if name.startswith("triton.language") and isinstance(module, ModuleType)]
-    classes = {id(value): value for module in modules for value in vars(module).values()
-               if inspect.isclass(value) and value.__module__.startswith("triton.language")}
+    modules = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("triton.language") and isinstance(module, ModuleType)
+    ]
+    classes = {
+        id(value): value
+        for module in modules
+        for value in vars(module).values()
+        if inspect.isclass(value) and value.__module__.startswith("triton.language")
+    }
     return [*modules, *classes.values()]
 
 
@@ -153,7 +162,6 @@ def _attributes_restored(owners: list[Any], *, keep_added: tuple[Any, ...] = ())
             for name, value in before.items():
                 if vars(owner).get(name, _MISSING) is not value:
                     setattr(owner, name, value)
-
 
 
 @contextmanager

@@ -41,8 +41,11 @@ def standing_todos(source: str) -> list[str]:
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for statement in function.body:
-            if (isinstance(statement, ast.Raise) and isinstance(statement.exc, ast.Call)
-                    and getattr(statement.exc.func, "id", None) == "NotImplementedError"):
+            if (
+                isinstance(statement, ast.Raise)
+                and isinstance(statement.exc, ast.Call)
+                and getattr(statement.exc.func, "id", None) == "NotImplementedError"
+            ):
                 args = statement.exc.args
                 messages.append(args[0].value if args and isinstance(args[0], ast.Constant) else "")
     return messages

@@ -33,8 +33,21 @@ SUPPORT_PATHS = ("conftest.py", "pyproject.toml", "labkit")
 SOLUTIONS_DIR = "solutions"
 #: Folders and files never copied or compared: caches, environments, build output.
 NOISE_NAMES = frozenset(
-    {"__pycache__", ".pytest_cache", ".hypothesis", ".nox", ".venv", "venv", ".git", ".ipynb_checkpoints",
-     ".DS_Store", "build", "dist", "results", "graded"}
+    {
+        "__pycache__",
+        ".pytest_cache",
+        ".hypothesis",
+        ".nox",
+        ".venv",
+        "venv",
+        ".git",
+        ".ipynb_checkpoints",
+        ".DS_Store",
+        "build",
+        "dist",
+        "results",
+        "graded",
+    }
 )
 NOISE_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 

@@ -45,8 +45,13 @@ READABLE_SCHEMAS = ("reference-times/1", SCHEMA)
 
 def recorded_here(**extra: Any) -> dict[str, Any]:
     """Where and when a recording was made (a times file's ``recorded``), with ``extra`` entries."""
-    return {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
-            "platform": platform.platform(terse=True), "python": platform.python_version(), **extra}
+    return {
+        "date": datetime.date.today().isoformat(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(terse=True),
+        "python": platform.python_version(),
+        **extra,
+    }
 
 
 @dataclass(frozen=True)
@@ -59,20 +64,32 @@ class ReferenceTimes:
     cpu: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "recorded": self.recorded, "lab_wall_s": self.lab_wall_s,
-                "tests": dict(sorted(self.tests.items())), "cpu": dict(sorted(self.cpu.items()))}
+        return {
+            "schema": SCHEMA,
+            "recorded": self.recorded,
+            "lab_wall_s": self.lab_wall_s,
+            "tests": dict(sorted(self.tests.items())),
+            "cpu": dict(sorted(self.cpu.items())),
+        }
 
     def only(self, keep) -> ReferenceTimes:
         """These times restricted to the node ids ``keep(nodeid)`` is true for."""
-        return ReferenceTimes({n: t for n, t in self.tests.items() if keep(n)}, self.lab_wall_s, self.recorded,
-                              {n: t for n, t in self.cpu.items() if keep(n)})
+        return ReferenceTimes(
+            {n: t for n, t in self.tests.items() if keep(n)},
+            self.lab_wall_s,
+            self.recorded,
+            {n: t for n, t in self.cpu.items() if keep(n)},
+        )
 
 
 def _seconds_of(entries: object) -> dict[str, float]:
     if not isinstance(entries, dict):
         return {}
-    return {str(nodeid): float(seconds) for nodeid, seconds in entries.items()
-            if isinstance(seconds, (int, float)) and seconds >= 0}
+    return {
+        str(nodeid): float(seconds)
+        for nodeid, seconds in entries.items()
+        if isinstance(seconds, (int, float)) and seconds >= 0
+    }
 
 
 def _read_file(path: Path) -> ReferenceTimes | None:
@@ -80,11 +97,19 @@ def _read_file(path: Path) -> ReferenceTimes | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
-    if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS or not isinstance(data.get("tests"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("schema") not in READABLE_SCHEMAS
+        or not isinstance(data.get("tests"), dict)
+    ):
         return None
     wall = data.get("lab_wall_s")
-    return ReferenceTimes(_seconds_of(data["tests"]), float(wall) if isinstance(wall, (int, float)) else None,
-                          data.get("recorded") or {}, _seconds_of(data.get("cpu")))
+    return ReferenceTimes(
+        _seconds_of(data["tests"]),
+        float(wall) if isinstance(wall, (int, float)) else None,
+        data.get("recorded") or {},
+        _seconds_of(data.get("cpu")),
+    )
 
 
 def read_reference_times(lab_dir: Path) -> ReferenceTimes | None:
@@ -92,8 +117,13 @@ def read_reference_times(lab_dir: Path) -> ReferenceTimes | None:
     visible, heldout = _read_file(lab_dir / TIMES_FILE), _read_file(lab_dir / HELDOUT_DIR / TIMES_FILE)
     if visible is None:
         return heldout
-    return visible if heldout is None else ReferenceTimes({**heldout.tests, **visible.tests}, visible.lab_wall_s,
-                                                         visible.recorded, {**heldout.cpu, **visible.cpu})
+    return (
+        visible
+        if heldout is None
+        else ReferenceTimes(
+            {**heldout.tests, **visible.tests}, visible.lab_wall_s, visible.recorded, {**heldout.cpu, **visible.cpu}
+        )
+    )
 
 
 def is_heldout_nodeid(nodeid: str) -> bool:

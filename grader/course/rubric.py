@@ -156,14 +156,28 @@ def describe_rubric(lab: LabRubric) -> str:
     if lab.error is not None:
         first, *rest = key_lines(lab.error) or [""]
         return f"{lab.lab}: UNAVAILABLE: {first}" + "".join(f"\n      {line}" for line in rest)
-    gpu = "no GPU tests" if not lab.gpu_tests else (
-        f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} (pending without CUDA)")
-    heldout = (f"; {_count(lab.heldout_tests, 'held-out test')} worth {_count(lab.heldout_points, 'point')}"
-               if lab.heldout_tests else "")
-    extension = (f"; an optional extension of {_count(lab.extension_tests, 'test')} worth "
-                 f"{_count(lab.extension_points, 'point')}, apart" if lab.extension_tests else "")
-    return (f"{lab.lab}: {_count(len(lab.main_tests), 'test')} worth {_count(lab.max_score, 'point')}, {gpu}{heldout}"
-            f"{extension}")
+    gpu = (
+        "no GPU tests"
+        if not lab.gpu_tests
+        else (
+            f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} (pending without CUDA)"
+        )
+    )
+    heldout = (
+        f"; {_count(lab.heldout_tests, 'held-out test')} worth {_count(lab.heldout_points, 'point')}"
+        if lab.heldout_tests
+        else ""
+    )
+    extension = (
+        f"; an optional extension of {_count(lab.extension_tests, 'test')} worth "
+        f"{_count(lab.extension_points, 'point')}, apart"
+        if lab.extension_tests
+        else ""
+    )
+    return (
+        f"{lab.lab}: {_count(len(lab.main_tests), 'test')} worth {_count(lab.max_score, 'point')}, {gpu}{heldout}"
+        f"{extension}"
+    )
 
 
 def _count(number: int, noun: str) -> str:
@@ -175,8 +189,9 @@ def _lab_from_dict(data: dict[str, Any]) -> LabRubric:
         lab=data["lab"],
         package=data["package"],
         title=data["title"],
-        tests=tuple(RubricTest(**{**test, "shared_fixtures": tuple(test.get("shared_fixtures", ()))})
-                    for test in data["tests"]),
+        tests=tuple(
+            RubricTest(**{**test, "shared_fixtures": tuple(test.get("shared_fixtures", ()))}) for test in data["tests"]
+        ),
         talking_points=tuple(
             TalkingPointSpec(p["id"], p["kind"], p["text"], tuple(p["evidence"])) for p in data["talking_points"]
         ),
@@ -204,9 +219,18 @@ def parse_collected(spec: LabSpec, collected: dict[str, Any]) -> LabRubric:
         visibility = entry.get("visibility", VISIBLE)
         if visibility not in VISIBILITIES:
             raise ValueError(f"{entry['nodeid']}: visibility {visibility!r} is not one of {', '.join(VISIBILITIES)}")
-        tests.append(RubricTest(entry["nodeid"], entry["name"], points, bool(entry["gpu"]), visibility,
-                                str(entry.get("area") or ""), extension=bool(entry.get("extension")),
-                                shared_fixtures=tuple(entry.get("shared_fixtures", ()))))
+        tests.append(
+            RubricTest(
+                entry["nodeid"],
+                entry["name"],
+                points,
+                bool(entry["gpu"]),
+                visibility,
+                str(entry.get("area") or ""),
+                extension=bool(entry.get("extension")),
+                shared_fixtures=tuple(entry.get("shared_fixtures", ())),
+            )
+        )
     if not tests:
         raise ValueError(f"{spec.package}: no graded tests were collected")
     return LabRubric(spec.id, spec.package, spec.title, tuple(tests), _talking_points(spec), steps=spec.steps)
@@ -216,8 +240,8 @@ def with_reference_times(lab: LabRubric, times: ReferenceTimes | None) -> LabRub
     """``lab`` with each test's recorded reference time (unchanged without a record)."""
     if times is None:
         return lab
-    tests = tuple(replace(test, reference_s=times.tests.get(test.nodeid), reference_cpu_s=times.cpu.get(test.nodeid))
-                  for test in lab.tests)
+    tests = tuple(
+        replace(test, reference_s=times.tests.get(test.nodeid), reference_cpu_s=times.cpu.get(test.nodeid))
+        for test in lab.tests
+    )
     return replace(lab, tests=tests, reference_wall_s=times.lab_wall_s)
-
-

@@ -38,8 +38,9 @@ CONFIGURE, COLLECTED, COLLECT_ERROR = "configure", "collected", "collect_error"
 START, REPORT, FINISH, SESSION_FINISH = "start", "report", "finish", "session_finish"
 #: A student file tried introspection the grading refuses (:mod:`grader.execute.introspection_guard`).
 INTROSPECTION_EVENT = "introspection_refused"
-PROBE_EVENTS = frozenset({CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH,
-                          INTROSPECTION_EVENT})
+PROBE_EVENTS = frozenset(
+    {CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH, INTROSPECTION_EVENT}
+)
 #: The supervisor's events.
 KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
 STOPPED_EVENT = "stopped"  # the streak rule stopped the lab
@@ -126,5 +127,4 @@ def timeout_streak(events: Iterable[dict[str, Any]], skip: Callable[[str], bool]
 def stop_reason(streak: int, remaining: int | None = None) -> str:
     """The lab's reason when the streak rule stopped it."""
     rest = f"the remaining {remaining} tests were" if remaining else "the rest of the lab was"
-    return (f"{streak} tests in a row ran out of time, so {rest} not run (they score 0); "
-            "fix the hang and grade again")
+    return f"{streak} tests in a row ran out of time, so {rest} not run (they score 0); fix the hang and grade again"

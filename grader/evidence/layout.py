@@ -66,8 +66,6 @@ def write_submission_meta(out: Path, meta: dict[str, Any]) -> None:
     (out / SUBMISSION_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
-
-
 def keep_submitted(sandbox: Path, taken: list[str], out: Path) -> None:
     """Copy the editable files the sandbox took (``taken``: paths relative to it) into ``out/submitted/``."""
     for rel in taken:

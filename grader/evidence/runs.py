@@ -85,8 +85,10 @@ def report_shape_problem(report: Any) -> str:
     tests = report.get("tests", [])
     if not isinstance(tests, list):
         return "its tests are not a list"
-    if not all(isinstance(test, dict) and isinstance(test.get("nodeid"), str) and isinstance(test.get("outcome"), str)
-               for test in tests):
+    if not all(
+        isinstance(test, dict) and isinstance(test.get("nodeid"), str) and isinstance(test.get("outcome"), str)
+        for test in tests
+    ):
         return "a test in it has no node id or outcome"
     return ""
 
@@ -132,7 +134,9 @@ def load_lab_runs(out: Path, lab_ids: list[str]) -> dict[str, LabRuns | None]:
     return runs
 
 
-def passed_test_times(events: tuple[dict[str, Any], ...], nodeids: set[str], field: str = "duration") -> dict[str, float]:
+def passed_test_times(
+    events: tuple[dict[str, Any], ...], nodeids: set[str], field: str = "duration"
+) -> dict[str, float]:
     """Seconds of every test of ``nodeids`` whose phases all passed, from a recorded event log (pure).
 
     ``field``: ``duration`` (the wall clock) or ``cpu`` (CPU time, as the probe measures it).

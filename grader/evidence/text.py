@@ -56,5 +56,5 @@ def key_lines(text: str, limit: int = 8) -> list[str]:
     if len(lines) <= limit:
         return lines
     errors = [line for line in lines[1:] if any(mark in line for mark in _ERROR_LINE)]
-    rest = (errors or lines[1:])[-(limit - 1):]
+    rest = (errors or lines[1:])[-(limit - 1) :]
     return [lines[0], *rest]

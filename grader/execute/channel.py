@@ -36,11 +36,11 @@ from grader.evidence.events import (
     COLLECTED,
     CONFIGURE,
     FINISH,
+    GO_ON,
+    INTROSPECTION_EVENT,
     PHASES,
     PROBE_EVENTS,
     REJECTED_EVENT,
-    GO_ON,
-    INTROSPECTION_EVENT,
     REPORT,
     SESSION_FINISH,
     START,
@@ -75,8 +75,16 @@ class EventRecorder:
             :attr:`flooded` is set.
     """
 
-    def __init__(self, log: IO[bytes], *, seed: int, stream_cap_bytes: int, verdicts: int | None = None,
-                 streak: int = 0, max_streak: int | None = None) -> None:
+    def __init__(
+        self,
+        log: IO[bytes],
+        *,
+        seed: int,
+        stream_cap_bytes: int,
+        verdicts: int | None = None,
+        streak: int = 0,
+        max_streak: int | None = None,
+    ) -> None:
         self.log, self.seed, self.cap, self.verdicts = log, seed, stream_cap_bytes, verdicts
         self.streak, self.max_streak = streak, max_streak
         self.timed_out = False  # a phase of the running real test reported the grader's time limit
@@ -211,8 +219,14 @@ class EventRecorder:
         if not is_canary(finished):
             self.streak = self.streak + 1 if self.timed_out else 0
         if self.max_streak and self.streak >= self.max_streak and not is_canary(finished):
-            self._write({"event": STOPPED_EVENT, "t": round(time.time(), 3), "streak": self.streak,
-                         "reason": stop_reason(self.streak)})
+            self._write(
+                {
+                    "event": STOPPED_EVENT,
+                    "t": round(time.time(), 3),
+                    "streak": self.streak,
+                    "reason": stop_reason(self.streak),
+                }
+            )
             self._answer(STOP)
         else:
             self._answer(GO_ON)
@@ -240,8 +254,14 @@ class EventRecorder:
     def _reject(self, event: dict[str, Any], why: str) -> None:
         self.rejections += 1
         if self.rejections <= MAX_REJECTIONS:
-            self._write({"event": REJECTED_EVENT, "t": round(time.time(), 3), "reason": why,
-                         "kind": str(event.get("event", ""))[:40]})
+            self._write(
+                {
+                    "event": REJECTED_EVENT,
+                    "t": round(time.time(), 3),
+                    "reason": why,
+                    "kind": str(event.get("event", ""))[:40],
+                }
+            )
 
 
 def original_nodeid(recorded: str) -> str:

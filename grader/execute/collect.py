@@ -37,8 +37,10 @@ from grader.execute.command import pytest_command, pytest_env
 from labkit.labspec import HELDOUT_DIR, TEST_FILE, LabSpec
 
 #: ``$COURSE_GRADER_CACHE`` (the container image's, collected while it is built), else the user's cache.
-DEFAULT_CACHE_DIR = Path(os.environ.get("COURSE_GRADER_CACHE")
-                         or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course-grader")
+DEFAULT_CACHE_DIR = Path(
+    os.environ.get("COURSE_GRADER_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "course-grader"
+)
 CACHE_SCHEMA = "rubric-cache/1"
 
 
@@ -55,22 +57,36 @@ def rubric_key(course: Course, spec: LabSpec) -> str:
     return digest.hexdigest()[:20]
 
 
-def collect_lab_rubric(course: Course, spec: LabSpec, python: str = sys.executable,
-                       timeout_s: float = 600.0) -> LabRubric:
+def collect_lab_rubric(
+    course: Course, spec: LabSpec, python: str = sys.executable, timeout_s: float = 600.0
+) -> LabRubric:
     """Collect ``spec``'s pristine tests in a subprocess (never raises: failures become ``error``)."""
     with tempfile.TemporaryDirectory(prefix="grader-rubric-") as scratch:
         out = Path(scratch) / "collected.json"
-        command = pytest_command(python, [spec.package], course.root, "--collect-only", "-q",
-                                 "--grader-rubric", str(out))
+        command = pytest_command(
+            python, [spec.package], course.root, "--collect-only", "-q", "--grader-rubric", str(out)
+        )
         try:
-            done = subprocess.run(command, cwd=course.root, env=pytest_env(course.root, "off"),
-                                  capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(
+                command,
+                cwd=course.root,
+                env=pytest_env(course.root, "off"),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired:
-            return LabRubric(spec.id, spec.package, spec.title, error=f"collecting the tests took over {timeout_s:.0f} s")
+            return LabRubric(
+                spec.id, spec.package, spec.title, error=f"collecting the tests took over {timeout_s:.0f} s"
+            )
         if done.returncode != 0 or not out.is_file():
             output = truncate_text((done.stdout + done.stderr).strip(), 3000)
-            return LabRubric(spec.id, spec.package, spec.title,
-                             error=f"the course's own tests do not collect (pytest exit {done.returncode}):\n{output}")
+            return LabRubric(
+                spec.id,
+                spec.package,
+                spec.title,
+                error=f"the course's own tests do not collect (pytest exit {done.returncode}):\n{output}",
+            )
         try:
             lab = parse_collected(spec, json.loads(out.read_text(encoding="utf-8")))
             return with_reference_times(lab, read_reference_times(spec.directory))
@@ -89,8 +105,12 @@ def declared_points(spec: LabSpec) -> dict[str, int | None]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
                 declared[node.name] = None
                 for decorator in node.decorator_list:
-                    if (isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("mark.points")
-                            and decorator.args and isinstance(decorator.args[0], ast.Constant)):
+                    if (
+                        isinstance(decorator, ast.Call)
+                        and ast.unparse(decorator.func).endswith("mark.points")
+                        and decorator.args
+                        and isinstance(decorator.args[0], ast.Constant)
+                    ):
                         declared[node.name] = decorator.args[0].value
     return declared
 
@@ -117,8 +137,12 @@ def cache_problem(entry: object, key: str, spec: LabSpec) -> str | None:
 
 def _write_entry(path: Path, key: str, lab: LabRubric) -> None:
     payload = asdict(lab)
-    entry = {"schema": CACHE_SCHEMA, "key": key, "lab": payload,
-             "digest": hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()}
+    entry = {
+        "schema": CACHE_SCHEMA,
+        "key": key,
+        "lab": payload,
+        "digest": hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest(),
+    }
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text(json.dumps(entry), encoding="utf-8")
@@ -126,8 +150,13 @@ def _write_entry(path: Path, key: str, lab: LabRubric) -> None:
     temporary.replace(path)
 
 
-def build_rubric(course: Course, labs: list[LabSpec], cache_dir: Path | None = DEFAULT_CACHE_DIR,
-                 python: str = sys.executable, log=lambda line: print(line, file=sys.stderr)) -> Rubric:
+def build_rubric(
+    course: Course,
+    labs: list[LabSpec],
+    cache_dir: Path | None = DEFAULT_CACHE_DIR,
+    python: str = sys.executable,
+    log=lambda line: print(line, file=sys.stderr),
+) -> Rubric:
     """The rubric of ``labs``, from the cache when the pristine files are unchanged (and the entry checks out).
 
     Args:

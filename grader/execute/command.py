@@ -14,8 +14,18 @@ GPU_MODES = ("auto", "on", "off")
 #: Variables taken from the grader's environment when set: where programs and libraries are, the
 #: locale, the GPUs this grading may use, and thread counts the instructor chose.
 PASSED_THROUGH = (
-    "PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DRIVER_CAPABILITIES", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS", "CC", "CXX",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "OMP_NUM_THREADS",
+    "TORCHINDUCTOR_COMPILE_THREADS",
+    "CC",
+    "CXX",
 )
 #: pytest-json-report sections the grader never reads (captured streams can be megabytes).
 REPORT_OMIT = ("collectors", "log", "streams", "traceback", "keywords", "warnings")
@@ -23,8 +33,9 @@ REPORT_OMIT = ("collectors", "log", "streams", "traceback", "keywords", "warning
 PROBE_PLUGIN = "grader.execute.probe"
 
 
-def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None, *, state: Path | None = None,
-               cold_caches: bool = False) -> dict[str, str]:
+def pytest_env(
+    pythonpath: Path, gpu: str, threads: int | None = None, *, state: Path | None = None, cold_caches: bool = False
+) -> dict[str, str]:
     """The environment of a graded pytest process.
 
     Args:
@@ -42,14 +53,25 @@ def pytest_env(pythonpath: Path, gpu: str, threads: int | None = None, *, state:
     env.setdefault("PATH", os.defpath)
     # PYTHONNOUSERSITE: no user site-packages, where a graded process could leave code (a .pth, a
     # sitecustomize) that the submission's next process would run before the grader's probe.
-    env.update(PYTHONPATH=str(pythonpath), LABKIT_IMPL="student", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1", PYTHONHASHSEED="0", PYTHONNOUSERSITE="1", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1")
+    env.update(
+        PYTHONPATH=str(pythonpath),
+        LABKIT_IMPL="student",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONHASHSEED="0",
+        PYTHONNOUSERSITE="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
     if state is not None:
-        env.update(HOME=str(state / "home"), XDG_CACHE_HOME=str(state / "cache"),
-                   TORCHINDUCTOR_CACHE_DIR=str(state / "cache" / "inductor"),
-                   TRITON_CACHE_DIR=str(state / "cache" / "triton"), MPLCONFIGDIR=str(state / "cache" / "matplotlib"),
-                   HYPOTHESIS_STORAGE_DIRECTORY=str(state / "hypothesis"))
+        env.update(
+            HOME=str(state / "home"),
+            XDG_CACHE_HOME=str(state / "cache"),
+            TORCHINDUCTOR_CACHE_DIR=str(state / "cache" / "inductor"),
+            TRITON_CACHE_DIR=str(state / "cache" / "triton"),
+            MPLCONFIGDIR=str(state / "cache" / "matplotlib"),
+            HYPOTHESIS_STORAGE_DIRECTORY=str(state / "hypothesis"),
+        )
     elif "HOME" in os.environ:
         env["HOME"] = os.environ["HOME"]
     if cold_caches:

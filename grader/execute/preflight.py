@@ -54,8 +54,14 @@ def grading_problems(pyproject: Path) -> list[str]:
 def _problems_in(python: str, pyproject: Path) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix="grader-preflight-") as empty:
         try:
-            done = subprocess.run([python, "-m", "grader.execute.preflight", str(pyproject)], cwd=empty,
-                                  env=pytest_env(Path(empty), "off"), capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                [python, "-m", "grader.execute.preflight", str(pyproject)],
+                cwd=empty,
+                env=pytest_env(Path(empty), "off"),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         except (OSError, subprocess.TimeoutExpired) as error:
             return (f"{python} could not run ({error})",)
     try:
@@ -65,7 +71,9 @@ def _problems_in(python: str, pyproject: Path) -> tuple[str, ...]:
         return (f"the grader is not importable there ({output[-1] if output else f'exit {done.returncode}'})",)
 
 
-def check_grading_environment(course_root: Path, python: str = sys.executable, *, command: str = "-m grader ...") -> None:
+def check_grading_environment(
+    course_root: Path, python: str = sys.executable, *, command: str = "-m grader ..."
+) -> None:
     """Raise :class:`GraderEnvironmentError` unless ``python`` can run a graded pytest of ``course_root``.
 
     Args:
@@ -77,7 +85,8 @@ def check_grading_environment(course_root: Path, python: str = sys.executable, *
     if problems:
         raise GraderEnvironmentError(
             f"{python} cannot run the graded tests: {'; '.join(problems)}. Nothing was graded "
-            f"(no student is scored for the grader's environment).\n{what_to_run(command)}")
+            f"(no student is scored for the grader's environment).\n{what_to_run(command)}"
+        )
 
 
 def check_output_folder(out: Path) -> None:
@@ -87,8 +96,9 @@ def check_output_folder(out: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=out, prefix=".grader-write-test-"):
             pass
     except OSError as error:
-        raise GraderEnvironmentError(f"cannot write the results to {out} ({error.strerror or error}): "
-                                     "choose another --out, nothing was graded") from error
+        raise GraderEnvironmentError(
+            f"cannot write the results to {out} ({error.strerror or error}): choose another --out, nothing was graded"
+        ) from error
 
 
 if __name__ == "__main__":

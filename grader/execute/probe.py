@@ -56,7 +56,6 @@ try:
 except ImportError:  # Windows: no children's CPU time
     resource = None
 
-from grader.execute.introspection_guard import install as install_introspection_guard
 from grader.evidence.events import (
     COLLECT_ERROR,
     COLLECTED,
@@ -70,6 +69,7 @@ from grader.evidence.events import (
     VERDICT_CANARY,
     canary_nodeid,
 )  # fmt: skip
+from grader.execute.introspection_guard import install as install_introspection_guard
 
 #: Longest failure message kept per event (the full text stays in pytest-json-report's report).
 MESSAGE_LIMIT = 2000
@@ -175,9 +175,11 @@ class TimeKeeper:
         self.cpu_left, self.wall_left = float(limit["cpu_s"]), float(limit["wall_s"])
         basis = f" ({why}{limit['basis']})" if limit.get("basis") else ""
         self.messages = {
-            getattr(signal, "SIGPROF", -1): f"this test ran over its time limit of {self.cpu_left:g} s of CPU time{basis}",
+            getattr(
+                signal, "SIGPROF", -1
+            ): f"this test ran over its time limit of {self.cpu_left:g} s of CPU time{basis}",
             getattr(signal, "SIGALRM", -2): f"this test ran over its wall-clock limit of {self.wall_left:g} s without "
-                                            f"using up its CPU time (sleeping, waiting or deadlocked?){basis}",
+            f"using up its CPU time (sleeping, waiting or deadlocked?){basis}",
         }
 
     @staticmethod
@@ -190,7 +192,11 @@ class TimeKeeper:
     def arm(self) -> None:
         """Start both alarms for one phase with what is left of the test's limits (at least a second each,
         so that a teardown after a timed-out call still runs)."""
-        self.phase_start, self.phase_cpu_start, self.own_cpu_start = time.monotonic(), self._cpu_now(), time.process_time()
+        self.phase_start, self.phase_cpu_start, self.own_cpu_start = (
+            time.monotonic(),
+            self._cpu_now(),
+            time.process_time(),
+        )
         if not self.has_alarm:
             return
         messages = self.messages
@@ -198,8 +204,10 @@ class TimeKeeper:
         def on_alarm(signum: int, frame: Any) -> None:
             raise TestTimeLimit(messages[signum])
 
-        for signum, timer, left in ((signal.SIGPROF, signal.ITIMER_PROF, self.cpu_left),
-                                    (signal.SIGALRM, signal.ITIMER_REAL, self.wall_left)):
+        for signum, timer, left in (
+            (signal.SIGPROF, signal.ITIMER_PROF, self.cpu_left),
+            (signal.SIGALRM, signal.ITIMER_REAL, self.wall_left),
+        ):
             signal.signal(signum, on_alarm)
             signal.setitimer(timer, max(left, MIN_PHASE_S))
 
@@ -278,9 +286,14 @@ def _twin(item: pytest.Function) -> pytest.Function:
     """A copy of ``item`` (name, node id, markers, parameters, fixtures) running :func:`_twin_body`."""
     holder: list[pytest.Function] = []
     twin = pytest.Function.from_parent(
-        item.parent, name=item.name, callspec=getattr(item, "callspec", None),
-        callobj=_twin_body(item.obj, lambda: holder[0]), fixtureinfo=item._fixtureinfo,
-        keywords=dict(item.keywords), originalname=item.originalname)
+        item.parent,
+        name=item.name,
+        callspec=getattr(item, "callspec", None),
+        callobj=_twin_body(item.obj, lambda: holder[0]),
+        fixtureinfo=item._fixtureinfo,
+        keywords=dict(item.keywords),
+        originalname=item.originalname,
+    )
     twin.own_markers = list(item.own_markers)
     holder.append(twin)
     return twin
@@ -311,7 +324,8 @@ def pytest_configure(config: pytest.Config) -> None:
     root = config.rootpath
     install_introspection_guard(
         [str(root / path) for path in control.get("editable", ())],
-        lambda what, file, line: _emit(INTROSPECTION_EVENT, what=what, file=_relative(file, root), line=line))
+        lambda what, file, line: _emit(INTROSPECTION_EVENT, what=what, file=_relative(file, root), line=line),
+    )
     if "limits" in control:
         _clock = TimeKeeper(control["limits"])
     _emit(CONFIGURE, pid=os.getpid())
@@ -347,7 +361,7 @@ def _shared_fixture_defs(item: pytest.Item) -> dict[str, Any]:
     one test and come from the course, not from pytest itself: name -> the definition that applies."""
     info = getattr(item, "_fixtureinfo", None)
     shared = {}
-    for name, definitions in (info.name2fixturedefs.items() if info is not None else ()):
+    for name, definitions in info.name2fixturedefs.items() if info is not None else ():
         definition = definitions[-1] if definitions else None
         module = getattr(getattr(definition, "func", None), "__module__", "") or ""
         if definition is not None and definition.scope != "function" and not module.startswith(("_pytest", "pytest")):
@@ -358,8 +372,11 @@ def _shared_fixture_defs(item: pytest.Item) -> dict[str, Any]:
 def shared_fixtures_to_build(item: pytest.Item) -> list[str]:
     """The shared fixtures (:func:`_shared_fixture_defs`) that ``item``'s setup will build: none is
     cached yet, so this test, whichever it is, pays for them."""
-    return sorted(name for name, definition in _shared_fixture_defs(item).items()
-                  if getattr(definition, "cached_result", None) is None)
+    return sorted(
+        name
+        for name, definition in _shared_fixture_defs(item).items()
+        if getattr(definition, "cached_result", None) is None
+    )
 
 
 def rubric_entry(item: pytest.Item) -> dict[str, Any]:
@@ -372,7 +389,9 @@ def rubric_entry(item: pytest.Item) -> dict[str, Any]:
         "extension": item.get_closest_marker("extension") is not None,
         "visibility": _marker_arg(item, "visibility", "visible"),
         "area": _marker_arg(item, "area", ""),
-        "shared_fixtures": sorted(f"{definition.scope}:{name}" for name, definition in _shared_fixture_defs(item).items()),
+        "shared_fixtures": sorted(
+            f"{definition.scope}:{name}" for name, definition in _shared_fixture_defs(item).items()
+        ),
     }
 
 
@@ -444,9 +463,16 @@ def pytest_runtest_logstart(nodeid: str) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     timeout = {"timeout": True} if getattr(report, "grader_timeout", False) else {}
-    _emit(REPORT, nodeid=report.nodeid, when=report.when, outcome=report.outcome,
-          message=short_message(report) if not report.passed else "", duration=round(report.duration, 4),
-          cpu=round(getattr(report, "grader_cpu", 0.0), 4), **timeout)
+    _emit(
+        REPORT,
+        nodeid=report.nodeid,
+        when=report.when,
+        outcome=report.outcome,
+        message=short_message(report) if not report.passed else "",
+        duration=round(report.duration, 4),
+        cpu=round(getattr(report, "grader_cpu", 0.0), 4),
+        **timeout,
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)

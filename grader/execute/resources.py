@@ -84,8 +84,11 @@ CONFIRM_POLL_S = 1.0
 
 def kernel_limits(limits: RunLimits, *, gpu_off: bool, graded_user_is_nobody: bool) -> dict[int, int]:
     """The ``setrlimit`` limits of a graded process (resource -> soft and hard value): see the docstring."""
-    kernel = {resource.RLIMIT_NOFILE: limits.open_files_cap, resource.RLIMIT_FSIZE: limits.file_size_cap_bytes,
-              resource.RLIMIT_CORE: 0}
+    kernel = {
+        resource.RLIMIT_NOFILE: limits.open_files_cap,
+        resource.RLIMIT_FSIZE: limits.file_size_cap_bytes,
+        resource.RLIMIT_CORE: 0,
+    }
     if gpu_off:
         kernel[resource.RLIMIT_DATA] = limits.memory_cap_bytes
     if graded_user_is_nobody:
@@ -126,7 +129,7 @@ def _stat_fields(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    return text[text.rfind(")") + 2:].split()  # after "pid (command) "; the command may hold spaces
+    return text[text.rfind(")") + 2 :].split()  # after "pid (command) "; the command may hold spaces
 
 
 def run_processes(root: int) -> list[int]:
@@ -307,8 +310,9 @@ class ResourceWatch:
             run's processes too (the supervisor reads the kernel's own verdicts from it).
     """
 
-    def __init__(self, root: int, folders: tuple[Path, ...], limits: RunLimits,
-                 cgroup: RunCgroup | None = None) -> None:
+    def __init__(
+        self, root: int, folders: tuple[Path, ...], limits: RunLimits, cgroup: RunCgroup | None = None
+    ) -> None:
         self.root, self.folders, self.limits, self.cgroup = root, folders, limits, cgroup
         self.over = ""
         self.peak_memory_bytes = self.peak_processes = self.peak_disk_bytes = 0
@@ -374,8 +378,11 @@ class ResourceWatch:
 
     def peaks(self) -> dict[str, Any]:
         """The most the run used of each measured resource (``run.json``'s ``peak_use``)."""
-        peaks = {"memory_bytes": self.peak_memory_bytes, "processes": self.peak_processes,
-                 "disk_bytes": self.peak_disk_bytes}
+        peaks = {
+            "memory_bytes": self.peak_memory_bytes,
+            "processes": self.peak_processes,
+            "disk_bytes": self.peak_disk_bytes,
+        }
         if self.cgroup:
             peaks["cgroup_memory_bytes"] = self.cgroup.peak_memory_bytes()
         return peaks

@@ -35,29 +35,57 @@ from pathlib import Path
 
 #: Modules a lab file never needs, and what importing one allows.
 MODULES = {
-    "ctypes": "calls C code (the interpreter's memory)", "gc": "walks every live object",
-    "_pytest": "pytest's internals", "pytest": "pytest itself (hooks, the running session)",
-    "grader": "the grader's own code", "subprocess": "starts programs", "socket": "opens network connections",
-    "signal": "handles signals (the grader's alarms)", "multiprocessing": "starts processes",
-    "importlib": "imports by name at run time", "builtins": "the builtins every module shares",
+    "ctypes": "calls C code (the interpreter's memory)",
+    "gc": "walks every live object",
+    "_pytest": "pytest's internals",
+    "pytest": "pytest itself (hooks, the running session)",
+    "grader": "the grader's own code",
+    "subprocess": "starts programs",
+    "socket": "opens network connections",
+    "signal": "handles signals (the grader's alarms)",
+    "multiprocessing": "starts processes",
+    "importlib": "imports by name at run time",
+    "builtins": "the builtins every module shares",
 }
 #: ``module.attribute`` uses a lab file never needs.
 ATTRIBUTES = {
-    ("sys", "_getframe"): "reads the call stack", ("sys", "_current_frames"): "reads every thread's stack",
-    ("sys", "settrace"): "traces other code", ("sys", "setprofile"): "traces other code",
-    ("sys", "modules"): "reaches loaded modules (the tests', the grader's)", ("sys", "meta_path"): "hooks imports",
-    ("sys", "addaudithook"): "adds an audit hook", ("inspect", "currentframe"): "reads the call stack",
-    ("inspect", "stack"): "reads the call stack", ("inspect", "getouterframes"): "reads the call stack",
-    ("os", "fork"): "forks the process", ("os", "setsid"): "leaves its session (a daemon)",
-    ("os", "kill"): "signals processes", ("os", "killpg"): "signals processes", ("os", "system"): "runs a shell",
-    ("os", "popen"): "runs a shell", ("os", "_exit"): "ends the process without pytest's report",
+    ("sys", "_getframe"): "reads the call stack",
+    ("sys", "_current_frames"): "reads every thread's stack",
+    ("sys", "settrace"): "traces other code",
+    ("sys", "setprofile"): "traces other code",
+    ("sys", "modules"): "reaches loaded modules (the tests', the grader's)",
+    ("sys", "meta_path"): "hooks imports",
+    ("sys", "addaudithook"): "adds an audit hook",
+    ("inspect", "currentframe"): "reads the call stack",
+    ("inspect", "stack"): "reads the call stack",
+    ("inspect", "getouterframes"): "reads the call stack",
+    ("os", "fork"): "forks the process",
+    ("os", "setsid"): "leaves its session (a daemon)",
+    ("os", "kill"): "signals processes",
+    ("os", "killpg"): "signals processes",
+    ("os", "system"): "runs a shell",
+    ("os", "popen"): "runs a shell",
+    ("os", "_exit"): "ends the process without pytest's report",
     ("os", "environ"): "reads the environment",
 }
 #: ``os`` functions by prefix: ``os.execv``, ``os.spawnl``...
 OS_PREFIXES = {"exec": "replaces the process with a program", "spawn": "starts programs"}
 #: Attributes of frames, tracebacks, generators and functions that reach other code's state.
-INTERNALS = {"f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame",
-             "__globals__", "__code__", "__subclasses__", "__builtins__", "co_code"}
+INTERNALS = {
+    "f_back",
+    "f_globals",
+    "f_locals",
+    "f_builtins",
+    "tb_frame",
+    "gi_frame",
+    "cr_frame",
+    "ag_frame",
+    "__globals__",
+    "__code__",
+    "__subclasses__",
+    "__builtins__",
+    "co_code",
+}
 #: Text that names the grader's world (a path it reads, its report, what students must not see).
 STRINGS = ("/proc/", "report.json", "json-report", "heldout", "solutions", "grader")
 #: Most flags of one file (the rest are counted in the last).
@@ -84,10 +112,16 @@ def findings(source: str) -> list[tuple[int, str]]:
         return []
     found: list[tuple[int, str]] = []
     aliases: dict[str, str] = {}  # local name -> module (import os as o)
-    docstrings = {id(body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  for body in [node.body] if body and isinstance(body[0], ast.Expr)
-                  and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
+    docstrings = {
+        id(body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        for body in [node.body]
+        if body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -143,5 +177,7 @@ def review_files(root: Path, files: Iterable[str], label: str = "") -> list[str]
         for what, line in shown:
             flags.append(f"{label + ': ' if label else ''}review: {rel}:{line} {what}")
         if len(items) > len(shown):
-            flags.append(f"{label + ': ' if label else ''}review: {rel}: {len(items) - len(shown)} more constructs to read")
+            flags.append(
+                f"{label + ': ' if label else ''}review: {rel}: {len(items) - len(shown)} more constructs to read"
+            )
     return flags

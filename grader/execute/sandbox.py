@@ -117,13 +117,21 @@ def find_tampering(course: Course, submission: Path) -> list[str]:
             pristine = course.root / rel
             if _differs(path, pristine):
                 verb = "changed" if pristine.is_file() else "added"
-                kind = "a test file" if path.name == TEST_FILE else "a pytest plugin" if path.name == "conftest.py" else "a course file"
+                kind = (
+                    "a test file"
+                    if path.name == TEST_FILE
+                    else "a pytest plugin"
+                    if path.name == "conftest.py"
+                    else "a course file"
+                )
                 flags.append(f"tampering: {verb} {kind} {rel} (ignored: only the editable files are graded)")
     for name in ROOT_CONFIG_FILES:
         path = submission / name
         if path.is_file() and _differs(path, course.root / name):
             verb = "changed" if (course.root / name).is_file() else "added"
-            flags.append(f"tampering: {verb} {name} at the top of the course (ignored: only the editable files are graded)")
+            flags.append(
+                f"tampering: {verb} {name} at the top of the course (ignored: only the editable files are graded)"
+            )
     return flags
 
 
@@ -143,7 +151,7 @@ def regular_file_problem(root: Path, rel: str) -> str | None:
         except FileNotFoundError:
             return "missing"
         if stat.S_ISLNK(info.st_mode):
-            return f"{'/'.join(parts[:index + 1])} is a symbolic link"
+            return f"{'/'.join(parts[: index + 1])} is a symbolic link"
         last = index == len(parts) - 1
         if not last and not stat.S_ISDIR(info.st_mode):
             return "missing"
@@ -167,7 +175,9 @@ def overlay_editable(labs: list[LabSpec], submission: Path, sandbox: Path) -> Ov
             elif problem:
                 overlay.flags.append(f"tampering: {rel}: {problem} (ignored: the starter's file was used)")
             elif source.stat().st_size > MAX_EDITABLE_BYTES:
-                overlay.flags.append(f"{rel} is larger than {MAX_EDITABLE_BYTES // 1024} KiB (ignored: the starter's file was used)")
+                overlay.flags.append(
+                    f"{rel} is larger than {MAX_EDITABLE_BYTES // 1024} KiB (ignored: the starter's file was used)"
+                )
             else:
                 target = sandbox / spec.package / name
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -148,8 +148,9 @@ def overrun_grace_s(limit_s: float) -> float:
     return 5.0 + 0.1 * limit_s
 
 
-def overran(running: tuple[str, float] | None, budget: LabBudget, now: float,
-            builders: Collection[str] = ()) -> str | None:
+def overran(
+    running: tuple[str, float] | None, budget: LabBudget, now: float, builders: Collection[str] = ()
+) -> str | None:
     """The recorded node id of the running test (``(node id, started)``) when it is past its limit plus
     grace at ``now``, else None. A canary has the limit of the test it copies; a test in ``builders``
     (:class:`SharedFixtureBuilders`) the allowance for building shared fixtures."""
@@ -214,9 +215,20 @@ def _send(fd: int, payload: bytes) -> None:
             pass
 
 
-def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Isolation, control: dict,
-              events_log: IO[bytes], output: IO[bytes], limits: RunLimits, budget: LabBudget,
-              deadline: float, gpu_off: bool = True) -> Supervised:
+def supervise(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    view: View,
+    isolation: Isolation,
+    control: dict,
+    events_log: IO[bytes],
+    output: IO[bytes],
+    limits: RunLimits,
+    budget: LabBudget,
+    deadline: float,
+    gpu_off: bool = True,
+) -> Supervised:
     """Run one graded pytest process (``argv`` without the channel options) until it exits or must be killed.
 
     It is killed (its whole group) when the wall clock passes ``deadline`` (``time.monotonic()``), when
@@ -229,23 +241,45 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
     control_read, control_write = os.pipe()
     verdict_read, verdict_write = os.pipe()
     output_read, output_write = os.pipe()
-    recorder = EventRecorder(events_log, seed=secrets.randbits(63), stream_cap_bytes=limits.output_cap_bytes,
-                             verdicts=verdict_write, streak=int(control.get("streak", 0)),
-                             max_streak=budget.max_consecutive_timeouts or None)
-    argv = [*argv, "--grader-events-fd", str(events_write), "--grader-control-fd", str(control_read),
-            "--grader-verdict-fd", str(verdict_read)]
+    recorder = EventRecorder(
+        events_log,
+        seed=secrets.randbits(63),
+        stream_cap_bytes=limits.output_cap_bytes,
+        verdicts=verdict_write,
+        streak=int(control.get("streak", 0)),
+        max_streak=budget.max_consecutive_timeouts or None,
+    )
+    argv = [
+        *argv,
+        "--grader-events-fd",
+        str(events_write),
+        "--grader-control-fd",
+        str(control_read),
+        "--grader-verdict-fd",
+        str(verdict_read),
+    ]
     isolation.prepare(view)
     command, command_env = isolation.command(argv, env, view)
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
     cgroup = RunCgroup.make(limits)
-    kernel = kernel_limits(limits, gpu_off=gpu_off,  # with a pids cgroup, no per-uid count shared by every run
-                           graded_user_is_nobody=isolation.runs_as_graded_uid and cgroup is None)
+    kernel = kernel_limits(
+        limits,
+        gpu_off=gpu_off,  # with a pids cgroup, no per-uid count shared by every run
+        graded_user_is_nobody=isolation.runs_as_graded_uid and cgroup is None,
+    )
     try:
-        process = subprocess.Popen(command, cwd=view.cwd, env=command_env, stdin=subprocess.DEVNULL,
-                                   stdout=output_write, stderr=output_write, start_new_session=True,
-                                   pass_fds=(events_write, control_read, verdict_read),
-                                   preexec_fn=limit_setter(kernel, cgroup))
+        process = subprocess.Popen(
+            command,
+            cwd=view.cwd,
+            env=command_env,
+            stdin=subprocess.DEVNULL,
+            stdout=output_write,
+            stderr=output_write,
+            start_new_session=True,
+            pass_fds=(events_write, control_read, verdict_read),
+            preexec_fn=limit_setter(kernel, cgroup),
+        )
     except BaseException:
         os.close(verdict_write)
         if cgroup:
@@ -255,15 +289,21 @@ def supervise(argv: list[str], *, env: dict[str, str], view: View, isolation: Is
         for fd in (events_write, control_read, verdict_read, output_write):
             os.close(fd)
     payload = json.dumps(control).encode()
-    threads = [threading.Thread(target=_send, args=(control_write, payload), daemon=True),
-               threading.Thread(target=recorder.drain, args=(os.fdopen(events_read, "rb"),), daemon=True),
-               threading.Thread(target=_copy_output, args=(os.fdopen(output_read, "rb"), output,
-                                                           limits.output_cap_bytes, flooded), daemon=True)]
+    threads = [
+        threading.Thread(target=_send, args=(control_write, payload), daemon=True),
+        threading.Thread(target=recorder.drain, args=(os.fdopen(events_read, "rb"),), daemon=True),
+        threading.Thread(
+            target=_copy_output,
+            args=(os.fdopen(output_read, "rb"), output, limits.output_cap_bytes, flooded),
+            daemon=True,
+        ),
+    ]
     for thread in threads:
         thread.start()
     builders = SharedFixtureBuilders(budget)
-    watch = ResourceWatch(process.pid, (*view.writable, *([view.private] if view.private else [])), limits,
-                          cgroup).start()
+    watch = ResourceWatch(
+        process.pid, (*view.writable, *([view.private] if view.private else [])), limits, cgroup
+    ).start()
     try:
         while process.poll() is None:
             now = time.monotonic()
@@ -312,9 +352,19 @@ def student_files(sandbox: Path) -> list[str]:
         return []
 
 
-def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: RunLimits, state: Path,
-            isolation: Isolation | None = None, python: str = sys.executable, threads: int | None = None,
-            cold_caches: bool = False) -> RunRecord:
+def run_lab(
+    sandbox: Path,
+    part: LabPart,
+    raw_dir: Path,
+    *,
+    gpu: str,
+    limits: RunLimits,
+    state: Path,
+    isolation: Isolation | None = None,
+    python: str = sys.executable,
+    threads: int | None = None,
+    cold_caches: bool = False,
+) -> RunRecord:
     """Run one part of a lab in ``sandbox`` and store its artifacts in ``raw_dir``.
 
     pytest starts again after every test killed for overrunning its limit (see the module docstring),
@@ -346,20 +396,45 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
             name = f"{part.lab.lab}-{'heldout' if part.heldout else 'visible'}-{len(commands)}"
             with process_folders(state, name) as (writable, drop, private):
                 argv = pytest_command(
-                    python, part.targets, sandbox,
-                    "--json-report", "--json-report-file", str(drop / REPORT_NAME), "--json-report-omit", *REPORT_OMIT,
-                    "-q", "-p", "no:randomly", "-p", "no:timeout",
+                    python,
+                    part.targets,
+                    sandbox,
+                    "--json-report",
+                    "--json-report-file",
+                    str(drop / REPORT_NAME),
+                    "--json-report-omit",
+                    *REPORT_OMIT,
+                    "-q",
+                    "-p",
+                    "no:randomly",
+                    "-p",
+                    "no:timeout",
                 )
                 commands.append(argv)
                 streak = timeout_streak(read_events(events))
-                control = {"limits": budget.to_dict(), "skip": [*started, *killed], "streak": streak,
-                           "editable": editable}
+                control = {
+                    "limits": budget.to_dict(),
+                    "skip": [*started, *killed],
+                    "streak": streak,
+                    "editable": editable,
+                }
                 env = pytest_env(sandbox, gpu, threads, state=writable, cold_caches=cold_caches)
-                view = View(readable=(sandbox,), writable=(writable, drop), hidden=part.hidden, cwd=sandbox,
-                            private=private)
-                ended = supervise(argv, env=env, view=view, isolation=isolation, control=control,
-                                  events_log=events_log, output=output, limits=limits, budget=budget,
-                                  deadline=start + budget.lab_s, gpu_off=cuda_hidden(gpu))
+                view = View(
+                    readable=(sandbox,), writable=(writable, drop), hidden=part.hidden, cwd=sandbox, private=private
+                )
+                ended = supervise(
+                    argv,
+                    env=env,
+                    view=view,
+                    isolation=isolation,
+                    control=control,
+                    events_log=events_log,
+                    output=output,
+                    limits=limits,
+                    budget=budget,
+                    deadline=start + budget.lab_s,
+                    gpu_off=cuda_hidden(gpu),
+                )
                 kept = report_file(len(commands) - 1)
                 problem = keep_report(drop / REPORT_NAME, raw_dir / kept, limits.report_cap_bytes)
                 if problem:
@@ -369,15 +444,21 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
                 peak_use[measured] = max(peak_use.get(measured, 0), value)
             if ended.over_limit:
                 over_limit.append(ended.over_limit)
-                append_event(events, OVER_LIMIT_EVENT, reason=ended.over_limit,
-                             **({"nodeid": ended.over_limit_test} if ended.over_limit_test else {}))
+                append_event(
+                    events,
+                    OVER_LIMIT_EVENT,
+                    reason=ended.over_limit,
+                    **({"nodeid": ended.over_limit_test} if ended.over_limit_test else {}),
+                )
             victim = ended.overrun or ended.over_limit_test
             if victim is None:
                 break
             if not is_canary(victim):
                 killed.append(victim)
             if ended.overrun:
-                append_event(events, KILLED_EVENT, nodeid=ended.overrun, limit_s=budget.limit(original_nodeid(ended.overrun)))
+                append_event(
+                    events, KILLED_EVENT, nodeid=ended.overrun, limit_s=budget.limit(original_nodeid(ended.overrun))
+                )
             streak = timeout_streak(read_events(events))
             remaining = [nodeid for nodeid in part.nodeids if nodeid not in {*started, *killed}]
             if budget.stops_at(streak):
@@ -389,9 +470,25 @@ def run_lab(sandbox: Path, part: LabPart, raw_dir: Path, *, gpu: str, limits: Ru
     wall = time.monotonic() - start
     rejected = sum(1 for event in read_events(events) if event.get("event") == REJECTED_EVENT)
     trim_file(raw_dir / OUTPUT_FILE, limits.output_keep_bytes)
-    record = RunRecord(part.lab.lab, part.lab.package, part.heldout, commands[0], ended.exit_code, ended.timed_out,
-                       ended.flooded, round(wall, 3), budget.lab_s, isolation.name, len(commands), tuple(killed),
-                       stopped, rejected, tuple(report_problems), tuple(over_limit), peak_use)
+    record = RunRecord(
+        part.lab.lab,
+        part.lab.package,
+        part.heldout,
+        commands[0],
+        ended.exit_code,
+        ended.timed_out,
+        ended.flooded,
+        round(wall, 3),
+        budget.lab_s,
+        isolation.name,
+        len(commands),
+        tuple(killed),
+        stopped,
+        rejected,
+        tuple(report_problems),
+        tuple(over_limit),
+        peak_use,
+    )
     (raw_dir / RUN_FILE).write_text(json.dumps(asdict(record), indent=1) + "\n", encoding="utf-8")
     return record
 

@@ -51,8 +51,8 @@ from grader.release.student_docs import (
     documented_commands,
     instructor_sessions,
     reference_mentions,
-    scaffold_mentions,
     run_documented_commands,
+    scaffold_mentions,
     strip_instructor_sections,
     strip_scaffold_sections,
 )
@@ -64,9 +64,18 @@ from labkit.scaffold import SCAFFOLDS, guidance_blocks, without_guidance
 #: what the Dev Container builds from a student's copy).
 STUDENT_ROOT_FILES = ("README.md", "noxfile.py", ".gitignore", "LICENSE", "Dockerfile", ".dockerignore")
 #: Paths (relative to the course root) never shipped; any folder named ``instructor`` is dropped too.
-INSTRUCTOR_ONLY = (SOLUTIONS_DIR, "labkit/tests", "grader/tests", "grader/benchmark.py", "grader/report/browser_check.py",
-                   "grader/report/demo_class.py", ".ci", "docker/build-base-image.sh", "docker/build-wheelhouse.sh",
-                   "docker/gradescope-local-run.sh")
+INSTRUCTOR_ONLY = (
+    SOLUTIONS_DIR,
+    "labkit/tests",
+    "grader/tests",
+    "grader/benchmark.py",
+    "grader/report/browser_check.py",
+    "grader/report/demo_class.py",
+    ".ci",
+    "docker/build-base-image.sh",
+    "docker/build-wheelhouse.sh",
+    "docker/gradescope-local-run.sh",
+)
 #: Student-facing folders shipped besides the labs and the harness: the grader (``nox -s grade-me``), the
 #: Dev Container's definition and what the Dockerfile's student target installs with.
 STUDENT_PACKAGES = ("grader", ".devcontainer", "docker")
@@ -119,8 +128,9 @@ def build_release(course: Course, out: Path, *, include_heldout: bool = False, s
     for document in student_documents(out):
         try:
             source = str(document.relative_to(out))
-            stripped = strip_scaffold_sections(strip_instructor_sections(document.read_text(encoding="utf-8"), source),
-                                               scaffold, source)
+            stripped = strip_scaffold_sections(
+                strip_instructor_sections(document.read_text(encoding="utf-8"), source), scaffold, source
+            )
         except DocsError as error:
             raise CourseError(str(error)) from error
         document.write_text(stripped, encoding="utf-8")
@@ -178,19 +188,25 @@ def check_student_documents(release: Path, scaffold: str = "full") -> list[str]:
             mentions += [f"{source}: `{command}` runs an instructor session" for command in instructor_sessions(shown)]
             commands += shown
     if mentions:
-        raise ReleaseError("student documents show instructor material (put it between <!-- instructor-only --> "
-                           "and <!-- /instructor-only -->):\n  " + "\n  ".join(mentions))
+        raise ReleaseError(
+            "student documents show instructor material (put it between <!-- instructor-only --> "
+            "and <!-- /instructor-only -->):\n  " + "\n  ".join(mentions)
+        )
     if contradictions:
-        raise ReleaseError("the minimal release's files speak of the guidance blocks it leaves out (put such text "
-                           "between <!-- scaffold: full --> and <!-- /scaffold: full -->):\n  "
-                           + "\n  ".join(contradictions))
+        raise ReleaseError(
+            "the minimal release's files speak of the guidance blocks it leaves out (put such text "
+            "between <!-- scaffold: full --> and <!-- /scaffold: full -->):\n  " + "\n  ".join(contradictions)
+        )
     return list(dict.fromkeys(commands))
 
 
 def check_no_solution_imports(release: Path) -> None:
     """Step 1: no shipped module imports the reference solutions."""
-    offenders = [str(path.relative_to(release)) for path in release.rglob("*.py")
-                 if SOLUTION_IMPORT.search(path.read_text(encoding="utf-8", errors="replace"))]
+    offenders = [
+        str(path.relative_to(release))
+        for path in release.rglob("*.py")
+        if SOLUTION_IMPORT.search(path.read_text(encoding="utf-8", errors="replace"))
+    ]
     if (release / SOLUTIONS_DIR).exists():
         offenders.append(f"{SOLUTIONS_DIR}/ itself")
     if offenders:
@@ -218,9 +234,22 @@ def check_no_heldout_tests(release: Path, rubric: Rubric, pristine: Rubric | Non
 def install_release(release: Path, target: Path, python: str = sys.executable) -> None:
     """Step 4: build and install the release into ``target`` (no dependencies, no network)."""
     done = subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--disable-pip-version-check",
-         "--target", str(target), str(release)],
-        capture_output=True, text=True, timeout=600,
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(release),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if done.returncode != 0:
         raise ReleaseError(f"the release does not install:\n{(done.stdout + done.stderr)[-3000:]}")
@@ -233,17 +262,46 @@ def count_installed_tests(site: Path, packages: list[str], python: str = sys.exe
     """Step 5: collect the labs' tests from the installed copy; return how many were collected."""
     with tempfile.TemporaryDirectory(prefix="grader-collect-") as empty:
         done = subprocess.run(
-            [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "labkit.pytest_plugin",
-             "-c", os.devnull, "--rootdir", empty, "--pyargs", *packages],
-            cwd=empty, env=pytest_env(site, "off"), capture_output=True, text=True, timeout=600,
+            [
+                python,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "labkit.pytest_plugin",
+                "-c",
+                os.devnull,
+                "--rootdir",
+                empty,
+                "--pyargs",
+                *packages,
+            ],
+            cwd=empty,
+            env=pytest_env(site, "off"),
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
     if done.returncode != 0:
-        raise ReleaseError(f"the installed tests do not collect (pytest exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+        raise ReleaseError(
+            f"the installed tests do not collect (pytest exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
+        )
     return sum(1 for line in done.stdout.splitlines() if "::" in line)
 
 
-def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | None, log=print,
-                   pristine: Course | None = None, scaffold: str = "full", record_times: bool = False) -> None:
+def verify_release(
+    release: Path,
+    *,
+    options: GradeOptions,
+    cache_dir: Path | None,
+    log=print,
+    pristine: Course | None = None,
+    scaffold: str = "full",
+    record_times: bool = False,
+) -> None:
     """Run the six checks of the module docstring on the built release.
 
     Args:
@@ -272,31 +330,40 @@ def verify_release(release: Path, *, options: GradeOptions, cache_dir: Path | No
     log(f"  ok: {check_no_heldout_tests(release, rubric, pristine_rubric)}")
     with tempfile.TemporaryDirectory(prefix="grader-release-") as scratch:
         result = grade_submission(release, Path(scratch) / "starter-grade", setup, name="untouched starter")
-        scored = [f"{lab.lab} {lab.score}/{lab.max_score} ({lab.status})" for lab in result.labs
-                  if lab.score or lab.status != "graded"]
+        scored = [
+            f"{lab.lab} {lab.score}/{lab.max_score} ({lab.status})"
+            for lab in result.labs
+            if lab.score or lab.status != "graded"
+        ]
         if scored:
             passing = [t.nodeid for lab in result.labs for t in lab.tests if t.points]
-            raise ReleaseError("the untouched starters must score 0 and be graded normally: " + ", ".join(scored)
-                               + (f"; tests passing on the starter: {', '.join(passing)}" if passing else ""))
+            raise ReleaseError(
+                "the untouched starters must score 0 and be graded normally: "
+                + ", ".join(scored)
+                + (f"; tests passing on the starter: {', '.join(passing)}" if passing else "")
+            )
         log(f"  ok: the untouched starters score 0 on {', '.join(lab.lab for lab in result.labs)}")
         site = Path(scratch) / "site"
         install_release(release, site, options.python)
-        log(f"  ok: the release installs ({', '.join(sorted(p.name for p in site.iterdir() if p.is_dir() and '.' not in p.name))})")
+        log(
+            f"  ok: the release installs ({', '.join(sorted(p.name for p in site.iterdir() if p.is_dir() and '.' not in p.name))})"
+        )
         collected = count_installed_tests(site, [spec.package for spec in labs], options.python)
         expected = sum(len(lab.tests) for lab in rubric.labs)
         if collected != expected:
             raise ReleaseError(f"the installed copy collects {collected} tests, the course has {expected}")
         log(f"  ok: the installed copy collects all {collected} graded tests")
     times_home = pristine.root if pristine is not None else release
-    failures, counts, measured = run_documented_commands(release, commands, options.python,
-                                                         times=read_command_times(times_home), log=log)
+    failures, counts, measured = run_documented_commands(
+        release, commands, options.python, times=read_command_times(times_home), log=log
+    )
     if record_times:
         log(f"  recorded {len(measured)} commands' CPU times in {write_command_times(times_home, measured)}")
     if failures:
         raise ReleaseError("commands the student documents show fail in the release:\n  " + "\n  ".join(failures))
-    log(f"  ok: of the {len(commands)} commands the student documents show, {counts['runs']} ran for real on the "
+    log(
+        f"  ok: of the {len(commands)} commands the student documents show, {counts['runs']} ran for real on the "
         f"starter (each passed, or stopped at an unfinished step saying which), {counts['parses']} were only "
         f"parsed (--help: they take minutes or need finished labs), {counts['not run']} were not run "
-        "(templates, installs, nox's default sessions)")
-
-
+        "(templates, installs, nox's default sessions)"
+    )

@@ -77,8 +77,11 @@ def read_command_times(course_root: Path) -> dict[str, float]:
 def write_command_times(course_root: Path, times: dict[str, float]) -> Path:
     """Write ``times`` (command key -> CPU seconds) to the course root's :data:`TIMES_FILE`."""
     path = course_root / TIMES_FILE
-    data = {"schema": SCHEMA, "recorded": recorded_here(),
-            "cpu": {key: round(value, 2) for key, value in sorted(times.items())}}
+    data = {
+        "schema": SCHEMA,
+        "recorded": recorded_here(),
+        "cpu": {key: round(value, 2) for key, value in sorted(times.items())},
+    }
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return path
 
@@ -113,8 +116,15 @@ class Finished:
 def run_limited(argv: tuple[str, ...], *, cwd: Path, env: dict[str, str], limit: CommandLimit) -> Finished:
     """Run ``argv`` in its own session, killing the whole session once it passes ``limit``."""
     with tempfile.TemporaryFile() as sink:
-        process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         start, over = time.monotonic(), ""
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)

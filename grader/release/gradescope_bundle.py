@@ -79,9 +79,15 @@ def _add_file(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o64
     archive.writestr(info, data)
 
 
-def build_bundle(out: Path, course_root: Path = COURSE_ROOT, *, labs: list[str] | None = None,
-                 test_timeout: float | None = None, lab_timeout: float | None = None,
-                 unsafe_no_sandbox: bool = False) -> list[str]:
+def build_bundle(
+    out: Path,
+    course_root: Path = COURSE_ROOT,
+    *,
+    labs: list[str] | None = None,
+    test_timeout: float | None = None,
+    lab_timeout: float | None = None,
+    unsafe_no_sandbox: bool = False,
+) -> list[str]:
     """Write the Gradescope autograder zip for the course at ``course_root``; return its file names.
 
     ``unsafe_no_sandbox``: grade without bubblewrap where Gradescope's container does not allow it
@@ -93,12 +99,16 @@ def build_bundle(out: Path, course_root: Path = COURSE_ROOT, *, labs: list[str] 
     course = load_course(course_root)
     if labs:
         course.select(labs)  # fail now on an unknown lab, not on Gradescope
-    config = {"gpu": "off", "labs": labs or [], "test_timeout": test_timeout, "lab_timeout": lab_timeout,
-              "unsafe_no_sandbox": unsafe_no_sandbox}
+    config = {
+        "gpu": "off",
+        "labs": labs or [],
+        "test_timeout": test_timeout,
+        "lab_timeout": lab_timeout,
+        "unsafe_no_sandbox": unsafe_no_sandbox,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     names = []
-    with tempfile.TemporaryDirectory(prefix="gradescope-bundle-") as scratch, \
-            zipfile.ZipFile(out, "w") as archive:
+    with tempfile.TemporaryDirectory(prefix="gradescope-bundle-") as scratch, zipfile.ZipFile(out, "w") as archive:
         release = Path(scratch) / COURSE_DIR
         build_release(course, release, include_heldout=True)
         for path in sorted(release.rglob("*")):
@@ -112,5 +122,3 @@ def build_bundle(out: Path, course_root: Path = COURSE_ROOT, *, labs: list[str] 
         _add_file(archive, CONFIG_FILE, (json.dumps(config, indent=1) + "\n").encode())
         names += ["setup.sh", "run_autograder", "install-system-packages.sh", CONFIG_FILE]
     return names
-
-

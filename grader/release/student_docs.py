@@ -86,15 +86,21 @@ def strip_scaffold_sections(text: str, scaffold: str, source: str = "document") 
     """``text`` for a release of ``scaffold``: the full scaffold's sections kept only in a full release
     (their markers dropped either way; pure)."""
     if scaffold == "full":
-        return "".join(line for line in text.splitlines(keepends=True)
-                       if line.strip() not in (FULL_SCAFFOLD_BEGIN, FULL_SCAFFOLD_END))
+        return "".join(
+            line
+            for line in text.splitlines(keepends=True)
+            if line.strip() not in (FULL_SCAFFOLD_BEGIN, FULL_SCAFFOLD_END)
+        )
     return strip_sections(text, FULL_SCAFFOLD_BEGIN, FULL_SCAFFOLD_END, source)
 
 
 def scaffold_mentions(text: str, source: str = "document") -> list[str]:
     """``source:line: text`` for every line of a minimal release that speaks of guidance blocks (pure)."""
-    return [f"{source}:{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1)
-            if GUIDANCE_MENTION.search(line)]
+    return [
+        f"{source}:{number}: {line.strip()}"
+        for number, line in enumerate(text.splitlines(), 1)
+        if GUIDANCE_MENTION.search(line)
+    ]
 
 
 def instructor_sessions(commands: list[str]) -> list[str]:
@@ -107,7 +113,7 @@ def instructor_sessions(commands: list[str]) -> list[str]:
         if words[:1] != ["nox"] or "-s" not in words:
             continue
         options = words[: words.index("--")] if "--" in words else words
-        sessions = options[options.index("-s") + 1:]
+        sessions = options[options.index("-s") + 1 :]
         if any(not STUDENT_SESSIONS.fullmatch(session) and not _PLACEHOLDER.search(session) for session in sessions):
             shown.append(command)
     return shown
@@ -140,8 +146,11 @@ def strip_sections(text: str, begin: str, end: str, source: str = "document") ->
 
 def reference_mentions(text: str, source: str = "document") -> list[str]:
     """``source:line: text`` for every line that shows the reference or an instructor command (pure)."""
-    return [f"{source}:{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1)
-            if REFERENCE_PATTERN.search(line)]
+    return [
+        f"{source}:{number}: {line.strip()}"
+        for number, line in enumerate(text.splitlines(), 1)
+        if REFERENCE_PATTERN.search(line)
+    ]
 
 
 def _command_of(line: str) -> str | None:
@@ -153,7 +162,9 @@ def _command_of(line: str) -> str | None:
         return None
     while words and _ENV_ASSIGNMENT.match(words[0]):
         words = words[1:]
-    if not (words[:1] == ["nox"] or (words[:1] in (["python"], ["python3"]) and words[1:2] == ["-m"] and len(words) > 2)):
+    if not (
+        words[:1] == ["nox"] or (words[:1] in (["python"], ["python3"]) and words[1:2] == ["-m"] and len(words) > 2)
+    ):
         return None
     return shlex.join(word for word in shlex.split(line, comments=True) if word != "...")
 
@@ -230,15 +241,23 @@ def cheap_form(command: str, python: str = sys.executable) -> CheapRun:
         words = ["nox", *words[3:]]
     if words[0] == "nox":
         split = words.index("--") if "--" in words else len(words)
-        options, after = words[1:split], words[split + 1:]
-        sessions = options[options.index("-s") + 1:] if "-s" in options else []
+        options, after = words[1:split], words[split + 1 :]
+        sessions = options[options.index("-s") + 1 :] if "-s" in options else []
         if not sessions:
             return CheapRun(command, skipped="runs nox's default sessions (the labs' tests, checked one by one)")
         if all(RUN_SESSIONS.fullmatch(session) for session in sessions):
-            if all(PYTEST_SESSION.fullmatch(session) for session in sessions) and not {"-x", "--exitfirst"} & set(after):
+            if all(PYTEST_SESSION.fullmatch(session) for session in sessions) and not {"-x", "--exitfirst"} & set(
+                after
+            ):
                 after = [*after, "-x"]  # the starter's first failing test ends the run: the step table, in seconds
-            return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after) if after else
-                            (python, "-m", "nox", "-s", *sessions), tuple(env), kind=RUNS)
+            return CheapRun(
+                command,
+                (python, "-m", "nox", "-s", *sessions, "--", *after)
+                if after
+                else (python, "-m", "nox", "-s", *sessions),
+                tuple(env),
+                kind=RUNS,
+            )
         return CheapRun(command, (python, "-m", "nox", "-s", *sessions, "--", *after, "--help"), tuple(env))
     if words[1:2] == ["-m"] and len(words) > 2:
         if re.match(r"lab\d\d_", words[2]):
@@ -265,14 +284,22 @@ def _run_one(run: CheapRun, cwd: Path, env: dict[str, str], limit: CommandLimit)
     if stopped and done.returncode == expected:
         return None, done.cpu_s
     if stopped:
-        return (f"`{shlex.join(run.argv[1:])}` stopped at an unfinished step but exited {done.returncode}, "
-                f"not {expected} (labkit.unfinished.UNFINISHED_EXIT)"), done.cpu_s
+        return (
+            f"`{shlex.join(run.argv[1:])}` stopped at an unfinished step but exited {done.returncode}, "
+            f"not {expected} (labkit.unfinished.UNFINISHED_EXIT)"
+        ), done.cpu_s
     return f"`{shlex.join(run.argv[1:])}` exited {done.returncode}: {output.strip()[-800:]}", done.cpu_s
 
 
-def run_documented_commands(release: Path, commands: list[str], python: str = sys.executable, *,
-                            jobs: int | None = None, times: dict[str, float] | None = None,
-                            log=print) -> tuple[list[str], dict[str, int], dict[str, float]]:
+def run_documented_commands(
+    release: Path,
+    commands: list[str],
+    python: str = sys.executable,
+    *,
+    jobs: int | None = None,
+    times: dict[str, float] | None = None,
+    log=print,
+) -> tuple[list[str], dict[str, int], dict[str, float]]:
     """Run each command's :func:`cheap_form` in a scratch copy of ``release``, ``jobs`` at a time, each
     held to the CPU limit its recorded time gives (``times``: :func:`grader.release.command_times.read_command_times`);
     return the failures (``command: why``), how many commands were run, parsed and not run, and each
@@ -292,14 +319,22 @@ def run_documented_commands(release: Path, commands: list[str], python: str = sy
             log(f"    - {command}  (not run: {run.skipped})")
         else:
             runs.setdefault((run.argv, run.env), run)
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTHONPATH", "LABKIT_IMPL", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "LABKIT_IMPL", "PYTEST_ADDOPTS", "VIRTUAL_ENV")
+    }
     # OpenMP threads that wait sleep instead of spinning: a spinning thread's CPU time grows with the
     # machine's load, and the limits count CPU time (as the grader's own, grader.execute.command.pytest_env).
-    env.update(COURSE_PYTHON=python, PYTHONDONTWRITEBYTECODE="1", PYTEST_ADDOPTS="-p no:cacheprovider",
-               OMP_WAIT_POLICY="PASSIVE")
+    env.update(
+        COURSE_PYTHON=python,
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTEST_ADDOPTS="-p no:cacheprovider",
+        OMP_WAIT_POLICY="PASSIVE",
+    )
     failures, measured = [], {}
     with tempfile.TemporaryDirectory(prefix="grader-docs-") as scratch:
+
         def run_in_own_copy(index: int, run: CheapRun) -> tuple[CheapRun, CommandLimit, str | None, float]:
             copy = Path(scratch) / f"release-{index}"  # its own copy: no command sees another's output
             shutil.copytree(release, copy, symlinks=True)
@@ -313,7 +348,9 @@ def run_documented_commands(release: Path, commands: list[str], python: str = sy
             outcomes = pool.map(run_in_own_copy, *zip(*enumerate(runs.values())))
             for run, limit, failure, cpu in outcomes:
                 verdict = "FAILED" if failure else "ran" if run.kind == RUNS else "parses"
-                log(f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]}; {cpu:.1f} s CPU of {limit.cpu_s:g})")
+                log(
+                    f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]}; {cpu:.1f} s CPU of {limit.cpu_s:g})"
+                )
                 measured[command_key(run.argv, run.env)] = cpu
                 if failure:
                     failures.append(f"{run.command}: {failure}")

@@ -112,14 +112,25 @@ def find_chromium() -> str:
     for candidate in (os.environ.get("CHROMIUM"), *CHROMIUM_NAMES):
         if candidate and shutil.which(candidate):
             return shutil.which(candidate)
-    raise BrowserError("no Chromium on this machine: install it (Debian/Ubuntu: apt-get install -y chromium) "
-                       "or point $CHROMIUM at a Chrome/Chromium executable")
+    raise BrowserError(
+        "no Chromium on this machine: install it (Debian/Ubuntu: apt-get install -y chromium) "
+        "or point $CHROMIUM at a Chrome/Chromium executable"
+    )
 
 
 def _chromium(browser: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="report-check-profile-") as profile:
-        command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                   "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}", *args]
+        command = [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-extensions",
+            f"--user-data-dir={profile}",
+            *args,
+        ]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -127,19 +138,29 @@ def measure_layout(browser: str, page: Path, width: int, height: int) -> dict[st
     """Load ``page`` (with :data:`LAYOUT_PROBE` added) in a ``width`` x ``height`` window; return the probe's findings."""
     with tempfile.TemporaryDirectory(prefix="report-check-") as scratch:
         probed = Path(scratch) / page.name
-        probed.write_text(page.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>"), encoding="utf-8")
-        done = _chromium(browser, f"--window-size={width},{height}", "--virtual-time-budget=10000", "--dump-dom",
-                         probed.as_uri())
+        probed.write_text(
+            page.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>"), encoding="utf-8"
+        )
+        done = _chromium(
+            browser, f"--window-size={width},{height}", "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()
+        )
     found = re.search(rf'<pre id="{RESULT_ID}"[^>]*>(.*?)</pre>', done.stdout, re.DOTALL)
     if not found:
-        raise BrowserError(f"Chromium did not run the layout probe (exit {done.returncode}): {done.stderr.strip()[-800:]}")
+        raise BrowserError(
+            f"Chromium did not run the layout probe (exit {done.returncode}): {done.stderr.strip()[-800:]}"
+        )
     return json.loads(html.unescape(found.group(1)))
 
 
 def screenshot(browser: str, page: Path, out: Path, width: int, height: int) -> Path:
     """A PNG of the whole page (``height``: the page's height, as :func:`measure_layout` found it)."""
-    done = _chromium(browser, f"--window-size={width},{min(height, 16000)}", f"--screenshot={out}",
-                     "--virtual-time-budget=10000", page.resolve().as_uri())
+    done = _chromium(
+        browser,
+        f"--window-size={width},{min(height, 16000)}",
+        f"--screenshot={out}",
+        "--virtual-time-budget=10000",
+        page.resolve().as_uri(),
+    )
     if not out.is_file():
         raise BrowserError(f"Chromium wrote no screenshot (exit {done.returncode}): {done.stderr.strip()[-800:]}")
     return out
@@ -150,8 +171,11 @@ def layout_problems(viewport: str, found: dict[str, Any]) -> list[str]:
     problems = list(found["problems"])
     if viewport not in SCROLL_ALLOWED:
         problems += [f"a table needs sideways scrolling: {table}" for table in found["scrolling_tables"]]
-        problems += [f"chart shown at {image['scale']:.0%} of its size: {image['alt']}"
-                     for image in found["images"] if image["loaded"] and image["scale"] < MIN_IMAGE_SCALE]
+        problems += [
+            f"chart shown at {image['scale']:.0%} of its size: {image['alt']}"
+            for image in found["images"]
+            if image["loaded"] and image["scale"] < MIN_IMAGE_SCALE
+        ]
     problems += [f"chart did not load: {image['alt']}" for image in found["images"] if not image["loaded"]]
     sections = found["sections"]
     order = [sections["summary"], sections["students"], sections["first_lab"]]
@@ -178,10 +202,13 @@ def check_report(page: Path, out: Path, browser: str | None = None, log=print) -
         findings[viewport] = found
         problems += layout_problems(viewport, found)
         shot = screenshot(browser, page, out / f"class-{viewport}.png", width, found["height"])
-        log(f"  {viewport} {width}x{found['height']}: {len(found['problems'])} layout problem(s), "
-            f"{len(found['scrolling_tables'])} table(s) scrolling in their box -> {shot}")
-    (out / "layout.json").write_text(json.dumps({"findings": findings, "problems": problems}, indent=1) + "\n",
-                                     encoding="utf-8")
+        log(
+            f"  {viewport} {width}x{found['height']}: {len(found['problems'])} layout problem(s), "
+            f"{len(found['scrolling_tables'])} table(s) scrolling in their box -> {shot}"
+        )
+    (out / "layout.json").write_text(
+        json.dumps({"findings": findings, "problems": problems}, indent=1) + "\n", encoding="utf-8"
+    )
     return problems
 
 
@@ -203,8 +230,9 @@ def make_demo_report(out: Path, students: int, seed: int = 0) -> Path:
         folder = graded / f"student{index:03d}"
         if index % 17 == 5:  # a grader failure: every lab grader-error, flagged
             folder.mkdir(parents=True)
-            write_outputs(grader_error_result(rubric, RuntimeError("container would not start"), submission=folder.name),
-                          folder)
+            write_outputs(
+                grader_error_result(rubric, RuntimeError("container would not start"), submission=folder.name), folder
+            )
             continue
         write_synthetic_student(folder, rubric, rng, skill=rng.uniform(0.1, 1.0))
         write_outputs(rescore(folder), folder)

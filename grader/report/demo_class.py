@@ -18,13 +18,16 @@ def synthetic_rubric(labs: int = 3, tests: int = 20) -> Rubric:
     rubrics = []
     for index in range(labs):
         lab, package = f"lab{index + 1:02d}", f"lab{index + 1:02d}_synthetic"
-        cases = tuple(RubricTest(f"{package}/test_lab.py::test_{k:02d}", f"test_{k:02d}", 1 + k % 3, k >= tests - 2)
-                      for k in range(tests))
-        points = tuple(TalkingPointSpec(f"tp{k}", "talking_point", f"Point {k}?", (f"test_{k:02d}", f"test_{k + 5:02d}"))
-                       for k in range(3))
+        cases = tuple(
+            RubricTest(f"{package}/test_lab.py::test_{k:02d}", f"test_{k:02d}", 1 + k % 3, k >= tests - 2)
+            for k in range(tests)
+        )
+        points = tuple(
+            TalkingPointSpec(f"tp{k}", "talking_point", f"Point {k}?", (f"test_{k:02d}", f"test_{k + 5:02d}"))
+            for k in range(3)
+        )
         rubrics.append(LabRubric(lab, package, f"Synthetic lab {index + 1}", cases, points))
     return Rubric(tuple(rubrics))
-
 
 
 def write_synthetic_student(out: Path, rubric: Rubric, rng: random.Random, skill: float) -> None:
@@ -43,11 +46,25 @@ def write_synthetic_student(out: Path, rubric: Rubric, rng: random.Random, skill
             if position == crash_at:
                 break
             outcome = "skipped" if test.gpu else ("passed" if rng.random() < skill else "failed")
-            events.append({"event": "report", "nodeid": test.nodeid, "when": "setup",
-                           "outcome": "skipped" if test.gpu else "passed", "message": "needs a CUDA GPU" if test.gpu else ""})
+            events.append(
+                {
+                    "event": "report",
+                    "nodeid": test.nodeid,
+                    "when": "setup",
+                    "outcome": "skipped" if test.gpu else "passed",
+                    "message": "needs a CUDA GPU" if test.gpu else "",
+                }
+            )
             if not test.gpu:
-                events.append({"event": "report", "nodeid": test.nodeid, "when": "call", "outcome": outcome,
-                               "message": "" if outcome == "passed" else "AssertionError: outputs differ (max abs 0.03)"})
+                events.append(
+                    {
+                        "event": "report",
+                        "nodeid": test.nodeid,
+                        "when": "call",
+                        "outcome": outcome,
+                        "message": "" if outcome == "passed" else "AssertionError: outputs differ (max abs 0.03)",
+                    }
+                )
             events.append({"event": "report", "nodeid": test.nodeid, "when": "teardown", "outcome": "passed"})
             events.append({"event": "finish", "nodeid": test.nodeid})
             report_tests.append({"nodeid": test.nodeid, "outcome": outcome})
@@ -55,5 +72,14 @@ def write_synthetic_student(out: Path, rubric: Rubric, rng: random.Random, skill
             events.append({"event": "session_finish", "exitstatus": 1})
             (raw / REPORT_FILE).write_text(json.dumps({"tests": report_tests}))
         (raw / EVENTS_FILE).write_text("".join(json.dumps(event) + "\n" for event in events))
-        (raw / RUN_FILE).write_text(json.dumps({"lab": lab.lab, "exit_code": 1 if crash_at is None else -11,
-                                                "timed_out": False, "output_flooded": False, "wall_s": 2.0}))
+        (raw / RUN_FILE).write_text(
+            json.dumps(
+                {
+                    "lab": lab.lab,
+                    "exit_code": 1 if crash_at is None else -11,
+                    "timed_out": False,
+                    "output_flooded": False,
+                    "wall_s": 2.0,
+                }
+            )
+        )

@@ -54,11 +54,15 @@ MOODLE_ID = "SIS Login ID"
 NOT_THEIR_DOING = frozenset({*GRADER_FAULTS, "not-run", "missing"})
 #: The report's words for each list of students the gradebook could not treat as usual.
 LISTS = ("not_in_roster", "not_in_class", "left_blank", "pending_gpu", "not_in_moodle")
-FORMATS = ("gradebook.csv imports into Canvas as it is (Grades > Import). gradebook-moodle.csv is the same "
-           "table for Moodle (Grades > Import > CSV file): map 'SIS Login ID' to username or email address "
-           "and each lab column to its grade item.")
-HINT = ("No gradebook: pass --roster roster.csv (columns Submission, Student and optionally ID, SIS User ID, "
-        "SIS Login ID, Section) to write gradebook.csv for Canvas and gradebook-moodle.csv for Moodle.")
+FORMATS = (
+    "gradebook.csv imports into Canvas as it is (Grades > Import). gradebook-moodle.csv is the same "
+    "table for Moodle (Grades > Import > CSV file): map 'SIS Login ID' to username or email address "
+    "and each lab column to its grade item."
+)
+HINT = (
+    "No gradebook: pass --roster roster.csv (columns Submission, Student and optionally ID, SIS User ID, "
+    "SIS Login ID, Section) to write gradebook.csv for Canvas and gradebook-moodle.csv for Moodle."
+)
 
 
 class RosterError(ValueError):
@@ -88,7 +92,9 @@ def read_roster(path: Path) -> list[RosterEntry]:
     wanted = {name.casefold(): name for name in (SUBMISSION, *STUDENT_COLUMNS)}
     for required in (SUBMISSION, "Student"):
         if required.casefold() not in columns:
-            raise RosterError(f"{path}: no {required!r} column (its header: {', '.join(reader.fieldnames or []) or 'empty'})")
+            raise RosterError(
+                f"{path}: no {required!r} column (its header: {', '.join(reader.fieldnames or []) or 'empty'})"
+            )
     entries, seen = [], {}
     for line, row in enumerate(reader, start=2):
         values = {wanted[key]: (row.get(source) or "").strip() for key, source in columns.items() if key in wanted}
@@ -101,8 +107,11 @@ def read_roster(path: Path) -> list[RosterEntry]:
             if value and (key, value) in seen:
                 raise RosterError(f"{path}, line {line}: {key} {value!r} is already on line {seen[key, value]}")
             seen[key, value] = line
-        entries.append(RosterEntry(values[SUBMISSION], values["Student"],
-                                   {key: values.get(key, "") for key in STUDENT_COLUMNS[1:]}))
+        entries.append(
+            RosterEntry(
+                values[SUBMISSION], values["Student"], {key: values.get(key, "") for key in STUDENT_COLUMNS[1:]}
+            )
+        )
     return entries
 
 
@@ -115,8 +124,13 @@ def _cell(result: SubmissionResult | None, lab_id: str) -> tuple[Any, str]:
     return lab.score, f"{lab_id}: {lab.pending} GPU points pending (not in the score)" if lab.pending else ""
 
 
-def gradebook(results: list[SubmissionResult], missing: list[str], roster: list[RosterEntry],
-              assignments: dict[str, str], maxima: dict[str, int]) -> dict[str, Any]:
+def gradebook(
+    results: list[SubmissionResult],
+    missing: list[str],
+    roster: list[RosterEntry],
+    assignments: dict[str, str],
+    maxima: dict[str, int],
+) -> dict[str, Any]:
     """The gradebook's rows and every list of students it could not treat as usual (pure).
 
     Args:
@@ -145,19 +159,31 @@ def gradebook(results: list[SubmissionResult], missing: list[str], roster: list[
 
     for entry in roster:
         if entry.submission not in graded:
-            lists["not_in_class"].append({"student": entry.student,
-                                          "why": f"no graded folder {entry.submission!r}: its cells are empty"})
+            lists["not_in_class"].append(
+                {"student": entry.student, "why": f"no graded folder {entry.submission!r}: its cells are empty"}
+            )
         add(entry.student, entry.ids, entry.submission)
     for folder in graded:
         if folder not in listed:
-            lists["not_in_roster"].append({"student": folder, "why": "a row under the folder's name, without ids "
-                                                                     "(Canvas's import asks who it is)"})
+            lists["not_in_roster"].append(
+                {
+                    "student": folder,
+                    "why": "a row under the folder's name, without ids (Canvas's import asks who it is)",
+                }
+            )
             add(folder, {key: "" for key in STUDENT_COLUMNS[1:]}, folder)
-    points = {"Student": POINTS_POSSIBLE, **{key: "" for key in STUDENT_COLUMNS[1:]},
-              **{column: maxima.get(lab_id, 0) for lab_id, column in assignments.items()}}
-    return {"columns": [*STUDENT_COLUMNS, *assignments.values()], "points_possible": points, "rows": rows,
-            "moodle_rows": [row for row in rows if row[MOODLE_ID] and all(row[c] != "" for c in assignments.values())],
-            **lists}
+    points = {
+        "Student": POINTS_POSSIBLE,
+        **{key: "" for key in STUDENT_COLUMNS[1:]},
+        **{column: maxima.get(lab_id, 0) for lab_id, column in assignments.items()},
+    }
+    return {
+        "columns": [*STUDENT_COLUMNS, *assignments.values()],
+        "points_possible": points,
+        "rows": rows,
+        "moodle_rows": [row for row in rows if row[MOODLE_ID] and all(row[c] != "" for c in assignments.values())],
+        **lists,
+    }
 
 
 def write_gradebook(book: dict[str, Any], out: Path) -> None:

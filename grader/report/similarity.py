@@ -34,8 +34,8 @@ from __future__ import annotations
 import io
 import math
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -77,9 +77,14 @@ class Thresholds:
         return max(self.common_students, math.ceil(self.common_fraction * documents))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"noise": self.noise, "guarantee": self.guarantee, "similarity": self.similarity,
-                "min_overlap": self.min_overlap, "common_students": self.common_students,
-                "common_fraction": self.common_fraction}
+        return {
+            "noise": self.noise,
+            "guarantee": self.guarantee,
+            "similarity": self.similarity,
+            "min_overlap": self.min_overlap,
+            "common_students": self.common_students,
+            "common_fraction": self.common_fraction,
+        }
 
 
 @dataclass(frozen=True)
@@ -120,9 +125,13 @@ class Pair:
         return self.score >= thresholds.similarity and self.overlap >= thresholds.min_overlap
 
     def to_dict(self) -> dict[str, Any]:
-        return {"students": [self.first, self.second], "score": round(self.score, 4),
-                "shares": [round(share, 4) for share in self.shares], "overlap": self.overlap,
-                "code": [self.code_first, self.code_second]}
+        return {
+            "students": [self.first, self.second],
+            "score": round(self.score, 4),
+            "shares": [round(share, 4) for share in self.shares],
+            "overlap": self.overlap,
+            "code": [self.code_first, self.code_second],
+        }
 
 
 @dataclass(frozen=True)
@@ -149,8 +158,9 @@ def _fingerprint(name: str, text: str, thresholds: Thresholds):
     """copydetect's fingerprint of ``text`` (tokenized once: Pygments is most of the check's time)."""
     from copydetect.detector import CodeFingerprint
 
-    return CodeFingerprint(name, thresholds.noise, thresholds.guarantee - thresholds.noise + 1,
-                           language=LANGUAGE, fp=io.StringIO(text))
+    return CodeFingerprint(
+        name, thresholds.noise, thresholds.guarantee - thresholds.noise + 1, language=LANGUAGE, fp=io.StringIO(text)
+    )
 
 
 def _every_kgram(fingerprint, thresholds: Thresholds) -> set[int]:
@@ -187,8 +197,9 @@ def compare_lab(documents: dict[str, str], starter: str, thresholds: Thresholds 
         for value in _every_kgram(fingerprint, thresholds) - starter_kgrams:
             holders[value] = holders.get(value, 0) + 1
     common_count = thresholds.common_count(len(documents))
-    boilerplate = np.array(sorted(starter_kgrams | {value for value, count in holders.items() if count >= common_count}),
-                           dtype=np.int64)
+    boilerplate = np.array(
+        sorted(starter_kgrams | {value for value, count in holders.items() if count >= common_count}), dtype=np.int64
+    )
     for fingerprint in prints.values():
         _set_aside(fingerprint, boilerplate, thresholds)
     compared = tuple(student for student, fingerprint in prints.items() if fingerprint.token_coverage > 0)
@@ -198,8 +209,17 @@ def compare_lab(documents: dict[str, str], starter: str, thresholds: Thresholds 
         overlap, (share_first, share_second), slices = compare_files(prints[first], prints[second])
         if overlap:
             code_first, code_second = int(prints[first].token_coverage), int(prints[second].token_coverage)
-            pairs.append(Pair(first, second, code_first, code_second, round(share_first * code_first),
-                              round(share_second * code_second), tuple(slices)))
+            pairs.append(
+                Pair(
+                    first,
+                    second,
+                    code_first,
+                    code_second,
+                    round(share_first * code_first),
+                    round(share_second * code_second),
+                    tuple(slices),
+                )
+            )
     pairs.sort(key=lambda pair: (-pair.score, pair.first, pair.second))
     return LabSimilarity(compared, unchanged, tuple(pairs), common_count)
 
@@ -217,6 +237,7 @@ def highlighted(text: str, slices) -> str:
 
 
 # ---------------------------------------------------------------- reading the graded folders
+
 
 def lab_document(files: dict[str, str]) -> str:
     """The lab's editable files as one document, each under a comment naming it (comments are not compared)."""
@@ -256,8 +277,10 @@ def lab_documents(graded: Path, students: list[str], spec: LabSpec) -> dict[str,
 #: Folder of the report holding one side-by-side page per flagged pair.
 PAIRS_DIR = "similarity"
 #: Why the section is empty when no graded folder kept the editable files.
-NO_FILES = (f"no graded folder holds the editable files (`{SUBMITTED_DIR}/`): the class was graded before the "
-            "grader kept them. Grade it again (`python -m grader batch ...`) to compare submissions.")
+NO_FILES = (
+    f"no graded folder holds the editable files (`{SUBMITTED_DIR}/`): the class was graded before the "
+    "grader kept them. Grade it again (`python -m grader batch ...`) to compare submissions."
+)
 
 
 def pair_page_name(lab_id: str, pair: Pair) -> str:
@@ -266,9 +289,15 @@ def pair_page_name(lab_id: str, pair: Pair) -> str:
     return f"{PAIRS_DIR}/{'--'.join(safe)}.html"
 
 
-def class_similarity(graded: Path, labs: dict[str, str], course: Course | None, out: Path,
-                     thresholds: Thresholds = Thresholds(), course_problem: str = "",
-                     log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def class_similarity(
+    graded: Path,
+    labs: dict[str, str],
+    course: Course | None,
+    out: Path,
+    thresholds: Thresholds = Thresholds(),
+    course_problem: str = "",
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
     """Compare every lab of the class in ``graded`` and write a side-by-side page per flagged pair under ``out``.
 
     Args:
@@ -282,12 +311,20 @@ def class_similarity(graded: Path, labs: dict[str, str], course: Course | None, 
         ``empty``, the reason nothing was compared.
     """
     from copydetect import __version__
+
     from grader.report.html import pair_page
 
-    section: dict[str, Any] = {"detector": f"copydetect {__version__}", "thresholds": thresholds.to_dict(),
-                               "labs": {}, "empty": ""}
-    students = sorted(folder.name for folder in graded.iterdir()
-                      if folder.is_dir() and not folder.name.startswith(".") and (folder / SUBMITTED_DIR).is_dir())
+    section: dict[str, Any] = {
+        "detector": f"copydetect {__version__}",
+        "thresholds": thresholds.to_dict(),
+        "labs": {},
+        "empty": "",
+    }
+    students = sorted(
+        folder.name
+        for folder in graded.iterdir()
+        if folder.is_dir() and not folder.name.startswith(".") and (folder / SUBMITTED_DIR).is_dir()
+    )
     if not students:
         section["empty"] = NO_FILES
         return section
@@ -295,7 +332,10 @@ def class_similarity(graded: Path, labs: dict[str, str], course: Course | None, 
     for lab_id, package in labs.items():
         spec = specs.get(package)
         if spec is None:
-            why = course_problem or f"{package} is not a lab of the course at {course.root}: pass its course with --course"
+            why = (
+                course_problem
+                or f"{package} is not a lab of the course at {course.root}: pass its course with --course"
+            )
             section["labs"][lab_id] = {"skipped": why}
             continue
         log(f"similarity: comparing {lab_id} across {len(students)} students ...")
@@ -305,14 +345,26 @@ def class_similarity(graded: Path, labs: dict[str, str], course: Course | None, 
         for pair in result.flagged(thresholds):
             page = pair_page_name(lab_id, pair)
             (out / page).parent.mkdir(parents=True, exist_ok=True)
-            (out / page).write_text(pair_page(lab_id, spec.title, pair.to_dict(), thresholds.to_dict(),
-                                              highlighted(documents[pair.first], pair.slices[0]),
-                                              highlighted(documents[pair.second], pair.slices[1])), encoding="utf-8")
+            (out / page).write_text(
+                pair_page(
+                    lab_id,
+                    spec.title,
+                    pair.to_dict(),
+                    thresholds.to_dict(),
+                    highlighted(documents[pair.first], pair.slices[0]),
+                    highlighted(documents[pair.second], pair.slices[1]),
+                ),
+                encoding="utf-8",
+            )
             flagged.append({**pair.to_dict(), "page": page})
         unflagged = next((pair for pair in result.pairs if not pair.flagged(thresholds)), None)
         section["labs"][lab_id] = {
-            "title": spec.title, "compared": list(result.compared), "unchanged": list(result.unchanged),
-            "common_count": result.common_count, "pairs": len(result.compared) * (len(result.compared) - 1) // 2,
-            "flagged": flagged, "highest_unflagged": unflagged.to_dict() if unflagged else None,
+            "title": spec.title,
+            "compared": list(result.compared),
+            "unchanged": list(result.unchanged),
+            "common_count": result.common_count,
+            "pairs": len(result.compared) * (len(result.compared) - 1) // 2,
+            "flagged": flagged,
+            "highest_unflagged": unflagged.to_dict() if unflagged else None,
         }
     return section

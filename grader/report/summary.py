@@ -29,9 +29,22 @@ from typing import Any
 from grader.course.labs import Course, CourseError, load_course
 from grader.evidence.layout import SUMMARY_FILE
 from grader.report.gradebook import (
-    CANVAS_FILE, FORMATS as GRADEBOOK_FORMATS, HINT as GRADEBOOK_HINT, LISTS as GRADEBOOK_LISTS, MOODLE_FILE,
-    RosterEntry, assignment_columns, gradebook, write_gradebook,
+    CANVAS_FILE,
+    MOODLE_FILE,
+    RosterEntry,
+    assignment_columns,
+    gradebook,
+    write_gradebook,
 )  # fmt: skip
+from grader.report.gradebook import (
+    FORMATS as GRADEBOOK_FORMATS,
+)
+from grader.report.gradebook import (
+    HINT as GRADEBOOK_HINT,
+)
+from grader.report.gradebook import (
+    LISTS as GRADEBOOK_LISTS,
+)
 from grader.report.html import histogram_png, render_page
 from grader.report.similarity import Thresholds, class_similarity
 from grader.scoring.results import EVIDENCE_PASSED, EVIDENCE_PENDING, PASSED, SubmissionResult
@@ -64,21 +77,32 @@ def student_row(result: SubmissionResult | None, lab_ids: list[str], student: st
     ``summary.json``; the row has the same columns, zeros and the status ``missing``."""
     empty = {"score": 0, "max_score": 0, "pending": 0}
     total = result.total if result else {**empty, "visible": empty, "heldout": empty, "extension": empty}
-    row: dict[str, Any] = {"student": result.submission if result else student, "score": total["score"],
-                           "max_score": total["max_score"], "pending": total["pending"],
-                           "visible_score": total["visible"]["score"],
-                           "heldout_score": total["heldout"]["score"], "heldout_max": total["heldout"]["max_score"],
-                           "extension_score": total["extension"]["score"], "extension_max": total["extension"]["max_score"]}
+    row: dict[str, Any] = {
+        "student": result.submission if result else student,
+        "score": total["score"],
+        "max_score": total["max_score"],
+        "pending": total["pending"],
+        "visible_score": total["visible"]["score"],
+        "heldout_score": total["heldout"]["score"],
+        "heldout_max": total["heldout"]["max_score"],
+        "extension_score": total["extension"]["score"],
+        "extension_max": total["extension"]["max_score"],
+    }
     labs = {lab.lab: lab for lab in result.labs} if result else {}
     for lab_id in lab_ids:
         lab = labs.get(lab_id)
-        row.update({f"{lab_id}_score": lab.score if lab else 0, f"{lab_id}_max": lab.max_score if lab else 0,
-                    f"{lab_id}_pending": lab.pending if lab else 0,
-                    f"{lab_id}_heldout_score": lab.heldout.score if lab else 0,
-                    f"{lab_id}_heldout_max": lab.heldout.max_score if lab else 0,
-                    f"{lab_id}_extension_score": lab.extension.score if lab else 0,
-                    f"{lab_id}_extension_max": lab.extension.max_score if lab else 0,
-                    f"{lab_id}_status": lab.status if lab else MISSING})
+        row.update(
+            {
+                f"{lab_id}_score": lab.score if lab else 0,
+                f"{lab_id}_max": lab.max_score if lab else 0,
+                f"{lab_id}_pending": lab.pending if lab else 0,
+                f"{lab_id}_heldout_score": lab.heldout.score if lab else 0,
+                f"{lab_id}_heldout_max": lab.heldout.max_score if lab else 0,
+                f"{lab_id}_extension_score": lab.extension.score if lab else 0,
+                f"{lab_id}_extension_max": lab.extension.max_score if lab else 0,
+                f"{lab_id}_status": lab.status if lab else MISSING,
+            }
+        )
     row["flags"] = " | ".join(result.flags) if result else "no readable summary.json: grade this submission again"
     return row
 
@@ -90,15 +114,32 @@ def _lab_statistics(results: list[SubmissionResult], lab_id: str) -> dict[str, A
     points: dict[str, dict[str, Any]] = {}
     for lab in labs:
         for test in lab.tests:
-            entry = tests.setdefault(test.nodeid.split("::", 1)[-1], {"points": test.max_points, "passed": 0, "pending": 0,
-                                                                      "graded": 0, "visibility": test.visibility,
-                                                                      "extension": test.extension})
+            entry = tests.setdefault(
+                test.nodeid.split("::", 1)[-1],
+                {
+                    "points": test.max_points,
+                    "passed": 0,
+                    "pending": 0,
+                    "graded": 0,
+                    "visibility": test.visibility,
+                    "extension": test.extension,
+                },
+            )
             entry["graded"] += 1
             entry["passed"] += test.outcome == PASSED
             entry["pending"] += test.outcome == "pending"
         for point in lab.talking_points:
-            entry = points.setdefault(point.id, {"kind": point.kind, "text": point.text, "evidence": list(point.evidence),
-                                                 "ready": 0, "pending": 0, "students": 0})
+            entry = points.setdefault(
+                point.id,
+                {
+                    "kind": point.kind,
+                    "text": point.text,
+                    "evidence": list(point.evidence),
+                    "ready": 0,
+                    "pending": 0,
+                    "students": 0,
+                },
+            )
             entry["students"] += 1
             entry["ready"] += point.status == EVIDENCE_PASSED
             entry["pending"] += point.status == EVIDENCE_PENDING
@@ -142,10 +183,14 @@ def class_summary(results: list[SubmissionResult], missing: list[str] = ()) -> d
     return {
         "students": len(rows),
         "lab_ids": lab_ids,
-        "total": {"mean": round(statistics.fmean(totals), 3) if totals else 0.0,
-                  "median": statistics.median(totals) if totals else 0,
-                  "max_score": max((row["max_score"] for row in rows), default=0),
-                  "full_marks": sum(1 for row in rows if row["max_score"] and row["score"] + row["pending"] == row["max_score"])},
+        "total": {
+            "mean": round(statistics.fmean(totals), 3) if totals else 0.0,
+            "median": statistics.median(totals) if totals else 0,
+            "max_score": max((row["max_score"] for row in rows), default=0),
+            "full_marks": sum(
+                1 for row in rows if row["max_score"] and row["score"] + row["pending"] == row["max_score"]
+            ),
+        },
         "labs": {lab_id: _lab_statistics(results, lab_id) for lab_id in lab_ids},
         "flagged": [{"student": r.submission, "flags": list(r.flags)} for r in results if r.flags],
         "rows": rows,
@@ -161,20 +206,40 @@ def write_csv(summary: dict[str, Any], path: Path) -> None:
         writer.writerows(rows)
 
 
-def gradebook_entry(results: list[SubmissionResult], missing: list[str], summary: dict[str, Any],
-                    roster: list[RosterEntry] | None, columns: dict[str, str], out: Path) -> dict[str, Any]:
+def gradebook_entry(
+    results: list[SubmissionResult],
+    missing: list[str],
+    summary: dict[str, Any],
+    roster: list[RosterEntry] | None,
+    columns: dict[str, str],
+    out: Path,
+) -> dict[str, Any]:
     """Write the LMS gradebook into ``out`` when there is a roster; the report's ``gradebook`` entry."""
     if roster is None:
         return {"written": "", "hint": GRADEBOOK_HINT}
-    book = gradebook(results, missing, roster, columns, {lab_id: lab["max_score"] for lab_id, lab in summary["labs"].items()})
+    book = gradebook(
+        results, missing, roster, columns, {lab_id: lab["max_score"] for lab_id, lab in summary["labs"].items()}
+    )
     write_gradebook(book, out)
-    return {"written": f"{CANVAS_FILE}, {MOODLE_FILE}", "rows": len(book["rows"]), "columns": book["columns"],
-            "formats": GRADEBOOK_FORMATS, **{key: book[key] for key in GRADEBOOK_LISTS}}
+    return {
+        "written": f"{CANVAS_FILE}, {MOODLE_FILE}",
+        "rows": len(book["rows"]),
+        "columns": book["columns"],
+        "formats": GRADEBOOK_FORMATS,
+        **{key: book[key] for key in GRADEBOOK_LISTS},
+    }
 
 
-def write_report(graded: Path, out: Path, *, course: Course | None = None, roster: list[RosterEntry] | None = None,
-                 assignments: dict[str, str] | None = None, thresholds: Thresholds = Thresholds(),
-                 log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def write_report(
+    graded: Path,
+    out: Path,
+    *,
+    course: Course | None = None,
+    roster: list[RosterEntry] | None = None,
+    assignments: dict[str, str] | None = None,
+    thresholds: Thresholds = Thresholds(),
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
     """Read ``graded``, write ``class.csv``, ``class.json``, ``class.html`` (and the similarity pages, and the
     gradebook when there is a ``roster``) into ``out``.
 

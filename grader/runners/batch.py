@@ -57,8 +57,15 @@ class BatchRow:
 def batch_row(student: str, result: SubmissionResult, wall_s: float) -> BatchRow:
     """The student's line of ``batch.json`` (also written by the Slurm runner, :mod:`grader.runners.slurm`)."""
     total = result.total
-    return BatchRow(student, total["score"], total["max_score"], total["pending"],
-                    {lab.lab: lab.status for lab in result.labs}, len(result.flags), round(wall_s, 2))
+    return BatchRow(
+        student,
+        total["score"],
+        total["max_score"],
+        total["pending"],
+        {lab.lab: lab.status for lab in result.labs},
+        len(result.flags),
+        round(wall_s, 2),
+    )
 
 
 def write_batch_index(out: Path, rows: list[BatchRow]) -> Path:
@@ -93,7 +100,9 @@ def _failed_runner_result(setup: GradingSetup, student: str, out: Path, error: B
     return result
 
 
-def grade_one(student: str, path: Path, out: Path, setup: GradingSetup, runner: Runner) -> tuple[SubmissionResult, float]:
+def grade_one(
+    student: str, path: Path, out: Path, setup: GradingSetup, runner: Runner
+) -> tuple[SubmissionResult, float]:
     """Run ``runner`` for one student; any exception becomes a ``grader-error`` result."""
     start = time.monotonic()
     try:
@@ -125,8 +134,10 @@ def jobs_note(jobs: int) -> str | None:
     cores = usable_cores()
     if jobs <= cores:
         return None
-    return (f"note: -j {jobs} on {cores} cores: graded processes will share cores. Scores do not change (time "
-            f"limits count CPU time, not the wall clock), but grading is no faster than with -j {cores}")
+    return (
+        f"note: -j {jobs} on {cores} cores: graded processes will share cores. Scores do not change (time "
+        f"limits count CPU time, not the wall clock), but grading is no faster than with -j {cores}"
+    )
 
 
 def row_line(row: BatchRow) -> str:
@@ -136,8 +147,15 @@ def row_line(row: BatchRow) -> str:
     return f"{row.student}: {row.score}/{row.max_score} (+{row.pending} pending) {statuses}{flags} ({row.wall_s:.0f} s)"
 
 
-def grade_all(submissions: list[tuple[str, Path]], out: Path, setup: GradingSetup, *, jobs: int = 1,
-              runner: Runner = grade_submission, show_progress: bool = True) -> list[BatchRow]:
+def grade_all(
+    submissions: list[tuple[str, Path]],
+    out: Path,
+    setup: GradingSetup,
+    *,
+    jobs: int = 1,
+    runner: Runner = grade_submission,
+    show_progress: bool = True,
+) -> list[BatchRow]:
     """Grade every submission into ``out/<student>/``, ``jobs`` at a time; write ``out/batch.json``.
 
     With ``show_progress``, a bar on a terminal, else a line per finished student and a heartbeat
@@ -149,8 +167,9 @@ def grade_all(submissions: list[tuple[str, Path]], out: Path, setup: GradingSetu
     out.mkdir(parents=True, exist_ok=True)
     setup = share_cores(setup, jobs)
     rows: dict[str, BatchRow] = {}
-    progress = Progress(len(submissions), stream=None if show_progress else io.StringIO(),
-                        interactive=None if show_progress else False)
+    progress = Progress(
+        len(submissions), stream=None if show_progress else io.StringIO(), interactive=None if show_progress else False
+    )
 
     def graded(student: str, path: Path) -> tuple[SubmissionResult, float]:
         progress.started()
@@ -170,5 +189,3 @@ def grade_all(submissions: list[tuple[str, Path]], out: Path, setup: GradingSetu
     ordered = [rows[student] for student, _ in submissions]
     write_batch_index(out, ordered)
     return ordered
-
-

@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.evidence.layout import (
-    RAW_DIR, RUBRIC_FILE, SUBMISSION_FILE, SUBMITTED_DIR, SUMMARY_FILE, read_json, write_submission_meta,
+    RAW_DIR,
+    RUBRIC_FILE,
+    SUBMISSION_FILE,
+    SUBMITTED_DIR,
+    SUMMARY_FILE,
+    read_json,
+    write_submission_meta,
 )  # fmt: skip
 from grader.evidence.text import truncate_text
 from grader.execute.limits import GRADING_MARGIN_S, submission_budget_s, time_limit_args
@@ -98,11 +104,18 @@ class ContainerRun:
 
 # ---------------------------------------------------------------- the engine
 
+
 def _answers(engine: list[str]) -> bool:
     """True when the engine's service is usable (``docker info`` fails when no daemon runs)."""
     try:
-        done = subprocess.run([*engine, "info"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=60, check=False)
+        done = subprocess.run(
+            [*engine, "info"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -131,8 +144,10 @@ def find_engine(command: str | None = None) -> list[str]:
         if _answers([name]):
             return [name]
     if installed:
-        raise ContainerError(f"{' and '.join(installed)} installed, but `{installed[0]} info` fails: "
-                             "is the daemon running (or the user allowed to use it)?")
+        raise ContainerError(
+            f"{' and '.join(installed)} installed, but `{installed[0]} info` fails: "
+            "is the daemon running (or the user allowed to use it)?"
+        )
     raise ContainerError("no container engine: install docker or podman")
 
 
@@ -169,12 +184,25 @@ def isolation_args(limits: ContainerLimits, *, as_root: bool = False) -> list[st
     threads = str(max(1, int(limits.cpus)))
     privileges = [] if as_root else ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
     return [
-        "--network", "none", *privileges,
-        "--memory", limits.memory, "--memory-swap", limits.memory, "--cpus", f"{limits.cpus:g}",
-        "--pids-limit", str(limits.pids),
-        "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
-        "--ulimit", f"nproc={limits.processes}:{limits.processes}",
-        "--env", f"OMP_NUM_THREADS={threads}", "--env", f"TORCHINDUCTOR_COMPILE_THREADS={threads}",
+        "--network",
+        "none",
+        *privileges,
+        "--memory",
+        limits.memory,
+        "--memory-swap",
+        limits.memory,
+        "--cpus",
+        f"{limits.cpus:g}",
+        "--pids-limit",
+        str(limits.pids),
+        "--ulimit",
+        f"nofile={limits.open_files}:{limits.open_files}",
+        "--ulimit",
+        f"nproc={limits.processes}:{limits.processes}",
+        "--env",
+        f"OMP_NUM_THREADS={threads}",
+        "--env",
+        f"TORCHINDUCTOR_COMPILE_THREADS={threads}",
     ]
 
 
@@ -191,26 +219,55 @@ def nested_sandbox_args(engine: list[str]) -> list[str]:
 def grading_args(engine: list[str]) -> list[str]:
     """A grading container's filesystem: read-only, with a private ``/tmp`` and home (tmpfs), and what the
     grader inside needs to isolate each graded process again (:func:`nested_sandbox_args`)."""
-    return ["--read-only", "--tmpfs", "/tmp:rw,exec,mode=1777", "--tmpfs", f"{CONTAINER_HOME}:rw,exec,mode=1777",
-            *nested_sandbox_args(engine)]
+    return [
+        "--read-only",
+        "--tmpfs",
+        "/tmp:rw,exec,mode=1777",
+        "--tmpfs",
+        f"{CONTAINER_HOME}:rw,exec,mode=1777",
+        *nested_sandbox_args(engine),
+    ]
 
 
-def run_command(engine: list[str], image: str, *, name: str, submission: Path, out: Path,
-                limits: ContainerLimits, grader_args: list[str], gpus: bool) -> list[str]:
+def run_command(
+    engine: list[str],
+    image: str,
+    *,
+    name: str,
+    submission: Path,
+    out: Path,
+    limits: ContainerLimits,
+    grader_args: list[str],
+    gpus: bool,
+) -> list[str]:
     """The ``run`` command grading ``submission`` (a folder or a ``.zip``) into ``out`` in ``image``."""
     inside = CONTAINER_SUBMISSION + (".zip" if submission.is_file() else "")
     return [
-        *engine, "run", "--name", name, *isolation_args(limits), *grading_args(engine),
-        *(gpu_args(engine) if gpus else []), *user_args(engine),
-        "--mount", f"type=bind,source={submission.resolve()},target={inside},readonly",
-        "--mount", f"type=bind,source={out.resolve()},target={CONTAINER_OUT}",
-        image, "run", inside, "--out", CONTAINER_OUT, *grader_args,
+        *engine,
+        "run",
+        "--name",
+        name,
+        *isolation_args(limits),
+        *grading_args(engine),
+        *(gpu_args(engine) if gpus else []),
+        *user_args(engine),
+        "--mount",
+        f"type=bind,source={submission.resolve()},target={inside},readonly",
+        "--mount",
+        f"type=bind,source={out.resolve()},target={CONTAINER_OUT}",
+        image,
+        "run",
+        inside,
+        "--out",
+        CONTAINER_OUT,
+        *grader_args,
     ]
 
 
 def _quiet(engine: list[str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*engine, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [*engine, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def run_container(engine: list[str], command: list[str], *, name: str, log: Path, wall_clock_s: float) -> ContainerRun:
@@ -250,6 +307,7 @@ def run_container(engine: list[str], command: list[str], *, name: str, log: Path
 
 # ---------------------------------------------------------------- the batch runner
 
+
 def _container_name(student: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", student)[:40].strip(".-") or "student"
     return f"grader-{safe}-{uuid.uuid4().hex[:8]}"
@@ -273,15 +331,27 @@ class ContainerRunner:
         limits: the container's resources and wall-clock limit.
     """
 
-    def __init__(self, image: str, engine: list[str], limits: ContainerLimits = ContainerLimits(), *,
-                 unsafe_no_sandbox: bool = False) -> None:
+    def __init__(
+        self,
+        image: str,
+        engine: list[str],
+        limits: ContainerLimits = ContainerLimits(),
+        *,
+        unsafe_no_sandbox: bool = False,
+    ) -> None:
         self.image, self.engine, self.limits = image, engine, limits
         self.unsafe_no_sandbox = unsafe_no_sandbox
 
     def grader_args(self, setup) -> list[str]:
         """The ``run`` options that make the container grade like this batch (labs, GPU, time limits)."""
-        return ["--labs", ",".join(spec.id for spec in setup.labs), "--gpu", setup.options.gpu,
-                *time_limit_args(setup.options.limits), *(["--unsafe-no-sandbox"] if self.unsafe_no_sandbox else [])]
+        return [
+            "--labs",
+            ",".join(spec.id for spec in setup.labs),
+            "--gpu",
+            setup.options.gpu,
+            *time_limit_args(setup.options.limits),
+            *(["--unsafe-no-sandbox"] if self.unsafe_no_sandbox else []),
+        ]
 
     def wall_clock_s(self, setup) -> float:
         if self.limits.wall_clock_s is not None:
@@ -300,15 +370,26 @@ class ContainerRunner:
             out.chmod(0o777)  # the image's unprivileged user writes here
         name = _container_name(student)
         wall_clock = self.wall_clock_s(setup)
-        command = run_command(self.engine, self.image, name=name, submission=submission, out=out,
-                              limits=self.limits, grader_args=self.grader_args(setup), gpus=self.wants_gpu(setup))
+        command = run_command(
+            self.engine,
+            self.image,
+            name=name,
+            submission=submission,
+            out=out,
+            limits=self.limits,
+            grader_args=self.grader_args(setup),
+            gpus=self.wants_gpu(setup),
+        )
         run = run_container(self.engine, command, name=name, log=out / CONTAINER_LOG, wall_clock_s=wall_clock)
         # The maximum comes from this side's pristine rubric, never from a file the container wrote.
         setup.rubric.write(out / RUBRIC_FILE)
         if run.oom_killed:
             status, reason = "crashed", f"the container ran out of memory (limit {self.limits.memory}) and was killed"
         elif run.timed_out:
-            status, reason = KILLED_STATUS, f"the container ran over its wall-clock limit ({wall_clock:g} s) and was killed"
+            status, reason = (
+                KILLED_STATUS,
+                f"the container ran over its wall-clock limit ({wall_clock:g} s) and was killed",
+            )
         elif run.exit_code in (EXIT_OK, EXIT_GRADER_FAULT) and (out / SUMMARY_FILE).is_file():
             # graded (exit 1: some lab hit a grader error, which its summary records)
             result = rescore(out)
@@ -320,8 +401,13 @@ class ContainerRunner:
         # Labs that finished before the container died keep their points (their reports are complete);
         # the others score 0 with the reason. `grader score` re-scores this folder like any other.
         meta = read_json(out / SUBMISSION_FILE) or {}
-        meta.update(submission=student, gpu=setup.options.gpu, not_run_reason=reason, not_run_status=status,
-                    flags=[*meta.get("flags", []), reason])
+        meta.update(
+            submission=student,
+            gpu=setup.options.gpu,
+            not_run_reason=reason,
+            not_run_status=status,
+            flags=[*meta.get("flags", []), reason],
+        )
         write_submission_meta(out, meta)
         result = rescore(out)
         write_outputs(result, out)
@@ -329,5 +415,3 @@ class ContainerRunner:
 
 
 # ---------------------------------------------------------------- command-line options (batch)
-
-

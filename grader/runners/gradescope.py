@@ -64,16 +64,24 @@ def locate_course_copy(folder: Path, packages: list[str], depth: int = 3) -> Pat
         for candidate in frontier:
             if any((candidate / package).is_dir() for package in packages):
                 return candidate
-        frontier = [child for parent in frontier for child in sorted(parent.iterdir())
-                    if child.is_dir() and child.name not in NOT_A_COURSE and not child.is_symlink()]
+        frontier = [
+            child
+            for parent in frontier
+            for child in sorted(parent.iterdir())
+            if child.is_dir() and child.name not in NOT_A_COURSE and not child.is_symlink()
+        ]
     return folder
 
 
 def failure_results(reason: str) -> dict:
     """A Gradescope result for a submission the grader could not grade (0 points, the reason shown)."""
-    return {"score": 0, "output": f"The autograder could not grade this submission: {reason}\n"
-                                  "Please contact the course staff if this persists.",
-            "stdout_visibility": "visible", "tests": []}
+    return {
+        "score": 0,
+        "output": f"The autograder could not grade this submission: {reason}\n"
+        "Please contact the course staff if this persists.",
+        "stdout_visibility": "visible",
+        "tests": [],
+    }
 
 
 def lab_packages(course: Path) -> list[str]:
@@ -89,8 +97,19 @@ def autograde(root: Path, python: str = sys.executable) -> dict:
     course = course_root(root)
     config = read_config(root)
     submission = locate_course_copy(root / SUBMISSION_DIR, lab_packages(course))
-    command = [python, "-m", "grader", "run", str(submission), "--out", str(graded), "--course", str(course),
-               "--gpu", config.get("gpu", "off")]
+    command = [
+        python,
+        "-m",
+        "grader",
+        "run",
+        str(submission),
+        "--out",
+        str(graded),
+        "--course",
+        str(course),
+        "--gpu",
+        config.get("gpu", "off"),
+    ]
     if config.get("labs"):
         command += ["--labs", ",".join(config["labs"])]
     for option in ("test_timeout", "lab_timeout"):
@@ -100,16 +119,19 @@ def autograde(root: Path, python: str = sys.executable) -> dict:
         command.append("--unsafe-no-sandbox")
     print(f"grading {submission} with the course in {course}", flush=True)
     try:
-        done = subprocess.run(command, cwd=course, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run(
+            command, cwd=course, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
+        )
         print(done.stdout, flush=True)
         print(done.stderr, file=sys.stderr, flush=True)
         produced = graded / GRADESCOPE_FILE
         if produced.is_file():
             outcome = json.loads(produced.read_text(encoding="utf-8"))
         else:
-            outcome = failure_results(f"the grader exited with code {done.returncode} without a result: "
-                                      + truncate_text((done.stdout + done.stderr).strip(), 2000))
+            outcome = failure_results(
+                f"the grader exited with code {done.returncode} without a result: "
+                + truncate_text((done.stdout + done.stderr).strip(), 2000)
+            )
     except (OSError, ValueError) as error:
         outcome = failure_results(f"{type(error).__name__}: {error}")
     (results / GRADESCOPE_FILE).write_text(json.dumps(outcome, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -79,8 +79,14 @@ class GradingSetup:
     options: GradeOptions
 
     @classmethod
-    def for_course(cls, course: Course, options: GradeOptions, lab_ids: list[str] | None = None,
-                   cache_dir: Path | None = None, log=lambda line: print(line, file=sys.stderr)) -> GradingSetup:
+    def for_course(
+        cls,
+        course: Course,
+        options: GradeOptions,
+        lab_ids: list[str] | None = None,
+        cache_dir: Path | None = None,
+        log=lambda line: print(line, file=sys.stderr),
+    ) -> GradingSetup:
         """The setup for ``lab_ids`` of ``course`` (every ready lab when None): those labs and their
         pristine rubric, collected with ``options.python`` (or read from ``cache_dir``, None: no cache)."""
         labs = course.select(lab_ids)
@@ -92,8 +98,10 @@ def _meta(out: Path, **fields) -> None:
 
 
 #: What a student reads when their copy was graded without isolation.
-UNISOLATED_NOTE = ("graded without isolation: the tests ran with the grading user's files, network and "
-                   "environment (no bubblewrap here)")
+UNISOLATED_NOTE = (
+    "graded without isolation: the tests ran with the grading user's files, network and "
+    "environment (no bubblewrap here)"
+)
 
 
 def isolation_of(setup: GradingSetup) -> Isolation:
@@ -102,33 +110,58 @@ def isolation_of(setup: GradingSetup) -> Isolation:
 
     if setup.options.isolation is not None:
         return setup.options.isolation
-    return choose_isolation(setup.options.python, setup.course.root,
-                            instructor_course=setup.course.holds_instructor_material, unsafe=False)
+    return choose_isolation(
+        setup.options.python, setup.course.root, instructor_course=setup.course.holds_instructor_material, unsafe=False
+    )
 
 
-def _run_labs(setup: GradingSetup, folder: Path, out: Path, scratch: Path, name: str,
-              only_labs: Collection[str] | None) -> None:
+def _run_labs(
+    setup: GradingSetup, folder: Path, out: Path, scratch: Path, name: str, only_labs: Collection[str] | None
+) -> None:
     options = setup.options
     isolation = isolation_of(setup)
     sandbox = scratch / "course"
     overlay = build_sandbox(setup.course, setup.labs, folder, sandbox)
     notes = [*overlay.notes, *([UNISOLATED_NOTE] if isolation.name == "none" else [])]
-    reviewed = [flag for spec in setup.labs
-                for flag in review_files(sandbox, [rel for rel in overlay.taken if rel.split("/", 1)[0] == spec.package],
-                                         label=spec.id)]
-    _meta(out, submission=name, gpu=options.gpu, flags=[*overlay.flags, *reviewed], notes=notes, taken=overlay.taken,
-          isolation=isolation.name)
+    reviewed = [
+        flag
+        for spec in setup.labs
+        for flag in review_files(
+            sandbox, [rel for rel in overlay.taken if rel.split("/", 1)[0] == spec.package], label=spec.id
+        )
+    ]
+    _meta(
+        out,
+        submission=name,
+        gpu=options.gpu,
+        flags=[*overlay.flags, *reviewed],
+        notes=notes,
+        taken=overlay.taken,
+        isolation=isolation.name,
+    )
     # The graded editable files, for the class report's similarity check (a cluster task keeps its own labs').
     packages = {lab.package for lab in setup.rubric.labs if only_labs is None or lab.lab in only_labs}
     keep_submitted(sandbox, [rel for rel in overlay.taken if rel.split("/", 1)[0] in packages], out)
-    heldout_dirs = [sandbox / spec.package / HELDOUT_DIR for spec in setup.course.labs
-                    if (sandbox / spec.package / HELDOUT_DIR).is_dir()]
+    heldout_dirs = [
+        sandbox / spec.package / HELDOUT_DIR
+        for spec in setup.course.labs
+        if (sandbox / spec.package / HELDOUT_DIR).is_dir()
+    ]
     for lab in setup.rubric.labs:
         if lab.error is None and (only_labs is None or lab.lab in only_labs):
             for part in lab_parts(lab, sandbox, heldout_dirs):
-                run_lab(sandbox, part, part_raw_dir(out / RAW_DIR / lab.lab, part), gpu=options.gpu,
-                        limits=options.limits, state=scratch / "state", isolation=isolation, python=options.python,
-                        threads=options.threads, cold_caches=options.cold_caches)
+                run_lab(
+                    sandbox,
+                    part,
+                    part_raw_dir(out / RAW_DIR / lab.lab, part),
+                    gpu=options.gpu,
+                    limits=options.limits,
+                    state=scratch / "state",
+                    isolation=isolation,
+                    python=options.python,
+                    threads=options.threads,
+                    cold_caches=options.cold_caches,
+                )
     if options.keep_sandbox:
         shutil.copytree(sandbox, out / "sandbox", symlinks=True, dirs_exist_ok=True)  # a link is copied, never followed
 
@@ -153,9 +186,11 @@ def own_grader_problem(submission: Path) -> str | None:
     if len(inside) != 1:
         return None
     (name,) = inside
-    return (f"`{name}` was imported from inside the submission ({homes[name]}), the rest of the grader from "
-            "elsewhere: a submission must never be graded by or against its own files. Run the course's grader "
-            "from outside the submission (cd elsewhere, or `.nox/course-env/bin/python -m grader` from the course)")
+    return (
+        f"`{name}` was imported from inside the submission ({homes[name]}), the rest of the grader from "
+        "elsewhere: a submission must never be graded by or against its own files. Run the course's grader "
+        "from outside the submission (cd elsewhere, or `.nox/course-env/bin/python -m grader` from the course)"
+    )
 
 
 def submission_id(submission: Path) -> str:
@@ -167,8 +202,14 @@ def submission_id(submission: Path) -> str:
     return name
 
 
-def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str | None = None, *,
-                     only_labs: Collection[str] | None = None) -> SubmissionResult:
+def grade_submission(
+    submission: Path,
+    out: Path,
+    setup: GradingSetup,
+    name: str | None = None,
+    *,
+    only_labs: Collection[str] | None = None,
+) -> SubmissionResult:
     """Grade ``submission`` (a folder or ``.zip``) into ``out``; never raises (see the module docstring).
 
     ``only_labs`` (lab ids) runs just those labs and keeps the other labs' runs already in ``out``: a
@@ -185,13 +226,26 @@ def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str
             _run_labs(setup, folder, out, Path(scratch), name, only_labs)
         result = rescore(out)
     except SubmissionError as error:
-        _meta(out, submission=name, gpu=setup.options.gpu, flags=[str(error)], not_run_reason=str(error),
-              not_run_status=BAD_SUBMISSION)
+        _meta(
+            out,
+            submission=name,
+            gpu=setup.options.gpu,
+            flags=[str(error)],
+            not_run_reason=str(error),
+            not_run_status=BAD_SUBMISSION,
+        )
         result = rescore(out)
     except Exception as error:  # noqa: BLE001 - the grader's own bug must still leave a row
         result = grader_error_result(setup.rubric, error, submission=name, gpu=setup.options.gpu)
-        _meta(out, submission=name, gpu=setup.options.gpu, flags=list(result.flags), notes=list(result.notes),
-              not_run_reason=result.flags[0], not_run_status=GRADER_ERROR)
+        _meta(
+            out,
+            submission=name,
+            gpu=setup.options.gpu,
+            flags=list(result.flags),
+            notes=list(result.notes),
+            not_run_reason=result.flags[0],
+            not_run_status=GRADER_ERROR,
+        )
         _clear_runs(out, only_labs)
         if only_labs is not None:
             try:  # the other labs' runs (graded by another task) keep their scores
@@ -204,11 +258,11 @@ def grade_submission(submission: Path, out: Path, setup: GradingSetup, name: str
 
 def _clear_runs(out: Path, only_labs: Collection[str] | None) -> None:
     """Remove the raw runs this grading replaces (all of them, or those of ``only_labs``)."""
-    stale_paths = [out / RAW_DIR, out / SUBMITTED_DIR] if only_labs is None else [out / RAW_DIR / lab for lab in only_labs]
+    stale_paths = (
+        [out / RAW_DIR, out / SUBMITTED_DIR] if only_labs is None else [out / RAW_DIR / lab for lab in only_labs]
+    )
     for stale in stale_paths:
         shutil.rmtree(stale, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- options shared by the grading verbs
-
-

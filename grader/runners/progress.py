@@ -46,8 +46,14 @@ class Progress:
         clock: seconds, monotonic (tests pass their own).
     """
 
-    def __init__(self, total: int, *, stream: TextIO | None = None, interactive: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        stream: TextIO | None = None,
+        interactive: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.total, self.stream, self.clock = total, stream or sys.stderr, clock
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.done = self.running = 0
@@ -61,8 +67,14 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 
-            self._bar = Bar(TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.description}"), console=Console(file=self.stream))
+            self._bar = Bar(
+                TextColumn("grading"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                console=Console(file=self.stream),
+            )
             self._bar.__enter__()
             self._task = self._bar.add_task("", total=self.total)
         else:

@@ -154,22 +154,30 @@ class Plan:
 
     def grading_setup(self, graded: Path) -> GradingSetup:
         course = load_course(Path(self.course))
-        isolation = choose_isolation(self.python, course.root, instructor_course=course.holds_instructor_material,
-                                     unsafe=self.unsafe_no_sandbox)  # the node's own bubblewrap
-        options = GradeOptions(gpu=self.gpu, limits=RunLimits(**self.limits), python=self.python,
-                               threads=self.resources.cpus_per_task,  # the task's CPUs, not the node's
-                               isolation=isolation)
+        isolation = choose_isolation(
+            self.python, course.root, instructor_course=course.holds_instructor_material, unsafe=self.unsafe_no_sandbox
+        )  # the node's own bubblewrap
+        options = GradeOptions(
+            gpu=self.gpu,
+            limits=RunLimits(**self.limits),
+            python=self.python,
+            threads=self.resources.cpus_per_task,  # the task's CPUs, not the node's
+            isolation=isolation,
+        )
         return GradingSetup(course, course.select(self.labs), self.rubric(graded), options)
 
 
 # ---------------------------------------------------------------- planning (pure)
 
+
 def lab_groups(rubric: Rubric, gpu: str, gpus_per_task: int) -> dict[str, list[str]]:
     """Which labs each array grades: labs with a GPU test in ``gpu`` (unless no GPU is asked for), the rest in ``cpu``."""
     gradable = [lab for lab in rubric.labs if lab.error is None]
     wants_gpu = gpus_per_task > 0 and gpu != "off"
-    groups = {CPU: [lab.lab for lab in gradable if not (wants_gpu and lab.gpu_points)],
-              GPU: [lab.lab for lab in gradable if wants_gpu and lab.gpu_points]}
+    groups = {
+        CPU: [lab.lab for lab in gradable if not (wants_gpu and lab.gpu_points)],
+        GPU: [lab.lab for lab in gradable if wants_gpu and lab.gpu_points],
+    }
     return {group: labs for group, labs in groups.items() if labs}
 
 
@@ -206,8 +214,11 @@ def slurm_parameters(plan: Plan, rubric: Rubric, group: str, count: int) -> dict
     """submitit's ``SlurmExecutor`` parameters for an array of ``count`` tasks of ``group``."""
     resources = plan.resources
     parameters: dict[str, Any] = {
-        "job_name": f"grade-{group}", "time": task_minutes(plan, rubric, group), "mem": resources.mem,
-        "cpus_per_task": resources.cpus_per_task, "array_parallelism": min(count, resources.max_parallel or count),
+        "job_name": f"grade-{group}",
+        "time": task_minutes(plan, rubric, group),
+        "mem": resources.mem,
+        "cpus_per_task": resources.cpus_per_task,
+        "array_parallelism": min(count, resources.max_parallel or count),
         "stderr_to_stdout": True,
         # The task runs in the batch step itself, not in an srun step: a process killed there for memory
         # makes the job OUT_OF_MEMORY (an srun step's OOM only makes it FAILED), and Slurm's --signal
@@ -223,6 +234,7 @@ def slurm_parameters(plan: Plan, rubric: Rubric, group: str, count: int) -> dict
 
 
 # ---------------------------------------------------------------- what runs on a node
+
 
 def task_record_path(graded: Path, key: str) -> Path:
     return graded / PLAN_DIR / "tasks" / f"{key}.json"
@@ -257,15 +269,28 @@ def grade_task(graded: str, key: str) -> str:
     started = time.time()
     _write_record(folder, key, job=job, host=socket.gethostname(), gpus=gpus, started=started)
     out = folder / task.student
-    grade_submission(Path(plan.students[task.student]), out, plan.grading_setup(folder), name=task.student,
-                     only_labs=plan.groups[task.group])
+    grade_submission(
+        Path(plan.students[task.student]),
+        out,
+        plan.grading_setup(folder),
+        name=task.student,
+        only_labs=plan.groups[task.group],
+    )
     result = rescore_locked(out)
     # The grader's own failure on this node (its labs' status grader-error) makes the task failed, so
     # that `status` shows it and `resubmit --failed` grades the student again.
     faults = [lab for lab in result.grader_faults if lab.lab in plan.groups[task.group]]
-    _write_record(folder, key, job=job, host=socket.gethostname(), gpus=gpus, started=started,
-                  finished=time.time(), score=result.total["score"],
-                  grader_error="; ".join(f"{lab.lab}: {lab.reason}" for lab in faults))
+    _write_record(
+        folder,
+        key,
+        job=job,
+        host=socket.gethostname(),
+        gpus=gpus,
+        started=started,
+        finished=time.time(),
+        score=result.total["score"],
+        grader_error="; ".join(f"{lab.lab}: {lab.reason}" for lab in faults),
+    )
     return f"{task.student} ({task.group}): {result.total['score']}/{result.total['max_score']}"
 
 
@@ -294,6 +319,7 @@ def finalize(graded: str) -> int:
 
 # ---------------------------------------------------------------- submitting
 
+
 def _executor(graded: Path, plan: Plan):
     import submitit
 
@@ -311,7 +337,7 @@ def submit_tasks(graded: Path, plan: Plan, keys: list[str]) -> list[str]:
     for group in (CPU, GPU):
         wanted = [key for key in keys if plan.tasks[key].group == group]
         for start in range(0, len(wanted), MAX_ARRAY):
-            chunk = wanted[start:start + MAX_ARRAY]
+            chunk = wanted[start : start + MAX_ARRAY]
             executor = _executor(graded, plan)
             executor.update_parameters(**slurm_parameters(plan, rubric, group, len(chunk)))
             for key in chunk:  # a stale record from an earlier attempt must not read as this one's
@@ -324,9 +350,14 @@ def submit_tasks(graded: Path, plan: Plan, keys: list[str]) -> list[str]:
             plan.save(graded)
     if arrays:
         executor = _executor(graded, plan)
-        executor.update_parameters(job_name="grade-rows", time=10, mem="1G", cpus_per_task=1,
-                                   **({"partition": plan.resources.partition} if plan.resources.partition else {}),
-                                   additional_parameters={"dependency": "afterany:" + ":".join(arrays)})
+        executor.update_parameters(
+            job_name="grade-rows",
+            time=10,
+            mem="1G",
+            cpus_per_task=1,
+            **({"partition": plan.resources.partition} if plan.resources.partition else {}),
+            additional_parameters={"dependency": "afterany:" + ":".join(arrays)},
+        )
         executor.submit(finalize, str(graded))
     return arrays
 
@@ -337,13 +368,18 @@ def write_waiting_row(graded: Path, plan: Plan, rubric: Rubric, student: str) ->
     out = graded / student
     out.mkdir(parents=True, exist_ok=True)
     rubric.write(out / RUBRIC_FILE)
-    meta = {"submission": student, "gpu": plan.gpu, "not_run_status": "not-run",
-            "not_run_reason": f"{WAITING_REASON} (`python -m grader slurm status {graded}`)"}
+    meta = {
+        "submission": student,
+        "gpu": plan.gpu,
+        "not_run_status": "not-run",
+        "not_run_reason": f"{WAITING_REASON} (`python -m grader slurm status {graded}`)",
+    }
     write_submission_meta(out, meta)
     write_outputs(rescore(out), out)
 
 
 # ---------------------------------------------------------------- status and failures
+
 
 @dataclass(frozen=True)
 class TaskStatus:
@@ -393,12 +429,17 @@ def failure_reason(status: TaskStatus, plan: Plan, rubric: Rubric) -> tuple[str,
     log = f"{PLAN_DIR}/logs/{status.job}/"
     grader_error = (status.record or {}).get("grader_error")
     if grader_error and status.slurm != "OUT_OF_MEMORY":
-        return GRADER_ERROR, (f"the grader failed on the node (task {status.job}), not the submission: "
-                              f"{grader_error}; see {log}; {RESUBMIT_HINT}")
-    lab_status, what = SLURM_ENDINGS.get(status.slurm, (GRADER_ERROR, "the task ended without finishing (not the "
-                                                                      "submission's fault)"))
-    return lab_status, (f"Slurm {status.slurm or 'ended the task'} (task {status.job}): "
-                        f"{what.format(**resources)} before this lab finished; see {log}; {RESUBMIT_HINT}")
+        return GRADER_ERROR, (
+            f"the grader failed on the node (task {status.job}), not the submission: "
+            f"{grader_error}; see {log}; {RESUBMIT_HINT}"
+        )
+    lab_status, what = SLURM_ENDINGS.get(
+        status.slurm, (GRADER_ERROR, "the task ended without finishing (not the submission's fault)")
+    )
+    return lab_status, (
+        f"Slurm {status.slurm or 'ended the task'} (task {status.job}): "
+        f"{what.format(**resources)} before this lab finished; see {log}; {RESUBMIT_HINT}"
+    )
 
 
 def killed_by_the_kernel(run: dict[str, Any]) -> bool:
@@ -444,9 +485,15 @@ def record_failures(graded: Path, plan: Plan, statuses: list[TaskStatus] | None 
                 if run is None:
                     not_run[lab] = {"status": lab_status, "reason": reason}
                 elif status.slurm == "OUT_OF_MEMORY" and killed_by_the_kernel(run):
-                    notes[lab] = (f"Slurm OUT_OF_MEMORY (task {status.job}): the test process used more than the "
-                                  f"task's memory (--mem {plan.resources.mem}) and was killed")
-            what = "the grader failed" if (status.record or {}).get("grader_error") else f"Slurm {status.slurm or 'lost the task'}"
+                    notes[lab] = (
+                        f"Slurm OUT_OF_MEMORY (task {status.job}): the test process used more than the "
+                        f"task's memory (--mem {plan.resources.mem}) and was killed"
+                    )
+            what = (
+                "the grader failed"
+                if (status.record or {}).get("grader_error")
+                else f"Slurm {status.slurm or 'lost the task'}"
+            )
             flags.append(f"{what}: task {status.job} ({status.group} labs)")
         meta["flags"] = list(dict.fromkeys(flags))
         write_submission_meta(out, meta)
@@ -463,7 +510,10 @@ def write_index(graded: Path, plan: Plan, statuses: list[TaskStatus]) -> None:
             result = rescore(graded / student)
         except (FileNotFoundError, ValueError):
             continue
-        wall = sum((s.record or {}).get("finished", 0) - (s.record or {}).get("started", 0)
-                   for s in statuses if s.student == student and s.state == "done")
+        wall = sum(
+            (s.record or {}).get("finished", 0) - (s.record or {}).get("started", 0)
+            for s in statuses
+            if s.student == student and s.state == "done"
+        )
         rows.append(batch_row(student, result, wall))
     write_batch_index(graded, rows)

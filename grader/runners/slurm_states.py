@@ -21,16 +21,29 @@ from collections.abc import Iterable
 from pathlib import Path
 
 #: States of a task that has not ended yet, and how the grader shows them.
-WAITING_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending",
-                  "REQUEUE_FED": "pending", "RESIZING": "pending", "SUSPENDED": "pending", "STOPPED": "pending",
-                  "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running", "STAGE_OUT": "running"}
+WAITING_STATES = {
+    "PENDING": "pending",
+    "CONFIGURING": "pending",
+    "REQUEUED": "pending",
+    "REQUEUE_HOLD": "pending",
+    "REQUEUE_FED": "pending",
+    "RESIZING": "pending",
+    "SUSPENDED": "pending",
+    "STOPPED": "pending",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "SIGNALING": "running",
+    "STAGE_OUT": "running",
+}
 COMPLETED = "COMPLETED"
 
 
 def _run(command: list[str]) -> str | None:
     """The command's output, or None when it is missing or fails (no accounting, no such job...)."""
     try:
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -86,8 +99,11 @@ def parse_job_records(output: str, jobs: Iterable[str]) -> dict[str, str]:
 def job_completion_log() -> Path | None:
     """The job-completion log's path, when the cluster writes one (``JobCompType=jobcomp/filetxt``)."""
     config = _run(["scontrol", "show", "config"]) or ""
-    fields = {key.strip(): value.strip() for key, _, value in
-              (line.partition("=") for line in config.splitlines()) if key.strip()}
+    fields = {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition("=") for line in config.splitlines())
+        if key.strip()
+    }
     if fields.get("JobCompType") != "jobcomp/filetxt" or not fields.get("JobCompLoc"):
         return None
     path = Path(fields["JobCompLoc"])

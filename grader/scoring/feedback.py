@@ -33,8 +33,17 @@ from grader.scoring.student_text import course_relative, student_message
 from labkit import step_summary
 
 FENCE = "`" * 3  # a Markdown code fence
-OUTCOME_ICONS = {PASSED: "✅", PENDING: "⏳", "failed": "❌", "error": "❌", "timeout": "⏱", "crashed": "💥",
-                 "not-run": "·", "skipped": "·", "void": "⛔"}
+OUTCOME_ICONS = {
+    PASSED: "✅",
+    PENDING: "⏳",
+    "failed": "❌",
+    "error": "❌",
+    "timeout": "⏱",
+    "crashed": "💥",
+    "not-run": "·",
+    "skipped": "·",
+    "void": "⛔",
+}
 
 
 def _points(score: int, max_score: int, pending: int) -> str:
@@ -45,8 +54,10 @@ def _split(visible: Points, heldout: Points) -> str:
     """``visible 9/9 · held-out 2/6`` (empty when there are no held-out tests)."""
     if not heldout.max_score:
         return ""
-    return (f"visible {_points(visible.score, visible.max_score, visible.pending)} · "
-            f"held-out {_points(heldout.score, heldout.max_score, heldout.pending)}")
+    return (
+        f"visible {_points(visible.score, visible.max_score, visible.pending)} · "
+        f"held-out {_points(heldout.score, heldout.max_score, heldout.pending)}"
+    )
 
 
 def _extension(points: Points) -> str:
@@ -63,10 +74,14 @@ def summary_line(result: SubmissionResult) -> str:
     """
     total = result.total
     split = _split(Points(**total["visible"]), Points(**total["heldout"]))
-    labs = " · ".join(f"{lab.lab} {lab.score}/{lab.max_score} {lab.status}{_extension(lab.extension)}"
-                      for lab in result.labs)
-    return (f"{result.submission}: {_points(total['score'], total['max_score'], total['pending'])}"
-            + (f" [{split}]" if split else "") + f" · {labs}")
+    labs = " · ".join(
+        f"{lab.lab} {lab.score}/{lab.max_score} {lab.status}{_extension(lab.extension)}" for lab in result.labs
+    )
+    return (
+        f"{result.submission}: {_points(total['score'], total['max_score'], total['pending'])}"
+        + (f" [{split}]" if split else "")
+        + f" · {labs}"
+    )
 
 
 def heldout_areas(lab: LabResult) -> list[tuple[str, Points, str]]:
@@ -103,10 +118,20 @@ def _function(test: TestResult) -> str:
 def step_scores(lab: LabResult) -> list[step_summary.StepScore]:
     """The lab's visible tests grouped by handout step, as ``nox -s labNN`` groups them (held-out ones left out)."""
     outcomes = {PASSED: step_summary.PASSED, PENDING: step_summary.PENDING, "skipped": step_summary.SKIPPED}
-    return step_summary.score_handout_steps(lab.steps, [
-        step_summary.TestOutcome(test.nodeid, _function(test), test.max_points,
-                                 outcomes.get(test.outcome, step_summary.FAILED), test.message)
-        for test in lab.tests if not test.heldout])
+    return step_summary.score_handout_steps(
+        lab.steps,
+        [
+            step_summary.TestOutcome(
+                test.nodeid,
+                _function(test),
+                test.max_points,
+                outcomes.get(test.outcome, step_summary.FAILED),
+                test.message,
+            )
+            for test in lab.tests
+            if not test.heldout
+        ],
+    )
 
 
 def next_step(lab: LabResult) -> list[str]:
@@ -115,7 +140,9 @@ def next_step(lab: LabResult) -> list[str]:
 
 
 def _step_numbers(lab: LabResult) -> dict[str, str]:
-    return {_function(test): str(step.number) for step in lab.steps for test in lab.tests if _function(test) in step.tests}
+    return {
+        _function(test): str(step.number) for step in lab.steps for test in lab.tests if _function(test) in step.tests
+    }
 
 
 def _test_table(lab: LabResult, tests: list[TestResult]) -> list[str]:
@@ -124,20 +151,31 @@ def _test_table(lab: LabResult, tests: list[TestResult]) -> list[str]:
     rows = ["| | step | test | points | outcome | why |", "|---|---|---|---|---|---|"]
     for test in tests:
         name = test.nodeid.split("::", 1)[-1]
-        rows.append(f"| {OUTCOME_ICONS.get(test.outcome, '')} | {steps.get(_function(test), '-')} | `{name}` "
-                    f"| {test.points}/{test.max_points} | {test.outcome} "
-                    f"| {_md_cell(student_message(test.message, packages))} |")
+        rows.append(
+            f"| {OUTCOME_ICONS.get(test.outcome, '')} | {steps.get(_function(test), '-')} | `{name}` "
+            f"| {test.points}/{test.max_points} | {test.outcome} "
+            f"| {_md_cell(student_message(test.message, packages))} |"
+        )
     return [*rows, ""]
 
 
 def lab_markdown(lab: LabResult) -> list[str]:
     """One lab's section: score, reason, the test table, the talking-point checklist."""
     split = _split(lab.visible, lab.heldout)
-    extension = (f" · optional extension step: {_points(lab.extension.score, lab.extension.max_score, lab.extension.pending)}"
-                 " (apart from the score)" if lab.extension.max_score else "")
-    lines = [f"## {lab.lab}: {lab.title}", "",
-             f"**{_points(lab.score, lab.max_score, lab.pending)}**" + (f" ({split})" if split else "")
-             + f" · status: `{lab.status}`{extension}", ""]
+    extension = (
+        f" · optional extension step: {_points(lab.extension.score, lab.extension.max_score, lab.extension.pending)}"
+        " (apart from the score)"
+        if lab.extension.max_score
+        else ""
+    )
+    lines = [
+        f"## {lab.lab}: {lab.title}",
+        "",
+        f"**{_points(lab.score, lab.max_score, lab.pending)}**"
+        + (f" ({split})" if split else "")
+        + f" · status: `{lab.status}`{extension}",
+        "",
+    ]
     if lab.reason:
         first, _, rest = course_relative(lab.reason, [lab.package]).strip().partition("\n")
         lines += [f"> {_md_cell(first)}", ""]
@@ -146,27 +184,40 @@ def lab_markdown(lab: LabResult) -> list[str]:
             lines += [FENCE, kept, FENCE, ""]
     upcoming = next_step(lab)
     if upcoming:
-        lines += ["**Next:** " + upcoming[0].removeprefix("Start here: "),
-                  *(f"{line.strip()}" for line in upcoming[1:]), ""]
+        lines += [
+            "**Next:** " + upcoming[0].removeprefix("Start here: "),
+            *(f"{line.strip()}" for line in upcoming[1:]),
+            "",
+        ]
     scored = [test for test in lab.tests if not test.heldout and not test.extension]
     if scored:
         lines += _test_table(lab, scored)
     areas = heldout_areas(lab)
     if areas:
-        lines += ["**Held-out tests** (cases you have not seen, graded like yours; listed by area):", "",
-                  "| | area | points | result |", "|---|---|---|---|"]
+        lines += [
+            "**Held-out tests** (cases you have not seen, graded like yours; listed by area):",
+            "",
+            "| | area | points | result |",
+            "|---|---|---|---|",
+        ]
         icons = {"passed": OUTCOME_ICONS[PASSED], "pending": OUTCOME_ICONS[PENDING], "lost points": "❌"}
         for area, points, verdict in areas:
-            lines.append(f"| {icons[verdict]} | {_md_cell(area)} | {_points(points.score, points.max_score, points.pending)} "
-                         f"| {verdict} |")
+            lines.append(
+                f"| {icons[verdict]} | {_md_cell(area)} | {_points(points.score, points.max_score, points.pending)} "
+                f"| {verdict} |"
+            )
         lines.append("")
     extension = [test for test in lab.tests if test.extension and not test.heldout]
     if extension:
         points = lab.extension
-        lines += [f"### Optional extension step: {_points(points.score, points.max_score, points.pending)}, "
-                  "apart from the score", "",
-                  "These tests grade an optional step: their points are not in the lab's score or maximum, "
-                  "so skipping it costs nothing.", ""]
+        lines += [
+            f"### Optional extension step: {_points(points.score, points.max_score, points.pending)}, "
+            "apart from the score",
+            "",
+            "These tests grade an optional step: their points are not in the lab's score or maximum, "
+            "so skipping it costs nothing.",
+            "",
+        ]
         lines += _test_table(lab, extension)
     if lab.talking_points:
         lines += ["**Talking points** (ready when their tests pass):", ""]
@@ -182,9 +233,14 @@ def to_markdown(result: SubmissionResult) -> str:
     """The student's feedback page."""
     total = result.total
     split = _split(Points(**total["visible"]), Points(**total["heldout"]))
-    lines = [f"# Grade report: {result.submission}", "",
-             f"**Total: {_points(total['score'], total['max_score'], total['pending'])}**"
-             + (f" ({split})" if split else "") + f" (GPU mode: {result.gpu})", ""]
+    lines = [
+        f"# Grade report: {result.submission}",
+        "",
+        f"**Total: {_points(total['score'], total['max_score'], total['pending'])}**"
+        + (f" ({split})" if split else "")
+        + f" (GPU mode: {result.gpu})",
+        "",
+    ]
     if result.flags:
         lines += ["**Flags** (changes the grader ignored or runs it voided):", ""]
         lines += [f"- ⚠ {_md_cell(flag)}" for flag in result.flags] + [""]
@@ -200,9 +256,16 @@ def to_gradescope(result: SubmissionResult) -> dict[str, Any]:
     tests = []
     for lab in result.labs:
         if not lab.tests:
-            tests.append({"name": f"{lab.lab}: {lab.title}", "score": 0, "max_score": lab.max_score,
-                          "status": "failed", "output": course_relative(lab.reason, [lab.package]) or lab.status,
-                          "visibility": "visible"})
+            tests.append(
+                {
+                    "name": f"{lab.lab}: {lab.title}",
+                    "score": 0,
+                    "max_score": lab.max_score,
+                    "status": "failed",
+                    "output": course_relative(lab.reason, [lab.package]) or lab.status,
+                    "visibility": "visible",
+                }
+            )
         steps = _step_numbers(lab)
         for test in lab.tests:
             output = course_relative(test.message, [lab.package])
@@ -216,20 +279,39 @@ def to_gradescope(result: SubmissionResult) -> dict[str, Any]:
             step = "" if test.heldout or _function(test) not in steps else f"step {steps[_function(test)]} · "
             kind = f"held-out · {test.area} · " if test.heldout else "extension (optional) · " if test.extension else ""
             kind += step
-            tests.append({"name": f"{lab.lab} · {kind}{name}",
-                          "score": test.points, "max_score": test.max_points,
-                          "status": "passed" if test.outcome == PASSED else "failed",
-                          "output": output, "visibility": test.visibility})
+            tests.append(
+                {
+                    "name": f"{lab.lab} · {kind}{name}",
+                    "score": test.points,
+                    "max_score": test.max_points,
+                    "status": "passed" if test.outcome == PASSED else "failed",
+                    "output": output,
+                    "visibility": test.visibility,
+                }
+            )
     total = result.total
     flags = "".join(f"\nFLAG: {flag}" for flag in result.flags)
-    lost = "".join(f"\n{lab.lab}: held-out areas that lost points: {'; '.join(areas)}"
-                   for lab in result.labs if (areas := areas_that_lost_points(lab)))
-    upcoming = "".join(f"\n{lab.lab}: " + " ".join(line.strip() for line in lines)
-                       for lab in result.labs if (lines := next_step(lab)))
-    return {"score": total["score"], "output": summary_line(result) + upcoming + lost + flags,
-            "stdout_visibility": "visible", "tests": tests,
-            "extra_data": {"pending": total["pending"], "max_score": total["max_score"],
-                           "visible": total["visible"], "heldout": total["heldout"], "extension": total["extension"]}}
+    lost = "".join(
+        f"\n{lab.lab}: held-out areas that lost points: {'; '.join(areas)}"
+        for lab in result.labs
+        if (areas := areas_that_lost_points(lab))
+    )
+    upcoming = "".join(
+        f"\n{lab.lab}: " + " ".join(line.strip() for line in lines) for lab in result.labs if (lines := next_step(lab))
+    )
+    return {
+        "score": total["score"],
+        "output": summary_line(result) + upcoming + lost + flags,
+        "stdout_visibility": "visible",
+        "tests": tests,
+        "extra_data": {
+            "pending": total["pending"],
+            "max_score": total["max_score"],
+            "visible": total["visible"],
+            "heldout": total["heldout"],
+            "extension": total["extension"],
+        },
+    }
 
 
 def render(result: SubmissionResult, fmt: str) -> str:

@@ -87,8 +87,11 @@ class Points:
 
     @classmethod
     def of(cls, tests: "tuple[TestResult, ...] | list[TestResult]") -> "Points":
-        return cls(sum(t.points for t in tests), sum(t.max_points for t in tests),
-                   sum(t.max_points for t in tests if t.outcome == PENDING))
+        return cls(
+            sum(t.points for t in tests),
+            sum(t.max_points for t in tests),
+            sum(t.max_points for t in tests if t.outcome == PENDING),
+        )
 
     @classmethod
     def total(cls, parts: "list[Points]") -> "Points":
@@ -187,17 +190,29 @@ class SubmissionResult:
         # asdict's recursive deep copy was the largest cost.
         labs = {}
         for lab in self.labs:
-            entry = {key: value for key, value in vars(lab).items()
-                     if key not in ("lab", "tests", "talking_points", "steps")}
-            entry["steps"] = [{**vars(step), "files": list(step.files), "tests": list(step.tests)} for step in lab.steps]
+            entry = {
+                key: value for key, value in vars(lab).items() if key not in ("lab", "tests", "talking_points", "steps")
+            }
+            entry["steps"] = [
+                {**vars(step), "files": list(step.files), "tests": list(step.tests)} for step in lab.steps
+            ]
             entry["visible"], entry["heldout"] = lab.visible.to_dict(), lab.heldout.to_dict()
             entry["extension"] = lab.extension.to_dict()
             entry["tests"] = [dict(vars(test)) for test in lab.tests]
-            entry["talking_points"] = [{**vars(point), "evidence": list(point.evidence), "tests": dict(point.tests)}
-                                       for point in lab.talking_points]
+            entry["talking_points"] = [
+                {**vars(point), "evidence": list(point.evidence), "tests": dict(point.tests)}
+                for point in lab.talking_points
+            ]
             labs[lab.lab] = entry
-        return {"schema": SCHEMA, "submission": self.submission, "gpu": self.gpu, "labs": labs,
-                "total": self.total, "flags": list(self.flags), "notes": list(self.notes)}
+        return {
+            "schema": SCHEMA,
+            "submission": self.submission,
+            "gpu": self.gpu,
+            "labs": labs,
+            "total": self.total,
+            "flags": list(self.flags),
+            "notes": list(self.notes),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SubmissionResult":
@@ -210,9 +225,13 @@ class SubmissionResult:
                 TalkingPointResult(p["id"], p["kind"], p["text"], tuple(p["evidence"]), p["status"], dict(p["tests"]))
                 for p in entry.get("talking_points", ())
             )
-            steps = tuple(Step(s["number"], s["title"], tuple(s["files"]), tuple(s["tests"]))
-                          for s in entry.get("steps", ()))
-            fields = {k: v for k, v in entry.items() if k not in ("tests", "talking_points", "steps", *DERIVED_LAB_KEYS)}
+            steps = tuple(
+                Step(s["number"], s["title"], tuple(s["files"]), tuple(s["tests"])) for s in entry.get("steps", ())
+            )
+            fields = {
+                k: v for k, v in entry.items() if k not in ("tests", "talking_points", "steps", *DERIVED_LAB_KEYS)
+            }
             labs.append(LabResult(lab=lab_id, tests=tests, talking_points=points, steps=steps, **fields))
-        return cls(data["submission"], data["gpu"], tuple(labs), tuple(data.get("flags", ())),
-                   tuple(data.get("notes", ())))
+        return cls(
+            data["submission"], data["gpu"], tuple(labs), tuple(data.get("flags", ())), tuple(data.get("notes", ()))
+        )

@@ -44,7 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from grader.course.rubric import LabRubric, Rubric, RubricTest
-from grader.evidence.events import INTROSPECTION_EVENT, KILLED_EVENT, OVER_LIMIT_EVENT, REJECTED_EVENT, STOPPED_EVENT, is_canary, stop_reason
+from grader.evidence.events import (
+    INTROSPECTION_EVENT,
+    KILLED_EVENT,
+    OVER_LIMIT_EVENT,
+    REJECTED_EVENT,
+    STOPPED_EVENT,
+    is_canary,
+    stop_reason,
+)
 from grader.evidence.layout import RUBRIC_FILE, SUBMISSION_FILE, read_json
 from grader.evidence.runs import LabRun, LabRuns, load_lab_runs
 from grader.evidence.text import truncate_text
@@ -65,9 +73,11 @@ from grader.scoring.results import (
 #: Longest failure message kept per test in a result.
 MESSAGE_CHARS = 600
 #: What an instructor does about a grader-error (said wherever one is reported).
-GRADER_ERROR_ADVICE = ("this is the grader's failure, not the submission's: run the grader with the course "
-                       "environment's interpreter (.nox/course-env/bin/python -m grader, or a nox session), "
-                       "check that --out is writable, then grade this submission again")
+GRADER_ERROR_ADVICE = (
+    "this is the grader's failure, not the submission's: run the grader with the course "
+    "environment's interpreter (.nox/course-env/bin/python -m grader, or a nox session), "
+    "check that --out is writable, then grade this submission again"
+)
 
 
 @dataclass
@@ -144,8 +154,11 @@ def canary_passed(run: LabRun, seen: dict[str, Observed]) -> bool:
     for nodeid, entry in seen.items():
         if is_canary(nodeid) and entry.phases.get("call", ("", ""))[0] == "passed":
             return True
-    return any(is_canary(str(nodeid)) and outcome == "passed"
-               for report in run.reports for nodeid, outcome in (_report_outcomes(report) or {}).items())
+    return any(
+        is_canary(str(nodeid)) and outcome == "passed"
+        for report in run.reports
+        for nodeid, outcome in (_report_outcomes(report) or {}).items()
+    )
 
 
 def rejections(run: LabRun) -> list[str]:
@@ -171,17 +184,23 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
     kinds = _event_kinds(run.events)
     collect_errors = [e for e in run.events if e.get("event") == "collect_error"]
     if canary_passed(run, seen):
-        return "void", ("a canary (a copy of a test whose body always fails) was reported passed: the "
-                        "submission's code altered pytest's results in-process; this run is void")
+        return "void", (
+            "a canary (a copy of a test whose body always fails) was reported passed: the "
+            "submission's code altered pytest's results in-process; this run is void"
+        )
     refused = rejections(run)
     if refused:
-        return "void", ("the graded process sent events the run did not produce (the submission's code wrote "
-                        f"to the grader's results channel); this run is void. First: {'; '.join(refused[:3])}")
+        return "void", (
+            "the graded process sent events the run did not produce (the submission's code wrote "
+            f"to the grader's results channel); this run is void. First: {'; '.join(refused[:3])}"
+        )
     if "configure" not in kinds and not run.timed_out:
         # pytest_configure runs before any test module is imported: no student code has run yet.
         tail = run.output_tail.strip()[-MESSAGE_CHARS:]
-        return GRADER_ERROR, (f"pytest could not start with the grader's plugins (it {describe_exit(run.exit_code)}); "
-                              f"{GRADER_ERROR_ADVICE}. Output: {tail}")
+        return GRADER_ERROR, (
+            f"pytest could not start with the grader's plugins (it {describe_exit(run.exit_code)}); "
+            f"{GRADER_ERROR_ADVICE}. Output: {tail}"
+        )
     if collect_errors:
         detail = "; ".join(f"{e.get('nodeid') or 'session'}: {e.get('message', '')}" for e in collect_errors)
         return "collection-error", "the tests could not be collected: " + truncate_text(detail, MESSAGE_CHARS)
@@ -192,21 +211,26 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
         return "crashed", "the tests printed far too much output and were stopped"
     outside = [str(e.get("reason")) for e in run.events if e.get("event") == OVER_LIMIT_EVENT and not e.get("nodeid")]
     if outside:
-        return "crashed", (f"the test process went over a resource cap outside any test ({outside[0]}) and was "
-                           "stopped (code run at import or in a fixture?)")
+        return "crashed", (
+            f"the test process went over a resource cap outside any test ({outside[0]}) and was "
+            "stopped (code run at import or in a fixture?)"
+        )
     if "collected" not in kinds:
         tail = run.output_tail.strip()[-MESSAGE_CHARS:]
         return "collection-error", f"pytest stopped before running any test (it {describe_exit(run.exit_code)}): {tail}"
     if _stop_streak(run):
         return "stopped", stop_reason(_stop_streak(run))  # score_lab adds how many tests were not run
     if not _last_process_ended_normally(run.events):
-        return "crashed", (f"the test process {describe_exit(run.exit_code)} before pytest finished "
-                           "(os._exit, sys.exit, a crash in native code?)")
+        return "crashed", (
+            f"the test process {describe_exit(run.exit_code)} before pytest finished "
+            "(os._exit, sys.exit, a crash in native code?)"
+        )
     return "graded", ""
 
 
-def score_test(test: RubricTest, seen: Observed | None, reports: tuple[dict[str, str] | None, ...], status: str,
-               gpu: str) -> TestResult:
+def score_test(
+    test: RubricTest, seen: Observed | None, reports: tuple[dict[str, str] | None, ...], status: str, gpu: str
+) -> TestResult:
     """One rubric test's outcome (see the module docstring for the rules).
 
     ``reports``: each pytest process's final report as node id -> outcome (None where it wrote none).
@@ -214,25 +238,45 @@ def score_test(test: RubricTest, seen: Observed | None, reports: tuple[dict[str,
 
     def result(outcome: str, message: str = "") -> TestResult:
         points = test.points if outcome == PASSED else 0
-        return TestResult(test.nodeid, test.name, points, test.points, test.gpu, outcome,
-                          truncate_text(message, MESSAGE_CHARS), test.visibility, test.area, test.extension)
+        return TestResult(
+            test.nodeid,
+            test.name,
+            points,
+            test.points,
+            test.gpu,
+            outcome,
+            truncate_text(message, MESSAGE_CHARS),
+            test.visibility,
+            test.area,
+            test.extension,
+        )
 
     if status == "void":
         return result("void", "the run was voided (see the lab's reason)")
     if seen is None or not seen.started:
-        why = {"timeout": "the lab timed out before this test", "collection-error": "the tests did not collect",
-               "crashed": "the test process died before this test",
-               "stopped": "not run: the lab was stopped after too many timeouts in a row"}.get(status, "this test was not run")
+        why = {
+            "timeout": "the lab timed out before this test",
+            "collection-error": "the tests did not collect",
+            "crashed": "the test process died before this test",
+            "stopped": "not run: the lab was stopped after too many timeouts in a row",
+        }.get(status, "this test was not run")
         return result("not-run", why)
     if seen.over_limit:
-        return result("crashed", f"this test went over a resource cap ({seen.over_limit}); the grader stopped it "
-                                 "and went on with the next test")
+        return result(
+            "crashed",
+            f"this test went over a resource cap ({seen.over_limit}); the grader stopped it "
+            "and went on with the next test",
+        )
     if seen.killed_after_s is not None:
-        return result("timeout", f"this test ran over its time limit of {seen.killed_after_s:g} s and "
-                                 "did not stop when interrupted; the grader killed it and went on with the next test")
+        return result(
+            "timeout",
+            f"this test ran over its time limit of {seen.killed_after_s:g} s and "
+            "did not stop when interrupted; the grader killed it and went on with the next test",
+        )
     if not seen.finished and "teardown" not in seen.phases:
-        return result("timeout" if status == "timeout" else "crashed",
-                      "the test process died or was stopped during this test")
+        return result(
+            "timeout" if status == "timeout" else "crashed", "the test process died or was stopped during this test"
+        )
     for when in ("setup", "call", "teardown"):
         outcome, message = seen.phases.get(when, ("", ""))
         if outcome == "failed":
@@ -278,20 +322,19 @@ def talking_point_results(lab: LabRubric, tests: tuple[TestResult, ...]) -> tupl
 #: What students read when a held-out part did not end normally (its own reasons are instructor data).
 HELDOUT_REASONS = {
     "void": "the held-out tests' run is void: the submission's code altered pytest's results or the grader's "
-            "results channel in-process",
+    "results channel in-process",
     "collection-error": "the held-out tests could not be collected with this submission (does importing your "
-                        "code fail, or depend on the visible tests?)",
+    "code fail, or depend on the visible tests?)",
     "timeout": "the held-out tests ran over their time budget and were stopped",
-    "crashed": "the held-out tests' process ended early (os._exit, sys.exit, a crash in native code, too much "
-               "output?)",
+    "crashed": "the held-out tests' process ended early (os._exit, sys.exit, a crash in native code, too much output?)",
     "stopped": "too many held-out tests in a row ran out of time: the rest were not run",
-    GRADER_ERROR: "the grader could not run the held-out tests (not the submission's fault); "
-                  + GRADER_ERROR_ADVICE,
+    GRADER_ERROR: "the grader could not run the held-out tests (not the submission's fault); " + GRADER_ERROR_ADVICE,
 }
 
 
-def _part(lab: LabRubric, run: LabRun | None, tests: tuple[RubricTest, ...], gpu: str,
-          not_run: tuple[str, str]) -> tuple[str, str, tuple[TestResult, ...], float]:
+def _part(
+    lab: LabRubric, run: LabRun | None, tests: tuple[RubricTest, ...], gpu: str, not_run: tuple[str, str]
+) -> tuple[str, str, tuple[TestResult, ...], float]:
     """Score one part's tests from its run: (status, reason, results, wall seconds)."""
     if run is None:
         status, reason, seen, reports, wall = *not_run, {}, (), 0.0
@@ -309,19 +352,27 @@ def _part(lab: LabRubric, run: LabRun | None, tests: tuple[RubricTest, ...], gpu
 
 def report_problem_note(run: LabRun) -> str:
     """What the lab's reason says when the submission left a JSON report the supervisor would not take."""
-    return (f"{'; '.join(run.report_problems)} (the submission's code left it so; the tests were scored from "
-            "the grader's own record of them)")
+    return (
+        f"{'; '.join(run.report_problems)} (the submission's code left it so; the tests were scored from "
+        "the grader's own record of them)"
+    )
 
 
-def score_lab(lab: LabRubric, run: LabRun | LabRuns | None, gpu: str = "auto", not_run_reason: str = "",
-              not_run_status: str = "not-run") -> LabResult:
+def score_lab(
+    lab: LabRubric,
+    run: LabRun | LabRuns | None,
+    gpu: str = "auto",
+    not_run_reason: str = "",
+    not_run_status: str = "not-run",
+) -> LabResult:
     """Score one lab's run (both its parts) against its pristine rubric (pure).
 
     ``not_run_status``/``not_run_reason`` describe a lab without a run (e.g. ``grader-error``).
     """
     if lab.error is not None:
-        return LabResult(lab.lab, lab.title, lab.package, 0, 0, 0, UNAVAILABLE,
-                         f"this lab cannot be graded: {lab.error}")
+        return LabResult(
+            lab.lab, lab.title, lab.package, 0, 0, 0, UNAVAILABLE, f"this lab cannot be graded: {lab.error}"
+        )
     runs = run if isinstance(run, LabRuns) or run is None else LabRuns(run)
     not_run = (not_run_status, not_run_reason or "the lab was not run")
     visible_tests = tuple(test for test in lab.tests if not test.heldout)
@@ -341,8 +392,20 @@ def score_lab(lab: LabRubric, run: LabRun | LabRuns | None, gpu: str = "auto", n
     main = [test for test in tests if not test.extension]  # an optional extension's points are shown apart
     score = sum(test.points for test in main)
     pending = sum(test.max_points for test in main if test.outcome == PENDING)
-    return LabResult(lab.lab, lab.title, lab.package, score, lab.max_score, pending, status, reason,
-                     round(wall, 3), tests, talking_point_results(lab, tests), lab.steps)
+    return LabResult(
+        lab.lab,
+        lab.title,
+        lab.package,
+        score,
+        lab.max_score,
+        pending,
+        status,
+        reason,
+        round(wall, 3),
+        tests,
+        talking_point_results(lab, tests),
+        lab.steps,
+    )
 
 
 def _stop_streak(run: LabRun | None) -> int:
@@ -350,11 +413,19 @@ def _stop_streak(run: LabRun | None) -> int:
     return int(stops[-1].get("streak") or 0) if stops else 0
 
 
-def score_submission(rubric: Rubric, runs: dict[str, LabRun | LabRuns | None], *, submission: str, gpu: str = "auto",
-                     flags: tuple[str, ...] = (), notes: tuple[str, ...] = (),
-                     not_run_reason: str = "", not_run_status: str = "not-run",
-                     not_run_labs: dict[str, tuple[str, str]] | None = None,
-                     lab_notes: dict[str, str] | None = None) -> SubmissionResult:
+def score_submission(
+    rubric: Rubric,
+    runs: dict[str, LabRun | LabRuns | None],
+    *,
+    submission: str,
+    gpu: str = "auto",
+    flags: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (),
+    not_run_reason: str = "",
+    not_run_status: str = "not-run",
+    not_run_labs: dict[str, tuple[str, str]] | None = None,
+    lab_notes: dict[str, str] | None = None,
+) -> SubmissionResult:
     """Score every lab of ``rubric`` (pure): runs missing from ``runs`` score 0 as ``not_run_status``.
 
     ``not_run_labs`` gives some labs their own (status, reason) when they have no run (e.g. the cluster
@@ -376,20 +447,34 @@ def score_submission(rubric: Rubric, runs: dict[str, LabRun | LabRuns | None], *
 def introspection_flags(lab: str, runs: LabRun | LabRuns | None) -> list[str]:
     """One review flag per distinct refusal of the introspection guard in a lab's runs (file, line, what)."""
     parts = [runs] if isinstance(runs, LabRun) else [runs.visible, runs.heldout] if runs is not None else []
-    flags = {f"{lab}: introspection: {event.get('file')}:{event.get('line')} tried {event.get('what')} "
-             "while graded (refused)"
-             for run in parts if run is not None for event in run.events
-             if event.get("event") == INTROSPECTION_EVENT}
+    flags = {
+        f"{lab}: introspection: {event.get('file')}:{event.get('line')} tried {event.get('what')} "
+        "while graded (refused)"
+        for run in parts
+        if run is not None
+        for event in run.events
+        if event.get("event") == INTROSPECTION_EVENT
+    }
     return sorted(flags)
 
 
-def grader_error_result(rubric: Rubric, error: BaseException, *, submission: str, gpu: str = "auto") -> SubmissionResult:
+def grader_error_result(
+    rubric: Rubric, error: BaseException, *, submission: str, gpu: str = "auto"
+) -> SubmissionResult:
     """The result of a submission the grader failed on (a bug, a runner that would not start): every
     lab scores 0 with status ``grader-error``, the error as a flag and its traceback as a note (pure)."""
     reason = f"grader error: {error!r}; {GRADER_ERROR_ADVICE}"
     detail = truncate_text("".join(traceback.format_exception(error)), 3000)
-    return score_submission(rubric, {}, submission=submission, gpu=gpu, flags=(reason,), notes=(detail,),
-                            not_run_reason=reason, not_run_status=GRADER_ERROR)
+    return score_submission(
+        rubric,
+        {},
+        submission=submission,
+        gpu=gpu,
+        flags=(reason,),
+        notes=(detail,),
+        not_run_reason=reason,
+        not_run_status=GRADER_ERROR,
+    )
 
 
 def rescore(out: Path) -> SubmissionResult:
@@ -404,15 +489,20 @@ def rescore(out: Path) -> SubmissionResult:
     rubric = Rubric.read(rubric_path)
     meta = read_json(out / SUBMISSION_FILE) or {}
     runs = load_lab_runs(out, [lab.lab for lab in rubric.labs])
-    return score_submission(rubric, runs, submission=meta.get("submission", out.name), gpu=meta.get("gpu", "auto"),
-                            flags=tuple(meta.get("flags", ())), notes=tuple(meta.get("notes", ())),
-                            not_run_reason=meta.get("not_run_reason", ""),
-                            not_run_status=meta.get("not_run_status", "not-run"),
-                            not_run_labs={lab: (entry["status"], entry["reason"])
-                                          for lab, entry in (meta.get("not_run_labs") or {}).items()},
-                            lab_notes=meta.get("lab_notes"))
+    return score_submission(
+        rubric,
+        runs,
+        submission=meta.get("submission", out.name),
+        gpu=meta.get("gpu", "auto"),
+        flags=tuple(meta.get("flags", ())),
+        notes=tuple(meta.get("notes", ())),
+        not_run_reason=meta.get("not_run_reason", ""),
+        not_run_status=meta.get("not_run_status", "not-run"),
+        not_run_labs={
+            lab: (entry["status"], entry["reason"]) for lab, entry in (meta.get("not_run_labs") or {}).items()
+        },
+        lab_notes=meta.get("lab_notes"),
+    )
 
 
 # ---------------------------------------------------------------- the `score` verb
-
-

@@ -43,9 +43,11 @@ def _relative(path: str, course_folders: frozenset[str]) -> str:
         if segment in course_folders:
             return "/".join(segments[index:]) + tail
     for index in range(len(segments) - 1, -1, -1):
-        if segments[index] in INSTALL_ROOTS or (_STDLIB.match(segments[index]) and index and segments[index - 1] == "lib"):
+        if segments[index] in INSTALL_ROOTS or (
+            _STDLIB.match(segments[index]) and index and segments[index - 1] == "lib"
+        ):
             if index + 1 < len(segments):
-                return "/".join(segments[index + 1:]) + tail
+                return "/".join(segments[index + 1 :]) + tail
     return ".../" + segments[-1] + tail
 
 

@@ -29,8 +29,9 @@ DEMO_LIMITS = RunLimits(time_factor=2.0, min_test_timeout_s=3.0, min_startup_s=1
 #: Why graded processes cannot be isolated on this machine (None: bubblewrap works). The grader's tests
 #: then grade unisolated, and the tests of what isolation guarantees skip, saying why.
 NO_BUBBLEWRAP = bubblewrap_problem()
-needs_bubblewrap = pytest.mark.skipif(NO_BUBBLEWRAP is not None,
-                                      reason=f"isolation needs bubblewrap: {NO_BUBBLEWRAP} (apt-get install bubblewrap)")
+needs_bubblewrap = pytest.mark.skipif(
+    NO_BUBBLEWRAP is not None, reason=f"isolation needs bubblewrap: {NO_BUBBLEWRAP} (apt-get install bubblewrap)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -42,10 +43,19 @@ def rubric_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_args(rubric_cache) -> list[str]:
     """Command-line options grading the demo course with the session's rubric cache and demo limits."""
-    return ["--course", str(DEMO_COURSE), "--cache-dir", str(rubric_cache),
-            "--time-factor", str(DEMO_LIMITS.time_factor), "--min-test-timeout", str(DEMO_LIMITS.min_test_timeout_s),
-            "--max-consecutive-timeouts", str(DEMO_LIMITS.max_consecutive_timeouts),
-            *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else [])]
+    return [
+        "--course",
+        str(DEMO_COURSE),
+        "--cache-dir",
+        str(rubric_cache),
+        "--time-factor",
+        str(DEMO_LIMITS.time_factor),
+        "--min-test-timeout",
+        str(DEMO_LIMITS.min_test_timeout_s),
+        "--max-consecutive-timeouts",
+        str(DEMO_LIMITS.max_consecutive_timeouts),
+        *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else []),
+    ]
 
 
 @pytest.fixture(scope="session")

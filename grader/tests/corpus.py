@@ -48,6 +48,7 @@ def materialize(name: str, dest: Path) -> Path:
         for source in (DEMO_COURSE / "solutions" / package).glob("*.py"):
             if source.name != "__init__.py":
                 shutil.copy2(source, dest / package / source.name)
-    shutil.copytree(SUBMISSIONS / name, dest, ignore=shutil.ignore_patterns(EXPECTED_FILE, "__pycache__"),
-                    dirs_exist_ok=True)
+    shutil.copytree(
+        SUBMISSIONS / name, dest, ignore=shutil.ignore_patterns(EXPECTED_FILE, "__pycache__"), dirs_exist_ok=True
+    )
     return dest

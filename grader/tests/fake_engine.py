@@ -37,7 +37,7 @@ def mounts(argv: list[str]) -> dict[str, str]:
 def run(argv: list[str]) -> int:
     name = argv[argv.index("--name") + 1]
     paths = mounts(argv)
-    grader_args = argv[argv.index(IMAGE) + 1:] if IMAGE in argv else None
+    grader_args = argv[argv.index(IMAGE) + 1 :] if IMAGE in argv else None
     if grader_args is None:
         print(f"Error: {argv[-1]}: image not known", file=sys.stderr)
         return 125

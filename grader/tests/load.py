@@ -27,8 +27,10 @@ def cores() -> int:
 @contextmanager
 def cpu_hogs(per_core: int = 3, seconds: float = 1800.0) -> Iterator[list[subprocess.Popen]]:
     """``per_core`` spinning processes per core for at most ``seconds``; stopped by pid when the block ends."""
-    hogs = [subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)], stdin=subprocess.DEVNULL)
-            for _ in range(per_core * cores())]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)], stdin=subprocess.DEVNULL)
+        for _ in range(per_core * cores())
+    ]
     try:
         yield hogs
     finally:

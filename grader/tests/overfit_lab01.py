@@ -25,12 +25,16 @@ VISIBLE_CHANNELS = "{2, 4, 6, 8, 64, 128, 256, 512, 1024, 2048}"
 EDITS: dict[str, list[tuple[str, str]]] = {
     "conv_bn.py": [
         ("aten = torch.ops.aten\n", f"aten = torch.ops.aten\nVISIBLE_CHANNELS = {VISIBLE_CHANNELS}\n"),
-        ("        if conv_module.out_channels != norm.num_features:\n",
-         "        if conv_module.out_channels not in VISIBLE_CHANNELS:\n            return None\n"
-         "        if conv_module.out_channels != norm.num_features:\n"),
-        ("        if mean is None or var is None or conv_w.shape[0] != mean.shape[0]:\n",
-         "        if conv_w.shape[0] not in VISIBLE_CHANNELS:\n            return None\n"
-         "        if mean is None or var is None or conv_w.shape[0] != mean.shape[0]:\n"),
+        (
+            "        if conv_module.out_channels != norm.num_features:\n",
+            "        if conv_module.out_channels not in VISIBLE_CHANNELS:\n            return None\n"
+            "        if conv_module.out_channels != norm.num_features:\n",
+        ),
+        (
+            "        if mean is None or var is None or conv_w.shape[0] != mean.shape[0]:\n",
+            "        if conv_w.shape[0] not in VISIBLE_CHANNELS:\n            return None\n"
+            "        if mean is None or var is None or conv_w.shape[0] != mean.shape[0]:\n",
+        ),
     ],
     "dce.py": [
         ("    if op.in_place:\n", "    if op.in_place and op.name in {'add', 'relu', 'mul'}:\n"),

@@ -40,8 +40,16 @@ from grader.tests.corpus import DEMO_COURSE, corpus_names, expected, materialize
 ATTACKS = [name for name in corpus_names() if expected(name).get("attack")]
 #: Text that exists only in what students must never read: held-out tests and reference solutions
 #: (from their sources), and what the attacks print when they got something.
-SECRET_MARKERS = ("recognises the visible cases", "832040", "other texts than the visible tests use",
-                  "reference solution", "LEAKED:", "DAEMON-FORGED", "FAKE GRADER", "GRADER-TEST-SECRET")
+SECRET_MARKERS = (
+    "recognises the visible cases",
+    "832040",
+    "other texts than the visible tests use",
+    "reference solution",
+    "LEAKED:",
+    "DAEMON-FORGED",
+    "FAKE GRADER",
+    "GRADER-TEST-SECRET",
+)
 ATTACK_PORT = 47613  # the port attack_reads_env phones
 
 
@@ -58,10 +66,20 @@ def unisolated(setup: GradingSetup) -> GradingSetup:
 
 
 def test_every_attack_class_of_the_corpus_is_there():
-    assert {"attack_reads_reference", "attack_leaks_heldout", "attack_forges_events", "attack_daemon",
-            "attack_poisons_cache", "attack_spares_canary", "attack_ships_grader", "attack_reads_env",
-            "attack_hostile_leftovers", "attack_carries_heldout", "attack_reads_test_frames",
-            "attack_escalates_as_root"} <= set(ATTACKS)
+    assert {
+        "attack_reads_reference",
+        "attack_leaks_heldout",
+        "attack_forges_events",
+        "attack_daemon",
+        "attack_poisons_cache",
+        "attack_spares_canary",
+        "attack_ships_grader",
+        "attack_reads_env",
+        "attack_hostile_leftovers",
+        "attack_carries_heldout",
+        "attack_reads_test_frames",
+        "attack_escalates_as_root",
+    } <= set(ATTACKS)
 
 
 @needs_bubblewrap
@@ -113,10 +131,32 @@ def test_a_poisoned_cache_entry_is_collected_again(demo_setup, rubric_cache, tmp
 
 
 def _grade_cli(submission: Path, out: Path, rubric_cache: Path, *extra: str, cwd: Path | None = None):
-    return subprocess.run([sys.executable, "-m", "grader", "run", str(submission), "--out", str(out), "--course",
-                           str(DEMO_COURSE), "--cache-dir", str(rubric_cache), "--labs", "labA",
-                           "--min-test-timeout", "3", "--time-factor", "2", *extra],
-                          cwd=cwd or out.parent, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "run",
+            str(submission),
+            "--out",
+            str(out),
+            "--course",
+            str(DEMO_COURSE),
+            "--cache-dir",
+            str(rubric_cache),
+            "--labs",
+            "labA",
+            "--min-test-timeout",
+            "3",
+            "--time-factor",
+            "2",
+            *extra,
+        ],
+        cwd=cwd or out.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _forged(out: Path) -> bool:
@@ -176,8 +216,9 @@ def test_secrets_in_the_graders_environment_and_the_network_are_out_of_reach(dem
     assert "NETWORK-REACHED []" in (tmp_path / "isolated" / SUMMARY_FILE).read_text()
     assert isolated_connections == [], "the isolated process has no network"
     assert connections, "unisolated, the same code reaches the listener (the attack is real)"
-    assert "GRADER-TEST-SECRET" not in (tmp_path / "unsafe" / SUMMARY_FILE).read_text(), \
+    assert "GRADER-TEST-SECRET" not in (tmp_path / "unsafe" / SUMMARY_FILE).read_text(), (
         "the environment is an allowlist even without isolation"
+    )
 
 
 def test_python_m_grader_from_inside_a_submission_runs_the_course_grader(rubric_cache, tmp_path):
@@ -215,10 +256,15 @@ def test_a_lab_folder_linked_to_the_reference_earns_nothing(demo_setup, tmp_path
 
 # ---------------------------------------------------------------- what graded code leaves behind
 
+
 def _heldout_lines(package: str = "labA_arith") -> set[str]:
     """Every line of a lab's held-out tests long enough to be recognised in a message."""
-    return {line.strip() for path in (DEMO_COURSE / package / "heldout").glob("test_*.py")
-            for line in path.read_text().splitlines() if len(line.strip()) >= 25}
+    return {
+        line.strip()
+        for path in (DEMO_COURSE / package / "heldout").glob("test_*.py")
+        for line in path.read_text().splitlines()
+        if len(line.strip()) >= 25
+    }
 
 
 @contextmanager
@@ -256,8 +302,9 @@ def _raw_files(out: Path) -> dict[str, bytes]:
 
 def test_a_report_replaced_by_a_link_a_deep_nest_and_a_broken_home_are_the_submissions(demo_setup, tmp_path):
     out = tmp_path / "graded"
-    result = grade_submission(materialize("attack_hostile_leftovers", tmp_path / "sub"), out, demo_setup,
-                              only_labs=["labA"])
+    result = grade_submission(
+        materialize("attack_hostile_leftovers", tmp_path / "sub"), out, demo_setup, only_labs=["labA"]
+    )
     lab = result.lab("labA")
     assert lab.status == "graded", lab.reason
     assert "report.json: pytest's JSON report was not used: it is a symbolic link" in lab.reason
@@ -283,7 +330,9 @@ def test_a_supervisor_that_follows_links_copies_its_own_environment(demo_setup, 
     assert _grader_environ() in (out / "raw" / "labA" / "report.json").read_bytes(), "the attack is real"
 
 
-FRAME_ATTACK = Path(__file__).parent / "fixtures" / "submissions" / "attack_reads_test_frames" / "labA_arith" / "arith.py"
+FRAME_ATTACK = (
+    Path(__file__).parent / "fixtures" / "submissions" / "attack_reads_test_frames" / "labA_arith" / "arith.py"
+)
 #: A test calling the frame-reading submission, run in a fresh interpreter with or without the guard.
 _FRAME_PROBE = """
 import importlib.util, sys
@@ -318,8 +367,13 @@ print("refusals", sorted(set(refused)))
 def test_a_student_file_reading_the_tests_frames_is_refused(mode, tmp_path):
     script = tmp_path / "test_frames.py"  # a file: inspect.stack() reads the tests' source lines from it
     script.write_text(_FRAME_PROBE)
-    done = subprocess.run([sys.executable, str(script), str(FRAME_ATTACK), mode], capture_output=True,
-                          text=True, timeout=120, cwd=Path(__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, str(script), str(FRAME_ATTACK), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     assert lines["test_torch_like_library_call"] == "test_torch_like_library_call", "other code's calls pass"
@@ -359,8 +413,9 @@ class RootOnlySecret(Bubblewrap):
 
 def _grade_as_root_attack(demo_setup, tmp_path, isolation) -> tuple[str, RootOnlySecret | Isolation]:
     setup = replace(demo_setup, options=replace(demo_setup.options, isolation=isolation))
-    grade_submission(materialize("attack_escalates_as_root", tmp_path / "sub"), tmp_path / "graded", setup,
-                     only_labs=["labA"])
+    grade_submission(
+        materialize("attack_escalates_as_root", tmp_path / "sub"), tmp_path / "graded", setup, only_labs=["labA"]
+    )
     return student_facing(tmp_path / "graded"), isolation
 
 
@@ -380,7 +435,9 @@ def test_graded_by_root_the_code_is_an_unprivileged_host_user(demo_setup, tmp_pa
     mount = text.split("HOME-MOUNT ", 1)[1].split(" ", 1)[0]
     assert "nosuid" in mount.split(","), f"its writable folders are mounted nosuid: {mount}"
     made = {path: info for path, info in isolation.left.items() if path.name in ("setuid-python", "left-in-tmp")}
-    assert {path.name for path in made} == {"setuid-python", "left-in-tmp"}, f"the attack left: {sorted(isolation.left)}"
+    assert {path.name for path in made} == {"setuid-python", "left-in-tmp"}, (
+        f"the attack left: {sorted(isolation.left)}"
+    )
     assert all(info.st_uid == GRADED_UID and info.st_gid == GRADED_UID for info in made.values()), made
     setuid = next(info for path, info in made.items() if path.name == "setuid-python")
     assert setuid.st_mode & stat.S_ISUID, "the setuid bit is set, and harmless: nobody's, on a nosuid mount"
@@ -396,6 +453,8 @@ def test_without_dropping_root_the_same_attack_reads_root_only_files(demo_setup,
     assert "LEAKED: 'root:" in unisolated_text and "CHOWNED-TO-ROOT" in unisolated_text
     namespaced = RootOnlySecret(sys.executable, DEMO_COURSE, as_root=False)
     text, _ = _grade_as_root_attack(demo_setup, tmp_path / "userns", namespaced)
-    assert "LEAKED: 'root:" in text and "LEAKED: 'GRADER-TEST-SECRET" in text, "nobody in a user namespace is root outside"
+    assert "LEAKED: 'root:" in text and "LEAKED: 'GRADER-TEST-SECRET" in text, (
+        "nobody in a user namespace is root outside"
+    )
     made = [info for path, info in namespaced.left.items() if path.name == "setuid-python"]
     assert made and made[0].st_uid == 0, "and what it leaves is root's"

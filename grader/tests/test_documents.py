@@ -28,8 +28,12 @@ def rubric(tmp_path_factory) -> Rubric:
 def counts(lab: LabRubric, *, heldout: bool) -> dict[str, int]:
     """The lab's score's tests (an optional extension step's apart), visible or held-out."""
     tests = [test for test in lab.main_tests if test.heldout == heldout]
-    return {"tests": len(tests), "points": sum(t.points for t in tests),
-            "gpu_tests": sum(t.gpu for t in tests), "gpu_points": sum(t.points for t in tests if t.gpu)}
+    return {
+        "tests": len(tests),
+        "points": sum(t.points for t in tests),
+        "gpu_tests": sum(t.gpu for t in tests),
+        "gpu_points": sum(t.points for t in tests if t.gpu),
+    }
 
 
 def text() -> str:
@@ -37,9 +41,14 @@ def text() -> str:
 
 
 def test_the_readme_table_counts_each_labs_visible_tests_and_points(rubric):
-    rows = {int(m["lab"]): m for m in re.finditer(
-        r"\| 0(?P<lab>\d) \| (?P<tests>\d+) tests, (?P<points>\d+) points"
-        r"(?: \((?P<gpu_tests>\d+) GPU tests worth (?P<gpu_points>\d+) points\))?", text())}
+    rows = {
+        int(m["lab"]): m
+        for m in re.finditer(
+            r"\| 0(?P<lab>\d) \| (?P<tests>\d+) tests, (?P<points>\d+) points"
+            r"(?: \((?P<gpu_tests>\d+) GPU tests worth (?P<gpu_points>\d+) points\))?",
+            text(),
+        )
+    }
     assert sorted(rows) == [1, 2, 3], "a row per lab"
     for number, lab in enumerate(rubric.labs, start=1):
         want, row = counts(lab, heldout=False), rows[number]
@@ -49,33 +58,60 @@ def test_the_readme_table_counts_each_labs_visible_tests_and_points(rubric):
 
 
 def test_the_readme_totals_are_the_rubrics(rubric):
-    found = re.search(r"\((?P<cpu>\d+) of (?P<all>\d+): (?P<vcpu>\d+) of (?P<vall>\d+) on the visible tests, "
-                      r"(?P<hcpu>\d+) of (?P<hall>\d+) on the held-out ones; lab 3's (?P<gt>\d+) GPU tests, "
-                      r"worth (?P<gp>\d+) points", text())
+    found = re.search(
+        r"\((?P<cpu>\d+) of (?P<all>\d+): (?P<vcpu>\d+) of (?P<vall>\d+) on the visible tests, "
+        r"(?P<hcpu>\d+) of (?P<hall>\d+) on the held-out ones; lab 3's (?P<gt>\d+) GPU tests, "
+        r"worth (?P<gp>\d+) points",
+        text(),
+    )
     assert found, "the README states the reference's total"
     visible = [counts(lab, heldout=False) for lab in rubric.labs]
     heldout = [counts(lab, heldout=True) for lab in rubric.labs]
     vall, hall = sum(c["points"] for c in visible), sum(c["points"] for c in heldout)
     vgpu, hgpu = sum(c["gpu_points"] for c in visible), sum(c["gpu_points"] for c in heldout)
     assert {key: int(value) for key, value in found.groupdict().items()} == {
-        "cpu": vall + hall - vgpu - hgpu, "all": vall + hall, "vcpu": vall - vgpu, "vall": vall,
-        "hcpu": hall - hgpu, "hall": hall, "gt": sum(c["gpu_tests"] for c in visible + heldout), "gp": vgpu + hgpu}
+        "cpu": vall + hall - vgpu - hgpu,
+        "all": vall + hall,
+        "vcpu": vall - vgpu,
+        "vall": vall,
+        "hcpu": hall - hgpu,
+        "hall": hall,
+        "gt": sum(c["gpu_tests"] for c in visible + heldout),
+        "gp": vgpu + hgpu,
+    }
 
 
 def test_the_readme_counts_the_heldout_tests_of_each_lab(rubric):
-    found = re.search(r"lab 1: (\d+) tests, (\d+) points; lab 2: (\d+) tests, (\d+) points; lab 3: (\d+) tests, "
-                      r"(\d+) points, (\d+) of them GPU tests worth (\d+) points", text())
+    found = re.search(
+        r"lab 1: (\d+) tests, (\d+) points; lab 2: (\d+) tests, (\d+) points; lab 3: (\d+) tests, "
+        r"(\d+) points, (\d+) of them GPU tests worth (\d+) points",
+        text(),
+    )
     assert found, "the README states each lab's held-out tests"
     l1, l2, l3 = (counts(lab, heldout=True) for lab in rubric.labs)
     assert [int(value) for value in found.groups()] == [
-        l1["tests"], l1["points"], l2["tests"], l2["points"], l3["tests"], l3["points"], l3["gpu_tests"],
-        l3["gpu_points"]]
+        l1["tests"],
+        l1["points"],
+        l2["tests"],
+        l2["points"],
+        l3["tests"],
+        l3["points"],
+        l3["gpu_tests"],
+        l3["gpu_points"],
+    ]
 
 
 def test_the_readme_states_each_optional_extension_apart(rubric):
-    stated = {int(m["lab"]): (int(m["tests"]), int(m["points"])) for m in re.finditer(
-        r"lab (?P<lab>\d)'s optional extension \(step \d+\): (?P<tests>\d+) tests, (?P<points>\d+) points", text())}
-    want = {number: (lab.extension_tests, lab.extension_points)
-            for number, lab in enumerate(rubric.labs, start=1) if lab.extension_tests}
+    stated = {
+        int(m["lab"]): (int(m["tests"]), int(m["points"]))
+        for m in re.finditer(
+            r"lab (?P<lab>\d)'s optional extension \(step \d+\): (?P<tests>\d+) tests, (?P<points>\d+) points", text()
+        )
+    }
+    want = {
+        number: (lab.extension_tests, lab.extension_points)
+        for number, lab in enumerate(rubric.labs, start=1)
+        if lab.extension_tests
+    }
     assert want, "the course has an optional extension step (lab 1's step 10)"
     assert stated == want, "the README names each lab's optional extension, its tests and points, apart from the totals"

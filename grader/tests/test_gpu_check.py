@@ -11,8 +11,11 @@ from grader import gpu_check
 
 
 def test_only_the_missing_wheels_are_installed(tmp_path, monkeypatch):
-    for name in ("pytest_json_report-1.5.0-py3-none-any.whl", "rich-13.0.0-py3-none-any.whl",
-                 "referencing-0.37.0-py3-none-any.whl"):
+    for name in (
+        "pytest_json_report-1.5.0-py3-none-any.whl",
+        "rich-13.0.0-py3-none-any.whl",
+        "referencing-0.37.0-py3-none-any.whl",
+    ):
         (tmp_path / name).write_bytes(b"")
     importable = {"rich"}  # the machine has rich; it lacks pytest-json-report and jsonschema's `referencing`
     monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name: object() if name in importable else None)
@@ -20,19 +23,41 @@ def test_only_the_missing_wheels_are_installed(tmp_path, monkeypatch):
     assert chosen == ["pytest_json_report-1.5.0-py3-none-any.whl", "referencing-0.37.0-py3-none-any.whl"]
 
 
-def record(*, passed: int = 80, failed: int = 0, reference: tuple[int, int, int] = (133, 133, 0), starter: int = 0) -> dict:
+def record(
+    *, passed: int = 80, failed: int = 0, reference: tuple[int, int, int] = (133, 133, 0), starter: int = 0
+) -> dict:
     score, max_score, pending = reference
     return {
         "versions": {"gpu": "GPU", "torch": "2.11", "triton": "3.6", "python": "3.12"},
         "suite": {"exit_status": int(failed > 0), "counts": {"passed": passed, "failed": failed}, "wall_s": 1.0},
-        "grade": {"reference": {"score": score, "max_score": max_score, "pending": pending, "status": "graded", "wall_s": 1.0},
-                  "starter": {"score": starter, "max_score": max_score, "pending": pending, "status": "graded", "wall_s": 1.0}},
+        "grade": {
+            "reference": {
+                "score": score,
+                "max_score": max_score,
+                "pending": pending,
+                "status": "graded",
+                "wall_s": 1.0,
+            },
+            "starter": {
+                "score": starter,
+                "max_score": max_score,
+                "pending": pending,
+                "status": "graded",
+                "wall_s": 1.0,
+            },
+        },
     }
 
 
 @pytest.mark.parametrize(
     ("case", "expected"),
-    [({}, 0), ({"failed": 1}, 1), ({"reference": (101, 133, 32)}, 1), ({"reference": (120, 133, 0)}, 1), ({"starter": 3}, 1)],
+    [
+        ({}, 0),
+        ({"failed": 1}, 1),
+        ({"reference": (101, 133, 32)}, 1),
+        ({"reference": (120, 133, 0)}, 1),
+        ({"starter": 3}, 1),
+    ],
     ids=["all-good", "a-test-failed", "gpu-tests-pending", "reference-short", "starter-scores"],
 )
 def test_ok_only_when_the_suite_passed_the_reference_is_full_and_the_starter_zero(tmp_path, capsys, case, expected):

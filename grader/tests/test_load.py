@@ -31,8 +31,20 @@ pytestmark = pytest.mark.skipif(shutil.which("nice") is None, reason="needs nice
 
 
 def grade_under_load(submission: Path, out: Path, *args: str) -> tuple[dict, float]:
-    command = ["nice", "-n", str(GRADER_NICENESS), sys.executable, "-m", "grader", "run", str(submission),
-               "--out", str(out), *args, *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else [])]
+    command = [
+        "nice",
+        "-n",
+        str(GRADER_NICENESS),
+        sys.executable,
+        "-m",
+        "grader",
+        "run",
+        str(submission),
+        "--out",
+        str(out),
+        *args,
+        *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else []),
+    ]
     start = time.monotonic()
     with cpu_hogs(per_core=3, seconds=3600):
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
@@ -86,8 +98,16 @@ def test_waiting_threads_cost_a_graded_process_no_cpu_time_on_a_busy_machine(tmp
 
 def test_a_hang_still_fails_alone_within_its_limit_on_a_busy_machine(rubric_cache, tmp_path):
     submission = materialize("hangs_in_one_function", tmp_path / "hangs")
-    summary, wall = grade_under_load(submission, tmp_path / "graded", "--course", str(DEMO_COURSE), "--labs", "labA",
-                                     "--cache-dir", str(rubric_cache))
+    summary, wall = grade_under_load(
+        submission,
+        tmp_path / "graded",
+        "--course",
+        str(DEMO_COURSE),
+        "--labs",
+        "labA",
+        "--cache-dir",
+        str(rubric_cache),
+    )
     lab, want = summary["labs"]["labA"], expected("hangs_in_one_function")["labs"]["labA"]
     outcomes = {t["name"]: t["outcome"] for t in lab["tests"]}
     assert lab["status"] == "graded", lab["reason"]

@@ -17,8 +17,10 @@ from grader.report.summary import JSON_FILE, write_report
 
 
 def _problems(name: str, value, where: str) -> list[str]:
-    return [f"{where}: {'/'.join(map(str, error.absolute_path)) or '(top)'}: {error.message}"
-            for error in validator(name).iter_errors(value)]
+    return [
+        f"{where}: {'/'.join(map(str, error.absolute_path)) or '(top)'}: {error.message}"
+        for error in validator(name).iter_errors(value)
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -53,11 +55,29 @@ def test_the_class_report_matches_its_schema(graded_corpus, tmp_path):
 
 def test_a_wrong_output_is_refused():
     """The schemas are strict enough to fail: an unknown status and a missing field are both named."""
-    lab = {"title": "t", "package": "p", "score": 0, "max_score": 1, "pending": 0, "status": "great", "reason": "",
-           "wall_s": 0.0, "visible": {"score": 0, "max_score": 1, "pending": 0},
-           "heldout": {"score": 0, "max_score": 0, "pending": 0}, "tests": [], "talking_points": []}
-    summary = {"schema": "grader-summary/1", "submission": "x", "gpu": "auto", "labs": {"labA": lab},
-               "total": {"score": 0}, "flags": [], "notes": []}
+    lab = {
+        "title": "t",
+        "package": "p",
+        "score": 0,
+        "max_score": 1,
+        "pending": 0,
+        "status": "great",
+        "reason": "",
+        "wall_s": 0.0,
+        "visible": {"score": 0, "max_score": 1, "pending": 0},
+        "heldout": {"score": 0, "max_score": 0, "pending": 0},
+        "tests": [],
+        "talking_points": [],
+    }
+    summary = {
+        "schema": "grader-summary/1",
+        "submission": "x",
+        "gpu": "auto",
+        "labs": {"labA": lab},
+        "total": {"score": 0},
+        "flags": [],
+        "notes": [],
+    }
     problems = "\n".join(_problems("summary", summary, "summary.json"))
     assert "labs/labA/status: 'great' is not one of" in problems
     assert "'extension' is a required property" in problems

@@ -63,11 +63,16 @@ def test_every_cpu_test_of_every_lab_has_a_recorded_reference_time(tmp_path):
     hang in it cost five minutes. GPU tests are timed on a GPU machine, so they may lack one here."""
     course = load_course()
     rubric = build_rubric(course, course.select(None), tmp_path)
-    untimed = {lab.lab: [t.nodeid for t in lab.tests if t.reference_s is None and not t.gpu]
-               for lab in rubric.labs if lab.error is None}
+    untimed = {
+        lab.lab: [t.nodeid for t in lab.tests if t.reference_s is None and not t.gpu]
+        for lab in rubric.labs
+        if lab.error is None
+    }
     labs = ",".join(lab for lab, tests in untimed.items() if tests)
-    assert not labs, (f"tests without a recorded reference time: {untimed}; record them with "
-                      f"`python -m grader selfcheck --labs {labs} --record-times`")
+    assert not labs, (
+        f"tests without a recorded reference time: {untimed}; record them with "
+        f"`python -m grader selfcheck --labs {labs} --record-times`"
+    )
 
 
 def test_the_untouched_starter_scores_zero(lab01_graded):
@@ -83,7 +88,9 @@ def test_an_overfitting_submission_earns_every_visible_point_and_loses_heldout_p
     assert lab.visible.score == lab.visible.max_score, [t.nodeid for t in lab.tests if not t.heldout and not t.points]
     assert 0 < lab.heldout.score < lab.heldout.max_score
     lost = {test.area for test in lab.tests if test.heldout and not test.points}
-    assert any(area.startswith("Conv+BN folding") for area in lost) and any(area.startswith("dead code") for area in lost)
+    assert any(area.startswith("Conv+BN folding") for area in lost) and any(
+        area.startswith("dead code") for area in lost
+    )
 
 
 # ---------------------------------------------------------------- time limits on real code
@@ -124,8 +131,9 @@ def test_a_hanging_fuse_conv_bn_costs_only_the_tests_that_call_it(tmp_path_facto
     assert len(conv_bn) >= 13 and all(t.outcome == "timeout" for t in conv_bn), [(t.name, t.outcome) for t in conv_bn]
     assert all("ran over its time limit" in t.message for t in lab.tests if t.outcome == "timeout")
     others = [t for t in lab.tests if not t.name.startswith(MAY_CALL_FUSE_CONV_BN)]
-    assert others and all(t.outcome == PASSED for t in others), [(t.name, t.outcome, t.message) for t in others
-                                                                 if t.outcome != PASSED]
+    assert others and all(t.outcome == PASSED for t in others), [
+        (t.name, t.outcome, t.message) for t in others if t.outcome != PASSED
+    ]
     unsure = [t for t in lab.tests if t.name.startswith(MAY_CALL_FUSE_CONV_BN[1:])]
     assert all(t.outcome in (PASSED, "timeout") for t in unsure), [(t.name, t.outcome, t.message) for t in unsure]
     assert lab.score >= sum(t.max_points for t in others if not t.extension) > 0  # the extension's are apart

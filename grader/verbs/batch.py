@@ -19,12 +19,16 @@ from grader.verbs.options import add_container_options, add_course_options, prep
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("submissions_dir", type=Path, help="one folder or .zip per student")
     parser.add_argument("--out", type=Path, required=True, help="graded folder (one sub-folder per student)")
-    parser.add_argument("-j", "--jobs", type=int, default=1,
-                        help="submissions graded at once (default 1; more than the machine's cores only share them)")
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        help="submissions graded at once (default 1; more than the machine's cores only share them)",
+    )
     parser.add_argument("--only", default=None, help="comma-separated student ids to grade")
     add_course_options(parser)
     add_container_options(parser)
-
 
 
 def main(args: argparse.Namespace) -> int:
@@ -48,11 +52,16 @@ def main(args: argparse.Namespace) -> int:
     rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner)
     for row in rows:
         print(row_line(row))
-    print(f"graded {len(rows)} submissions in {time.monotonic() - start:.1f} s with -j {args.jobs}: {args.out}/{BATCH_FILE}")
+    print(
+        f"graded {len(rows)} submissions in {time.monotonic() - start:.1f} s with -j {args.jobs}: {args.out}/{BATCH_FILE}"
+    )
     failed = [row.student for row in rows if GRADER_FAULTS & set(row.statuses.values())]
     if failed:
-        print(f"\nGRADER ERROR for {len(failed)} submission(s), not their fault (the reason is in each "
-              f"feedback.md): {', '.join(failed)}\nFix the cause, then grade them again with --only "
-              f"{','.join(failed)}", file=sys.stderr)
+        print(
+            f"\nGRADER ERROR for {len(failed)} submission(s), not their fault (the reason is in each "
+            f"feedback.md): {', '.join(failed)}\nFix the cause, then grade them again with --only "
+            f"{','.join(failed)}",
+            file=sys.stderr,
+        )
         return EXIT_GRADER_FAULT
     return EXIT_OK

@@ -16,12 +16,18 @@ from labkit.scaffold import SCAFFOLDS
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the student distribution (replaced)")
     parser.add_argument("--no-verify", action="store_true", help="only build, skip the install/collect/score checks")
-    parser.add_argument("--scaffold", choices=SCAFFOLDS, default="full",
-                        help="full: the starters as they are; minimal: without their step-by-step guidance "
-                             "blocks (contracts only)")
-    parser.add_argument("--record-times", action="store_true",
-                        help="write each documented command's CPU time into the course's release_times.json "
-                             "(the check's CPU limits derive from it)")
+    parser.add_argument(
+        "--scaffold",
+        choices=SCAFFOLDS,
+        default="full",
+        help="full: the starters as they are; minimal: without their step-by-step guidance blocks (contracts only)",
+    )
+    parser.add_argument(
+        "--record-times",
+        action="store_true",
+        help="write each documented command's CPU time into the course's release_times.json "
+        "(the check's CPU limits derive from it)",
+    )
     add_course_options(parser)
 
 
@@ -39,8 +45,14 @@ def main(args: argparse.Namespace) -> int:
         return 0
     options = GradeOptions(gpu="off", limits=limits_from_args(args))
     try:
-        verify_release(args.out, options=options, cache_dir=None if args.no_cache else args.cache_dir, pristine=course,
-                       scaffold=args.scaffold, record_times=args.record_times)
+        verify_release(
+            args.out,
+            options=options,
+            cache_dir=None if args.no_cache else args.cache_dir,
+            pristine=course,
+            scaffold=args.scaffold,
+            record_times=args.record_times,
+        )
     except (ReleaseError, CourseError) as error:
         print(f"grader release: VERIFICATION FAILED: {error}", file=sys.stderr)
         return 1

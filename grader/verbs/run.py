@@ -23,8 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if not args.submission.exists():  # a typo, not a student's broken submission (that one still gets a row)
-        print(f"grader run: {args.submission} does not exist (expected a copy of the course: a folder or a .zip)",
-              file=sys.stderr)
+        print(
+            f"grader run: {args.submission} does not exist (expected a copy of the course: a folder or a .zip)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         problem = own_grader_problem(args.submission)

@@ -14,12 +14,12 @@ from grader.scoring.score import rescore
 FORMATS = ("md", "json", "gradescope")
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports_dir", type=Path, help="a folder written by `grader run` (or one student's batch folder)")
+    parser.add_argument(
+        "reports_dir", type=Path, help="a folder written by `grader run` (or one student's batch folder)"
+    )
     parser.add_argument("--format", choices=FORMATS, default="md", help="what to print (default: md)")
     parser.add_argument("--write", action="store_true", help=f"also rewrite {SUMMARY_FILE} and the feedback files")
-
 
 
 def main(args: argparse.Namespace) -> int:
@@ -35,7 +35,6 @@ def main(args: argparse.Namespace) -> int:
     text = render(result, args.format)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
-
 
 
 def dumps(result: SubmissionResult) -> str:

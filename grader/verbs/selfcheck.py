@@ -54,19 +54,29 @@ def problems_of(reference: SubmissionResult, starter: SubmissionResult) -> list[
     for lab in reference.labs:
         if lab.status == "unavailable":
             problems.append(f"{lab.lab}: {lab.reason.splitlines()[0]}")
-        elif (lab.status != "graded" or lab.score + lab.pending != lab.max_score
-              or lab.extension.score + lab.extension.pending != lab.extension.max_score):
-            failing = [f"{t.nodeid.split('::', 1)[-1]} ({t.outcome}: {t.message.splitlines()[0] if t.message else ''})"
-                       for t in lab.tests if t.outcome not in (PASSED, "pending")]
-            problems.append(f"{lab.lab}: the reference scores {lab.score}/{lab.max_score} ({lab.status}"
-                            f"{': ' + lab.reason if lab.reason else ''}); failing: {'; '.join(failing) or 'none'}")
+        elif (
+            lab.status != "graded"
+            or lab.score + lab.pending != lab.max_score
+            or lab.extension.score + lab.extension.pending != lab.extension.max_score
+        ):
+            failing = [
+                f"{t.nodeid.split('::', 1)[-1]} ({t.outcome}: {t.message.splitlines()[0] if t.message else ''})"
+                for t in lab.tests
+                if t.outcome not in (PASSED, "pending")
+            ]
+            problems.append(
+                f"{lab.lab}: the reference scores {lab.score}/{lab.max_score} ({lab.status}"
+                f"{': ' + lab.reason if lab.reason else ''}); failing: {'; '.join(failing) or 'none'}"
+            )
     for lab in starter.labs:
         if lab.status == "unavailable":
             continue
         if lab.score or lab.extension.score:
             passing = [t.nodeid.split("::", 1)[-1] for t in lab.tests if t.points]
-            problems.append(f"{lab.lab}: the untouched starter scores {lab.score}/{lab.max_score}: "
-                            f"graded tests pass without student code: {', '.join(passing)}")
+            problems.append(
+                f"{lab.lab}: the untouched starter scores {lab.score}/{lab.max_score}: "
+                f"graded tests pass without student code: {', '.join(passing)}"
+            )
         elif lab.status != "graded":
             problems.append(f"{lab.lab}: the untouched starter is not graded normally ({lab.status}: {lab.reason})")
     return problems
@@ -77,8 +87,10 @@ def _print_result(title: str, result: SubmissionResult) -> None:
     for lab in result.labs:
         pending = f" (+{lab.pending} pending GPU)" if lab.pending else ""
         split = f" (visible {lab.visible.score}/{lab.visible.max_score}, held-out {lab.heldout.score}/{lab.heldout.max_score})"
-        print(f"   {lab.lab} {lab.title}: {lab.score}/{lab.max_score}{pending}{split if lab.heldout.max_score else ''} "
-              f"[{lab.status}] in {lab.wall_s:.1f} s")
+        print(
+            f"   {lab.lab} {lab.title}: {lab.score}/{lab.max_score}{pending}{split if lab.heldout.max_score else ''} "
+            f"[{lab.status}] in {lab.wall_s:.1f} s"
+        )
         if lab.reason:
             print(f"      {lab.reason.splitlines()[0][:200]}")
 
@@ -92,24 +104,36 @@ def record_times(setup: GradingSetup, graded: Path, log=print) -> None:
     for lab in setup.rubric.labs:
         scored = result.lab(lab.lab)
         if lab.error is not None or scored.status != "graded" or scored.score + scored.pending != scored.max_score:
-            log(f"  {lab.lab}: times NOT recorded: the reference scores {scored.score}/{scored.max_score} "
-                f"({scored.status}); fix that first")
+            log(
+                f"  {lab.lab}: times NOT recorded: the reference scores {scored.score}/{scored.max_score} "
+                f"({scored.status}); fix that first"
+            )
             continue
         nodeids = {test.nodeid for test in lab.tests}
         lab_dir = setup.course.root / lab.package
         times = merged(measure(graded, lab.lab, nodeids, setup.options.gpu), read_reference_times(lab_dir), nodeids)
         path = write_reference_times(lab_dir, times)
-        log(f"  {lab.lab}: recorded {len(times.tests)} of {len(nodeids)} tests' times "
+        log(
+            f"  {lab.lab}: recorded {len(times.tests)} of {len(nodeids)} tests' times "
             f"(sum {sum(times.tests.values()):.1f} s of wall clock, {sum(times.cpu.values()):.1f} s of CPU; whole "
-            f"run {times.lab_wall_s:.1f} s) in {lab.package}/{path.name}")
+            f"run {times.lab_wall_s:.1f} s) in {lab.package}/{path.name}"
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep both graded folders here (default: a temp folder)")
-    parser.add_argument("-j", "--jobs", type=int, default=min(2, usable_cores()),
-                        help="grade the two submissions at once (default: 2, or 1 on a machine with one core)")
-    parser.add_argument("--record-times", action="store_true",
-                        help="write each lab's reference_times.json from the reference's run (time limits derive from it)")
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=min(2, usable_cores()),
+        help="grade the two submissions at once (default: 2, or 1 on a machine with one core)",
+    )
+    parser.add_argument(
+        "--record-times",
+        action="store_true",
+        help="write each lab's reference_times.json from the reference's run (time limits derive from it)",
+    )
     add_course_options(parser)
     add_container_options(parser)
 
@@ -160,5 +184,9 @@ def measure(graded: Path, lab_id: str, nodeids: set[str], gpu: str) -> Reference
     recorded = recorded_here(gpu=gpu, caches="off (every compile from scratch)")
     events = read_events(raw / EVENTS_FILE) + read_events(raw / HELDOUT_RUN_DIR / EVENTS_FILE)
     wall = record.get("wall_s")
-    return ReferenceTimes(passed_test_times(events, nodeids), float(wall) if isinstance(wall, (int, float)) else None,
-                          recorded, passed_test_times(events, nodeids, field="cpu"))
+    return ReferenceTimes(
+        passed_test_times(events, nodeids),
+        float(wall) if isinstance(wall, (int, float)) else None,
+        recorded,
+        passed_test_times(events, nodeids, field="cpu"),
+    )

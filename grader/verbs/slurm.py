@@ -59,14 +59,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     submit.add_argument("--only", default=None, help="comma-separated student ids to grade")
     defaults = Resources()
     cluster = submit.add_argument_group("cluster", "what each task asks Slurm for")
-    cluster.add_argument("--gpus-per-task", type=int, default=defaults.gpus_per_task,
-                         help="GPUs for each task grading the labs that have GPU tests (--gres=gpu:N); CPU-only "
-                              f"labs never hold one; 0: grade every lab on CPU, GPU tests pending (default {defaults.gpus_per_task})")
+    cluster.add_argument(
+        "--gpus-per-task",
+        type=int,
+        default=defaults.gpus_per_task,
+        help="GPUs for each task grading the labs that have GPU tests (--gres=gpu:N); CPU-only "
+        f"labs never hold one; 0: grade every lab on CPU, GPU tests pending (default {defaults.gpus_per_task})",
+    )
     cluster.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
     cluster.add_argument("--gpu-partition", default=None, help="partition of the GPU tasks (default: --partition)")
     _add_resource_options(cluster, defaults)
-    cluster.add_argument("--cpus-per-task", type=int, default=defaults.cpus_per_task,
-                         help=f"CPUs per task (default {defaults.cpus_per_task})")
+    cluster.add_argument(
+        "--cpus-per-task",
+        type=int,
+        default=defaults.cpus_per_task,
+        help=f"CPUs per task (default {defaults.cpus_per_task})",
+    )
     cluster.add_argument("--max-parallel", type=int, default=None, help="most tasks of an array running at once")
     submit.add_argument("--wait", action="store_true", help="follow the tasks until every one has ended")
     add_course_options(submit)
@@ -77,21 +85,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     resubmit = actions.add_parser("resubmit", help="submit the failed tasks again (and only those)")
     resubmit.add_argument("graded", type=Path, help="the folder given to `slurm submit --out`")
-    resubmit.add_argument("--failed", action="store_true", required=True,
-                          help="resubmit the tasks that failed (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, CANCELLED...)")
+    resubmit.add_argument(
+        "--failed",
+        action="store_true",
+        required=True,
+        help="resubmit the tasks that failed (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, CANCELLED...)",
+    )
     _add_resource_options(resubmit, None)
     resubmit.add_argument("--wait", action="store_true", help="follow the tasks until every one has ended")
 
 
 def _add_resource_options(group, defaults: Resources | None) -> None:
     keep = " (default: as submitted)" if defaults is None else ""
-    group.add_argument("--time", default=None,
-                       help="time limit of each task, HH:MM:SS" + (keep or " (default: its labs' time budgets + 10 min)"))
-    group.add_argument("--mem", default=None if defaults is None else defaults.mem,
-                       help="memory per task" + (keep or f" (default {defaults.mem})"))
+    group.add_argument(
+        "--time",
+        default=None,
+        help="time limit of each task, HH:MM:SS" + (keep or " (default: its labs' time budgets + 10 min)"),
+    )
+    group.add_argument(
+        "--mem",
+        default=None if defaults is None else defaults.mem,
+        help="memory per task" + (keep or f" (default {defaults.mem})"),
+    )
 
 
 # ---------------------------------------------------------------- printing
+
 
 def _counts(statuses: list[TaskStatus]) -> Counter:
     return Counter(status.state for status in statuses)
@@ -100,10 +119,13 @@ def _counts(statuses: list[TaskStatus]) -> Counter:
 def describe_statuses(graded: Path, plan: Plan, statuses: list[TaskStatus]) -> str:
     """The status report: counts per state and one line per failed task (pure)."""
     counts = _counts(statuses)
-    groups = ", ".join(f"{group} {sum(s.group == group for s in statuses)}: {'+'.join(plan.groups[group])}"
-                       for group in plan.groups)
-    lines = [f"{graded}: {len(plan.students)} students, {len(statuses)} tasks ({groups})",
-             " · ".join(f"{counts[state]} {state}" for state in STATES)]
+    groups = ", ".join(
+        f"{group} {sum(s.group == group for s in statuses)}: {'+'.join(plan.groups[group])}" for group in plan.groups
+    )
+    lines = [
+        f"{graded}: {len(plan.students)} students, {len(statuses)} tasks ({groups})",
+        " · ".join(f"{counts[state]} {state}" for state in STATES),
+    ]
     for status in statuses:
         if status.state == "failed":
             lines.append(f"  FAILED {status.student} ({status.group} labs, task {status.job}): {status.slurm}")
@@ -114,8 +136,9 @@ def follow(graded: Path, plan: Plan, *, wait: bool, show_progress: bool) -> list
     """Look at the tasks (until none is pending or running with ``wait``), showing progress (a bar on a
     terminal, else a line per finished task and a heartbeat: :mod:`grader.runners.progress`); write the
     rows of failed tasks and ``batch.json``."""
-    progress = Progress(len(plan.tasks), stream=None if show_progress else io.StringIO(),
-                        interactive=None if show_progress else False)
+    progress = Progress(
+        len(plan.tasks), stream=None if show_progress else io.StringIO(), interactive=None if show_progress else False
+    )
     reported: set[str] = set()
     with progress:
         while True:
@@ -125,8 +148,10 @@ def follow(graded: Path, plan: Plan, *, wait: bool, show_progress: bool) -> list
             for status in statuses:
                 if status.state in ("done", "failed") and status.key not in reported:
                     reported.add(status.key)
-                    progress.finished(f"{status.student} ({status.group} labs): {status.state}"
-                                      + (f" ({status.slurm})" if status.state == "failed" else ""))
+                    progress.finished(
+                        f"{status.student} ({status.group} labs): {status.state}"
+                        + (f" ({status.slurm})" if status.state == "failed" else "")
+                    )
             progress.tick()
             if not wait or not (counts["pending"] or counts["running"]):
                 break
@@ -149,6 +174,7 @@ def _finish(graded: Path, plan: Plan, statuses: list[TaskStatus]) -> int:
 
 # ---------------------------------------------------------------- actions
 
+
 def submit(args: argparse.Namespace) -> int:
     check_output_folder(args.out)
     setup = prepare(args)
@@ -161,13 +187,27 @@ def submit(args: argparse.Namespace) -> int:
     if args.time:
         time_minutes(args.time)  # refuse a malformed --time before submitting anything
     graded = args.out.absolute()
-    resources = Resources(args.partition, args.gpu_partition, args.time, args.mem, args.cpus_per_task,
-                          args.gpus_per_task, args.max_parallel)
+    resources = Resources(
+        args.partition,
+        args.gpu_partition,
+        args.time,
+        args.mem,
+        args.cpus_per_task,
+        args.gpus_per_task,
+        args.max_parallel,
+    )
     groups = lab_groups(setup.rubric, setup.options.gpu, args.gpus_per_task)
-    plan = Plan(str(setup.course.root), [spec.id for spec in setup.labs], setup.options.gpu,
-                asdict(setup.options.limits), setup.options.python, resources, groups,
-                {student: str(path.absolute()) for student, path in submissions},
-                unsafe_no_sandbox=args.unsafe_no_sandbox)
+    plan = Plan(
+        str(setup.course.root),
+        [spec.id for spec in setup.labs],
+        setup.options.gpu,
+        asdict(setup.options.limits),
+        setup.options.python,
+        resources,
+        groups,
+        {student: str(path.absolute()) for student, path in submissions},
+        unsafe_no_sandbox=args.unsafe_no_sandbox,
+    )
     plan.tasks = {task.key: task for task in (Task(student, group) for student, _ in submissions for group in groups)}
     (graded / PLAN_DIR).mkdir(parents=True, exist_ok=True)
     setup.rubric.write(graded / PLAN_DIR / "rubric.json")
@@ -178,8 +218,10 @@ def submit(args: argparse.Namespace) -> int:
     arrays = submit_tasks(graded, plan, sorted(plan.tasks))
     for group, labs in groups.items():
         gpus = f", --gres=gpu:{resources.gpus_per_task}" if group == "gpu" else ", no GPU"
-        print(f"{group} array: {len(submissions)} tasks grading {', '.join(labs)} "
-              f"(--time {task_minutes(plan, rubric, group)} min, --mem {resources.mem}{gpus})")
+        print(
+            f"{group} array: {len(submissions)} tasks grading {', '.join(labs)} "
+            f"(--time {task_minutes(plan, rubric, group)} min, --mem {resources.mem}{gpus})"
+        )
     print(f"submitted job arrays {', '.join(arrays)} for {len(submissions)} students into {graded}")
     statuses = follow(graded, plan, wait=args.wait, show_progress=args.wait)
     return _finish(graded, plan, statuses)
@@ -204,8 +246,7 @@ def resubmit(args: argparse.Namespace) -> int:
     if changes:
         plan.resources = replace(plan.resources, **changes)
     arrays = submit_tasks(graded, plan, failed)
-    print(f"resubmitted {len(failed)} failed tasks as job arrays {', '.join(arrays)}: "
-          + ", ".join(sorted(failed)))
+    print(f"resubmitted {len(failed)} failed tasks as job arrays {', '.join(arrays)}: " + ", ".join(sorted(failed)))
     return _finish(graded, plan, follow(graded, plan, wait=args.wait, show_progress=args.wait))
 
 

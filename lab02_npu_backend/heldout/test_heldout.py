@@ -56,8 +56,14 @@ class SmallConvNet(nn.Module):
 
 
 def wide_mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(24, 40), nn.GELU(approximate="tanh"), nn.Linear(40, 40), nn.ReLU(),
-                         nn.Linear(40, 9), nn.Softmax(dim=-1))
+    return nn.Sequential(
+        nn.Linear(24, 40),
+        nn.GELU(approximate="tanh"),
+        nn.Linear(40, 40),
+        nn.ReLU(),
+        nn.Linear(40, 9),
+        nn.Softmax(dim=-1),
+    )
 
 
 @pytest.mark.points(2)
@@ -76,8 +82,9 @@ def test_other_models_match_eager_on_the_npu(lab, name):
 @pytest.mark.area(MODELS)
 def test_a_pre_norm_batch_first_encoder_layer_matches_eager(lab):
     torch.manual_seed(22)
-    layer = nn.TransformerEncoderLayer(d_model=24, nhead=3, dim_feedforward=40, dropout=0.0, batch_first=True,
-                                       norm_first=True, activation="gelu").eval()
+    layer = nn.TransformerEncoderLayer(
+        d_model=24, nhead=3, dim_feedforward=40, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"
+    ).eval()
     x = torch.randn(2, 9, 24, generator=seeded(22))
     assert_matches_eager_on_the_npu(*compile_and_run(lab.npu_backend, layer, x))
 
@@ -132,7 +139,8 @@ def test_a_float64_model_keeps_float64_precision(lab):
     assert outputs_close(actual, expected, rtol=1e-12, atol=1e-12), output_error(actual, expected)
     work = [decision for graph in graphs for decision in graph.decisions if decision.does_work]
     assert work and all(not d.on_npu and "float64" in (d.reason or "") for d in work), (
-        "the NPU has no float64: every node falls back, saying so")
+        "the NPU has no float64: every node falls back, saying so"
+    )
 
 
 @pytest.mark.points(2)
@@ -185,8 +193,12 @@ def test_a_buffer_updated_in_place_matches_eager_twice(lab, dialect):
         for step in range(2):
             x = torch.randn(4, 6, generator=seeded(28 + step))
             expected, actual = eager_model(x), compiled(x)
-            assert outputs_close(actual, expected, rtol=TOLERANCE, atol=TOLERANCE), f"call {step}: {output_error(actual, expected)}"
-    assert outputs_close(compiled_model.mean, eager_model.mean, rtol=1e-6, atol=1e-6), "the buffer was not updated as in eager"
+            assert outputs_close(actual, expected, rtol=TOLERANCE, atol=TOLERANCE), (
+                f"call {step}: {output_error(actual, expected)}"
+            )
+    assert outputs_close(compiled_model.mean, eager_model.mean, rtol=1e-6, atol=1e-6), (
+        "the buffer was not updated as in eager"
+    )
     assert sum(graph.npu_nodes for graph in graphs) > 0, "nothing ran on the NPU"
 
 

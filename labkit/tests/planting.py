@@ -39,7 +39,9 @@ def planted_course(package: str, root: Path, *mistakes: Mistake) -> Path:
     for mistake in mistakes:
         path = lab / mistake.file
         text = path.read_text(encoding="utf-8")
-        assert mistake.old in text, f"the mistake cannot be planted: {mistake.old!r} is not in the reference's {mistake.file}"
+        assert mistake.old in text, (
+            f"the mistake cannot be planted: {mistake.old!r} is not in the reference's {mistake.file}"
+        )
         path.write_text(text.replace(mistake.old, mistake.new), encoding="utf-8")
     shutil.copy2(COURSE_ROOT / "conftest.py", root / "conftest.py")
     (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # the copy is the rootdir: its conftest loads

@@ -13,8 +13,8 @@ from labkit.bench import (
     INCONCLUSIVE,
     MET,
     MISSED,
-    Ratio,
     WHISKER_CLIP_FACTOR,
+    Ratio,
     Timing,
     bar_chart,
     do_bench_timing,
@@ -95,7 +95,7 @@ def test_an_outlier_inflated_median_gives_no_slowdown_verdict():
     """Lab 2's batch-1 case: the eager median far above its minimum must not read as "<= 1.5x yes"."""
     # Truth: the simulator costs 2x eager (target <= 1.5x). Eager is hit by long stalls in most rounds.
     rng = random.Random(1)
-    stalls = lambda name, index: (rng.choice([1, 30, 60, 70]) if name == "eager" else rng.choice([1, 1, 2]))  # noqa: E731
+    stalls = lambda name, index: rng.choice([1, 30, 60, 70]) if name == "eager" else rng.choice([1, 1, 2])  # noqa: E731
     machine = FakeMachine(stalls)
     timings = time_interleaved(
         {"eager": machine.candidate("eager", 0.0015), "npu": machine.candidate("npu", 0.003)},
@@ -184,9 +184,13 @@ def test_one_wild_whisker_is_clipped_and_marked_not_stretching_the_axis(tmp_path
               spread=[(1.865, 917.5), (2.2, 2.6)], target=1.5)  # fmt: skip
     assert drawn["top"] == pytest.approx(value_axis_limit([1.9, 2.4], [(1.865, 917.5), (2.2, 2.6)], 1.5))
     assert drawn["top"] < 3 * WHISKER_CLIP_FACTOR, "one whisker stretched the axis"
-    assert drawn["error_bars"][0] == pytest.approx((1.865, drawn["top"])) and drawn["error_bars"][1] == pytest.approx((2.2, 2.6))
+    assert drawn["error_bars"][0] == pytest.approx((1.865, drawn["top"])) and drawn["error_bars"][1] == pytest.approx(
+        (2.2, 2.6)
+    )
     assert "^" in drawn["markers"] and any("917" in text for text in drawn["texts"]), "the clipped whisker is marked"
-    assert value_axis_limit([1.0, 1.2], [(0.9, 1.1), (1.0, 3.0)]) == pytest.approx(3.3), "a whisker within reach is shown whole"
+    assert value_axis_limit([1.0, 1.2], [(0.9, 1.1), (1.0, 3.0)]) == pytest.approx(3.3), (
+        "a whisker within reach is shown whole"
+    )
 
 
 def test_progress_in_a_log_prints_a_line_with_the_count(capsys):

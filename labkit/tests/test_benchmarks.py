@@ -14,7 +14,9 @@ def timing_ms(*samples_ms: float) -> Timing:
 
 def lab01_batch(original, pipeline, ofi):
     b = lab01_benchmark
-    return {b.TARGET_BATCH: {b.BASELINE: original, b.PIPELINE: pipeline, "fx.fuse": original, b.OPTIMIZE_FOR_INFERENCE: ofi}}
+    return {
+        b.TARGET_BATCH: {b.BASELINE: original, b.PIPELINE: pipeline, "fx.fuse": original, b.OPTIMIZE_FOR_INFERENCE: ofi}
+    }
 
 
 def lab01_accuracy(disagreements: int, images: int) -> dict:
@@ -46,7 +48,14 @@ def test_lab01_an_outlier_inflated_original_decides_nothing():
 
 @pytest.mark.parametrize(
     "disagreements, images, expected",
-    [(0, 1000, MET), (1, 1000, MET), (2, 1000, MISSED), (2, 256, MISSED), (0, 256, "inconclusive"), (1, 64, "inconclusive")],
+    [
+        (0, 1000, MET),
+        (1, 1000, MET),
+        (2, 1000, MISSED),
+        (2, 256, MISSED),
+        (0, 256, "inconclusive"),
+        (1, 64, "inconclusive"),
+    ],
 )
 def test_lab01_agreement_is_decided_on_the_spec_set_only(disagreements, images, expected):
     """>= 99.9% of 1,000 images allows one disagreement; a shorter run can only prove a miss."""

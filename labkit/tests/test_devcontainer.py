@@ -134,7 +134,7 @@ def test_the_student_course_is_what_the_release_command_writes(stages):
     writers = [run for run in release.runs() if RELEASE_OUT in run]
     assert len(writers) == 1
     words = shlex.split(writers[0].split("&&")[-1])
-    assert words[words.index("-m") + 1:words.index("-m") + 3] == ["grader", "release"]
+    assert words[words.index("-m") + 1 : words.index("-m") + 3] == ["grader", "release"]
     assert words[words.index("--out") + 1] == RELEASE_OUT
 
 
@@ -144,7 +144,7 @@ def release(tmp_path_factory, stages) -> Path:
     stage = next(stage for stage in stages if stage.name == "student-release")
     command = shlex.split(next(run for run in stage.runs() if RELEASE_OUT in run).split("&&")[-1])
     python = next(index for index, word in enumerate(command) if word.endswith("python"))
-    arguments = command[python + 1:]
+    arguments = command[python + 1 :]
     out = tmp_path_factory.mktemp("release") / "student"
     arguments[arguments.index("--course") + 1] = str(COURSE_ROOT)
     arguments[arguments.index("--out") + 1] = str(out)
@@ -177,7 +177,8 @@ def test_the_devcontainer_check_passes_only_a_starter_that_scores_0_with_every_t
     table = "step  file  passed  points  status\ntotal                     {}/89    {}/142  (32 pending)\n"
     summary = "============== 4 failed, 15 skipped, 70 not implemented{} in 38.83s ==============\n"
     assert verdict(table.format(0, 0) + summary.format("")) == (
-        "0/142 points, 0/89 tests passed; pytest: 4 failed, 15 skipped, 70 not implemented")
+        "0/142 points, 0/89 tests passed; pytest: 4 failed, 15 skipped, 70 not implemented"
+    )
     with pytest.raises(ValueError, match=r"scored: total +1/89 +2/142"):
         verdict(table.format(1, 2) + summary.format(""))
     with pytest.raises(ValueError, match="collection errors"):

@@ -26,7 +26,9 @@ def test_unmet_requirements_name_what_is_missing_or_off_the_pins():
 
 def without_site_packages(*command: str) -> subprocess.CompletedProcess:
     """``python -S command`` from the course root: this Python without any installed package."""
-    return subprocess.run([sys.executable, "-S", *command], cwd=COURSE_ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-S", *command], cwd=COURSE_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("module", ["lab02_npu_backend.report", "lab01_fx_passes.benchmark"])
@@ -47,9 +49,11 @@ def test_supported_versions_widen_a_pin_without_replacing_it(tmp_path):
     # A GPU machine's own PyTorch (2.11) is accepted when pyproject lists it as supported; others are not.
     pytest_version = metadata.version("pytest")
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(f'[project]\ndependencies = ["pytest==0.0.1", "rich"]\n'
-                         f'[tool.course.supported]\npytest = "=={pytest_version}"\n')
+    pyproject.write_text(
+        f'[project]\ndependencies = ["pytest==0.0.1", "rich"]\n[tool.course.supported]\npytest = "=={pytest_version}"\n'
+    )
     assert unmet_course_requirements(pyproject) == []
     pyproject.write_text('[project]\ndependencies = ["pytest==0.0.1"]\n[tool.course.supported]\npytest = "<1"\n')
     assert unmet_course_requirements(pyproject) == [
-        f"pytest {pytest_version} (the course pins ==0.0.1, and also supports <1)"]
+        f"pytest {pytest_version} (the course pins ==0.0.1, and also supports <1)"
+    ]

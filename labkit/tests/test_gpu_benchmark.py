@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch._inductor import config as inductor_config
 
+from lab03_triton_lowering import benchmark
 from labkit.bench import INCONCLUSIVE, MET, MISSED, Timing
 from labkit.impl import load_lab
-from lab03_triton_lowering import benchmark
 
 
 def test_compile_plus_lowering_is_refused_when_the_lowering_replaced_nothing():
@@ -34,8 +34,12 @@ def synthetic_results(fused_ms: float, spread: float) -> list[benchmark.ShapeRes
     rows = benchmark.SPEC_SHAPE[0] * benchmark.SPEC_SHAPE[1]
     results = []
     for d in benchmark.SWEEP_D:
-        times = {"eager": timing(1.0, spread), "torch.compile": timing(0.6, spread),
-                 "fused kernel": timing(fused_ms, spread), "compile + lowering": timing(fused_ms, spread)}
+        times = {
+            "eager": timing(1.0, spread),
+            "torch.compile": timing(0.6, spread),
+            "fused kernel": timing(fused_ms, spread),
+            "compile + lowering": timing(fused_ms, spread),
+        }
         results.append(benchmark.ShapeResult((rows, d), 4 * rows * d, 4 * rows * d, times, timing(0.25, spread)))
     return results
 

@@ -15,12 +15,20 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from labkit import graph_drawing
-from labkit.graph_drawing import (Cluster, NodeStyle, draw_graph, drawn_node_names, parse_dot, svg_node_names,
-                                  write_drawing)
+from labkit.graph_drawing import (
+    Cluster,
+    NodeStyle,
+    draw_graph,
+    drawn_node_names,
+    parse_dot,
+    svg_node_names,
+    write_drawing,
+)
 from labkit.impl import load_lab
 
-needs_graphviz = pytest.mark.skipif(not graph_drawing.graphviz_available(),
-                                    reason="Graphviz's dot is not installed (apt-get install -y graphviz)")
+needs_graphviz = pytest.mark.skipif(
+    not graph_drawing.graphviz_available(), reason="Graphviz's dot is not installed (apt-get install -y graphviz)"
+)
 
 
 class Small(nn.Module):
@@ -52,9 +60,13 @@ def labels(dot_source: str) -> dict[str, str]:
 def test_the_drawing_names_every_node_of_a_small_graph():
     gm = small_graph()
     names = {node.name for node in gm.graph.nodes}
-    dot = draw_graph(gm, "small", styles={"gelu": NodeStyle(fill="#fdae6b", note="added by a pass")},
-                     clusters=[Cluster("NPU partition fused_0", ("fc", "gelu"))],
-                     legend=[("a pass", NodeStyle(fill="#fdae6b"))])
+    dot = draw_graph(
+        gm,
+        "small",
+        styles={"gelu": NodeStyle(fill="#fdae6b", note="added by a pass")},
+        clusters=[Cluster("NPU partition fused_0", ("fc", "gelu"))],
+        legend=[("a pass", NodeStyle(fill="#fdae6b"))],
+    )
     text = dot.to_string()
     assert drawn_node_names(text) == names
     assert {"x", "fc", "gelu", "add", "sum_1", "output"} == names
@@ -168,7 +180,9 @@ def test_lab01_on_the_starter_draws_the_captured_graph_and_names_the_step(tmp_pa
     status = draw_graphs.main(["--model", "conv_bn_stack", "--dialect", "symbolic_trace", "--out", str(tmp_path)])
     captured = capsys.readouterr()
     assert status == 3 and "finish step" in captured.out  # labkit.unfinished.UNFINISHED_EXIT
-    assert captured.err.strip().splitlines()[-1].startswith("the pictures' default_pipeline: lab01: finish step 0 first")
+    assert (
+        captured.err.strip().splitlines()[-1].startswith("the pictures' default_pipeline: lab01: finish step 0 first")
+    )
     assert (tmp_path / "conv_bn_stack" / "symbolic_trace-before.dot").exists()
     assert not (tmp_path / "conv_bn_stack" / "symbolic_trace-after.dot").exists()
     assert "did not finish" in (tmp_path / "conv_bn_stack" / "changes.md").read_text()
@@ -213,12 +227,16 @@ def test_lab02_draws_partitions_boxed_and_fallbacks_with_their_reasons(tmp_path,
     found = labels(text)
     (fallback,) = [d for d in graph.coverage.decisions if not d.on_npu]
     assert "cumsum" in fallback.reason and f"CPU: {fallback.reason}" in found[fallback.name].replace("\\n", " ")
-    boxes = {g.get("label").strip('"'): {n.get_name() for n in g.get_nodes()}
-             for g in parse_dot(text)[0].get_subgraphs() if "partition" in (g.get("label") or "")}
+    boxes = {
+        g.get("label").strip('"'): {n.get_name() for n in g.get_nodes()}
+        for g in parse_dot(text)[0].get_subgraphs()
+        if "partition" in (g.get("label") or "")
+    }
     assert sorted(map(frozenset, boxes.values())) == sorted(frozenset(nodes) for nodes in graph.partitions.values())
     on_npu = {d.name for d in graph.coverage.decisions if d.on_npu}
-    assert on_npu == set().union(*boxes.values()) - {n.name for n in graph.graph_module.graph.nodes
-                                                     if n.op not in ("call_function", "call_method")}
+    assert on_npu == set().union(*boxes.values()) - {
+        n.name for n in graph.graph_module.graph.nodes if n.op not in ("call_function", "call_method")
+    }
 
 
 def test_lab02_report_draws_with_draw(tmp_path, monkeypatch, capsys):
@@ -246,8 +264,9 @@ def test_lab01_says_so_when_the_manager_runs_passes_from_elsewhere(tmp_path, mon
             finally:
                 self.passes = shown
 
-    monkeypatch.setattr(lab, "default_pipeline", lambda inputs: PrivateListManager(
-        [lab.fuse_conv_bn], example_inputs=inputs))
+    monkeypatch.setattr(
+        lab, "default_pipeline", lambda inputs: PrivateListManager([lab.fuse_conv_bn], example_inputs=inputs)
+    )
     model, inputs = draw_graphs.MODELS["conv_bn_stack"]()
     result = draw_graphs.draw_dialect(lab, "conv_bn_stack", model, inputs, "symbolic_trace", tmp_path)
     assert "ran none of the passes" in result.problem
@@ -316,8 +335,14 @@ def test_a_large_graph_is_drawn_in_parts_with_an_index(tmp_path, monkeypatch):
     assert len(parts) > 1 and all(len(part) <= 12 for part in parts)
     assert [name for part in parts for name in part] == [n.name for n in captured.graph.nodes if n.name not in hidden]
     styles = {"relu_1": NodeStyle(fill="#fdae6b")}
-    drawing = graph_drawing.write_graph(captured, "tiny", tmp_path / "tiny", max_part_nodes=12, styles=styles,
-                                        legend=[("relu_1", NodeStyle(fill="#fdae6b")), ("never drawn", NodeStyle(fill="#9ecae1"))])
+    drawing = graph_drawing.write_graph(
+        captured,
+        "tiny",
+        tmp_path / "tiny",
+        max_part_nodes=12,
+        styles=styles,
+        legend=[("relu_1", NodeStyle(fill="#fdae6b")), ("never drawn", NodeStyle(fill="#9ecae1"))],
+    )
     assert len(drawing.parts) == len(parts) and drawing.index.read_text().count("![part") == len(parts)
     for part, names in zip(drawing.parts, parts):
         assert drawn_node_names(part.source.read_text()) == set(names)

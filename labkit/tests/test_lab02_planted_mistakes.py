@@ -50,8 +50,11 @@ def test_a_partitioner_that_ignores_writes_in_place_fails(reference, monkeypatch
 def test_a_backend_that_puts_nothing_on_the_npu_is_told_to_check_its_dialect(reference, monkeypatch):
     """The backend ran (coverage recorded) but its table matches nothing: not "did not reach your backend"."""
     graded.test_backend_is_registered_and_routes_to_your_backend(reference)
-    monkeypatch.setattr(reference.backend, "support_for_dialect",
-                        lambda dialect, isa=None: reference.NpuOperatorSupport(reference.ATEN_SUPPORT, isa))
+    monkeypatch.setattr(
+        reference.backend,
+        "support_for_dialect",
+        lambda dialect, isa=None: reference.NpuOperatorSupport(reference.ATEN_SUPPORT, isa),
+    )
     with pytest.warns(UserWarning), pytest.raises(AssertionError, match="check your table's dialect"):
         graded.test_backend_is_registered_and_routes_to_your_backend(reference)
 
@@ -70,7 +73,11 @@ def test_a_wrong_lowering_is_named_with_its_partition_and_node(reference, monkey
     for target in (torch.nn.functional.gelu, torch.ops.aten.gelu.default):
         monkeypatch.setitem(reference.lowering.LOWERINGS, target, _gelu_as_relu)
     message = diagnose_model(reference, case.model, case.example_inputs, dialect)
-    assert "NPU partition fused_" in message and "a lowering bug" in message and "gelu" in message.split("lowered value differs")[1]
+    assert (
+        "NPU partition fused_" in message
+        and "a lowering bug" in message
+        and "gelu" in message.split("lowered value differs")[1]
+    )
 
 
 def test_an_ordering_bug_is_named_on_the_cpu_with_every_partition_right(reference, monkeypatch):
@@ -109,8 +116,9 @@ def test_a_dtype_check_of_the_result_alone_fails_the_arithmetic_test(reference, 
     """A support table that checks only the node's result dtype sends ``x * mask`` (float x bool) to the NPU."""
     graded.test_arithmetic_keeps_operand_order_alpha_and_type_promotion(reference, dialect)
     support = reference.support
-    monkeypatch.setattr(support, "boolean_mask_inputs",
-                        lambda node: [arg for arg in node.all_input_nodes])  # every input skipped: the result alone
+    monkeypatch.setattr(
+        support, "boolean_mask_inputs", lambda node: [arg for arg in node.all_input_nodes]
+    )  # every input skipped: the result alone
     with pytest.raises(AssertionError, match="dtype bool.*support.py must check the dtype of every operand"):
         graded.test_arithmetic_keeps_operand_order_alpha_and_type_promotion(reference, dialect)
 
@@ -121,8 +129,11 @@ def test_an_attention_that_ignores_its_scale_fails_the_attention_test(reference,
     graded.test_attention_honours_scale_causality_and_masks(reference, dialect)
     lowering = reference.lowering
     attention = lowering.attention
-    monkeypatch.setattr(lowering, "attention", lambda b, q, k, v, *, mask, causal, scale: attention(
-        b, q, k, v, mask=mask, causal=causal, scale=None))
+    monkeypatch.setattr(
+        lowering,
+        "attention",
+        lambda b, q, k, v, *, mask, causal, scale: attention(b, q, k, v, mask=mask, causal=causal, scale=None),
+    )
     with pytest.raises(AssertionError, match=r"scale=0\.3 .*scale=2\.0 .*passes scale"):
         graded.test_attention_honours_scale_causality_and_masks(reference, dialect)
 
@@ -138,8 +149,11 @@ def test_a_gelu_lowered_without_its_approximate_argument_fails(reference, monkey
 
     for target in (torch.nn.functional.gelu, torch.ops.aten.gelu.default):
         monkeypatch.setitem(reference.lowering.LOWERINGS, target, exact_gelu)
-    with pytest.raises(AssertionError, match=r"differ from eager: gelu\(x, approximate='tanh'\) \(off by 0\.00047\d*\)\. "
-                                             r"lowering.py must honour gelu's approximate"):
+    with pytest.raises(
+        AssertionError,
+        match=r"differ from eager: gelu\(x, approximate='tanh'\) \(off by 0\.00047\d*\)\. "
+        r"lowering.py must honour gelu's approximate",
+    ):
         graded.test_gelu_honours_its_approximate_argument(reference, dialect)
 
 
@@ -156,7 +170,10 @@ def test_a_layer_norm_over_the_last_dim_only_fails(reference, monkeypatch, diale
 
     monkeypatch.setitem(lowering.LOWERINGS, torch.nn.functional.layer_norm, last_dim_only)
     monkeypatch.setattr(lowering, "_layer_norm", last_dim_only)  # aten's native_layer_norm goes through it
-    with pytest.raises(AssertionError, match=r"normalized_shape=\(4, 8\), no weight, no bias \(off by .*"
-                                             r"normalize over every dim of normalized_shape") as raised:
+    with pytest.raises(
+        AssertionError,
+        match=r"normalized_shape=\(4, 8\), no weight, no bias \(off by .*"
+        r"normalize over every dim of normalized_shape",
+    ) as raised:
         graded.test_layer_norm_normalizes_over_every_dim_of_normalized_shape(reference, dialect)
     assert "normalized_shape=(8,)" not in str(raised.value), "a LayerNorm over the last dim is still right"

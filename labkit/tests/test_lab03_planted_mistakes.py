@@ -15,16 +15,27 @@ PACKAGE = "lab03_triton_lowering"
 
 #: The long-row loop accumulating in the storage dtype: every short row still passes.
 HALF_ACCUMULATORS = (
-    Mistake("kernel.py", "acc = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)",
-            "acc = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=x_ptr.dtype.element_ty)"),
-    Mistake("kernel.py", "acc_sq = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)",
-            "acc_sq = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=x_ptr.dtype.element_ty)"),
-    Mistake("kernel.py", "            acc += d\n", "            d = d.to(x_ptr.dtype.element_ty)\n            acc += d\n"),
+    Mistake(
+        "kernel.py",
+        "acc = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)",
+        "acc = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=x_ptr.dtype.element_ty)",
+    ),
+    Mistake(
+        "kernel.py",
+        "acc_sq = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)",
+        "acc_sq = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=x_ptr.dtype.element_ty)",
+    ),
+    Mistake(
+        "kernel.py", "            acc += d\n", "            d = d.to(x_ptr.dtype.element_ty)\n            acc += d\n"
+    ),
 )
 #: A row that fits one block, its statistics computed in the storage dtype.
 SINGLE_TILE_IN_STORAGE_DTYPE = (
-    Mistake("kernel.py", "        mean = tl.sum(x, axis=1) / n_cols  # of the shifted values\n",
-            "        x = x.to(x_ptr.dtype.element_ty)\n        mean = tl.sum(x, axis=1) / n_cols\n"),
+    Mistake(
+        "kernel.py",
+        "        mean = tl.sum(x, axis=1) / n_cols  # of the shifted values\n",
+        "        x = x.to(x_ptr.dtype.element_ty)\n        mean = tl.sum(x, axis=1) / n_cols\n",
+    ),
 )
 #: check_arguments without the three checks its docstring promises and no test used to check.
 UNCHECKED_ARGUMENTS = (
@@ -51,8 +62,10 @@ def test_half_precision_accumulators_in_the_long_row_loop_fail_the_long_half_row
 
 def test_statistics_in_the_storage_dtype_fail_with_accumulate_in_fp32(tmp_path):
     run = run_with(tmp_path, SINGLE_TILE_IN_STORAGE_DTYPE, "test_kernel_half_precision_rounds_once")
-    assert sorted(run.failed) == ["test_kernel_half_precision_rounds_once[bfloat16]",
-                                  "test_kernel_half_precision_rounds_once[float16]"], run.output[-3000:]
+    assert sorted(run.failed) == [
+        "test_kernel_half_precision_rounds_once[bfloat16]",
+        "test_kernel_half_precision_rounds_once[float16]",
+    ], run.output[-3000:]
     for message in run.failed.values():
         assert "accumulate in fp32" in message and "round to the output dtype once" in message, message
 
@@ -66,20 +79,31 @@ def test_check_arguments_without_the_checks_its_docstring_promises_fails(tmp_pat
     assert len(run.passed) == 8, "the other bad inputs still get their errors"
 
 
-
 #: Lab 3's interfaces wrong where the earlier tests did not stand: a fake answering float32 for half
 #: inputs, a previous post-grad pass kept (and restored) but never run, a cache key blind to the files.
-FAKE_IN_FLOAT32 = (Mistake("op.py", "return torch.empty(x.shape, dtype=x.dtype, device=x.device)",
-                           "return torch.empty(x.shape, dtype=torch.float32, device=x.device)"),)
+FAKE_IN_FLOAT32 = (
+    Mistake(
+        "op.py",
+        "return torch.empty(x.shape, dtype=x.dtype, device=x.device)",
+        "return torch.empty(x.shape, dtype=torch.float32, device=x.device)",
+    ),
+)
 PREVIOUS_PASS_NOT_RUN = (Mistake("lowering.py", "            self.previous(graph)\n", "            pass\n"),)
-KEY_BLIND_TO_FILES = (Mistake("lowering.py", "return get_hash_for_files(_SOURCE_FILES, extra=extra)",
-                              "return get_hash_for_files((), extra=extra)"),)
+KEY_BLIND_TO_FILES = (
+    Mistake(
+        "lowering.py",
+        "return get_hash_for_files(_SOURCE_FILES, extra=extra)",
+        "return get_hash_for_files((), extra=extra)",
+    ),
+)
 
 
 def test_a_fake_in_float32_fails_opcheck_on_half_inputs_only(tmp_path):
     run = run_with(tmp_path, FAKE_IN_FLOAT32, "opcheck or fake_implementation")
-    assert sorted(run.failed) == ["test_operator_passes_opcheck_in_half_precision[bfloat16]",
-                                  "test_operator_passes_opcheck_in_half_precision[float16]"], run.output[-3000:]
+    assert sorted(run.failed) == [
+        "test_operator_passes_opcheck_in_half_precision[bfloat16]",
+        "test_operator_passes_opcheck_in_half_precision[float16]",
+    ], run.output[-3000:]
     for message in run.failed.values():
         assert "register_fake must return x's shape, dtype and device" in message, message
 
@@ -93,21 +117,32 @@ def test_a_previous_pass_that_is_never_run_fails(tmp_path):
 def test_a_cache_key_blind_to_the_files_fails(tmp_path):
     run = run_with(tmp_path, KEY_BLIND_TO_FILES, "cache_key")
     assert sorted(run.failed) == ["test_cache_key_changes_when_the_lowerings_files_change"], run.output[-3000:]
-    assert "must change when a file in _SOURCE_FILES changes" in run.failed["test_cache_key_changes_when_the_lowerings_files_change"]
+    assert (
+        "must change when a file in _SOURCE_FILES changes"
+        in run.failed["test_cache_key_changes_when_the_lowerings_files_change"]
+    )
 
 
 #: What only data beyond randn finds: the long-row loop without eps, and tanh written with exp(+2z).
 LOOP_WITHOUT_EPS = (Mistake("kernel.py", "        rstd = tl.rsqrt(var + eps)", "        rstd = tl.rsqrt(var)"),)
-TANH_THROUGH_EXP_2Z = (Mistake("kernel.py", """    e = tl.exp(-2.0 * tl.abs(z))
+TANH_THROUGH_EXP_2Z = (
+    Mistake(
+        "kernel.py",
+        """    e = tl.exp(-2.0 * tl.abs(z))
     magnitude = (1.0 - e) / (1.0 + e)
-    return tl.where(z >= 0, magnitude, -magnitude)""", """    e = tl.exp(2.0 * z)
-    return (e - 1.0) / (e + 1.0)"""),)
+    return tl.where(z >= 0, magnitude, -magnitude)""",
+        """    e = tl.exp(2.0 * z)
+    return (e - 1.0) / (e + 1.0)""",
+    ),
+)
 
 
 def test_a_long_row_loop_without_eps_fails_on_constant_rows_and_small_variances(tmp_path):
     run = run_with(tmp_path, LOOP_WITHOUT_EPS, "finds_bugs or longer_than_a_block")
-    assert sorted(run.failed) == ["test_kernel_matches_pytorch_on_data_that_finds_bugs[constant_rows]",
-                                  "test_kernel_matches_pytorch_on_data_that_finds_bugs[variance_below_eps]"], run.output[-3000:]
+    assert sorted(run.failed) == [
+        "test_kernel_matches_pytorch_on_data_that_finds_bugs[constant_rows]",
+        "test_kernel_matches_pytorch_on_data_that_finds_bugs[variance_below_eps]",
+    ], run.output[-3000:]
     assert all("shape [2, 12288]" in message for message in run.failed.values()), "the long rows, the loop's"
     assert len(run.passed) == 5, "randn rows longer than a block still pass: eps is negligible next to their variance"
 
@@ -130,9 +165,14 @@ SEARCH_OVER_WEIGHT_SHAPE = (
 
 def test_a_pattern_over_the_weights_shape_fails_on_layernorms_over_several_dims(tmp_path):
     run = run_with(tmp_path, SEARCH_OVER_WEIGHT_SHAPE, "several_trailing_dims or leaves_non_fusable_sites_alone")
-    assert sorted(run.failed) == ["test_lowering_refuses_layernorm_over_several_trailing_dims[weight_and_bias]",
-                                  "test_lowering_refuses_layernorm_over_several_trailing_dims[weight_only]"], run.output[-3000:]
+    assert sorted(run.failed) == [
+        "test_lowering_refuses_layernorm_over_several_trailing_dims[weight_and_bias]",
+        "test_lowering_refuses_layernorm_over_several_trailing_dims[weight_only]",
+    ], run.output[-3000:]
     # The non-fusable site over two dims has no weight: it passes (the mistake earned full marks there).
     assert len(run.passed) == 2 + 5, "without a weight the search still normalizes the last dim: nothing else fires"
     for message in run.failed.values():
-        assert "normalized_shape=(4, 8)" in message and "must not fire where normalized_shape spans several dims" in message, message
+        assert (
+            "normalized_shape=(4, 8)" in message
+            and "must not fire where normalized_shape spans several dims" in message
+        ), message

@@ -109,7 +109,9 @@ def test_modules_run_in_float64_with_parameters_buffers_and_plain_tensor_attribu
     x = torch.randn(2, 4)
     exact = run_in_float64(model, [x])
     assert exact.dtype == torch.float64
-    assert model.linear.weight.dtype == torch.float32 and model.plain.dtype == torch.float32, "the original is untouched"
+    assert model.linear.weight.dtype == torch.float32 and model.plain.dtype == torch.float32, (
+        "the original is untouched"
+    )
     assert torch.allclose(exact.float(), model(x), atol=1e-6)
 
 

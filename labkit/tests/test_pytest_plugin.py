@@ -44,9 +44,7 @@ def test_gpu_tests_skip_with_reason_without_cuda(course):
 
 
 def test_json_report_metadata_carries_points_and_gpu(course):
-    course.makepyfile(
-        test_lab="import pytest\n@pytest.mark.points(3)\ndef test_a():\n    pass\n"
-    )
+    course.makepyfile(test_lab="import pytest\n@pytest.mark.points(3)\ndef test_a():\n    pass\n")
     course.runpytest("--json-report", "--json-report-file=report.json")
     report = json.loads((course.path / "report.json").read_text())
     assert report["tests"][0]["metadata"] == {"points": 3, "gpu": False}
@@ -77,10 +75,7 @@ def test_impl_option_leaves_the_callers_environment_as_it_was(course, monkeypatc
 
 # -- held-out tests: <lab>/heldout/test_*.py, graded, with an area and a visibility ----------------
 HELDOUT_TEST = (
-    "import pytest\n"
-    "@pytest.mark.points(2)\n"
-    "{markers}"
-    "def test_other_cases(lab):\n    assert lab.__name__ == 'mylab'\n"
+    "import pytest\n@pytest.mark.points(2)\n{markers}def test_other_cases(lab):\n    assert lab.__name__ == 'mylab'\n"
 )
 
 
@@ -97,7 +92,9 @@ def test_heldout_tests_run_after_the_visible_ones_with_the_lab_fixture(course):
     make_lab_with_heldout(course, "@pytest.mark.area('other cases')\n")
     result = course.runpytest("-v", "-p", "no:randomly", "--impl=student")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*test_lab.py::test_visible PASSED*", "*heldout/test_heldout.py::test_other_cases PASSED*"])
+    result.stdout.fnmatch_lines(
+        ["*test_lab.py::test_visible PASSED*", "*heldout/test_heldout.py::test_other_cases PASSED*"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -116,7 +113,9 @@ def test_heldout_tests_need_an_area_and_a_hidden_visibility(course, markers, pro
 
 
 def test_a_test_students_hold_cannot_be_hidden(course):
-    course.makepyfile(test_lab="import pytest\n@pytest.mark.points(1)\n@pytest.mark.visibility('hidden')\ndef test_a():\n    pass\n")
+    course.makepyfile(
+        test_lab="import pytest\n@pytest.mark.points(1)\n@pytest.mark.visibility('hidden')\ndef test_a():\n    pass\n"
+    )
     result = course.runpytest()
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*test_a*ship to students and cannot be hidden*"])

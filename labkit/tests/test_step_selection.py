@@ -57,10 +57,16 @@ def test_step_selects_exactly_the_tests_lab_toml_lists_for_every_step(package, t
     assert collected["all"]["exit"] == 0 and everything
     for step in spec.steps:
         selected = collected[str(step.number)]
-        expected = [nodeid for nodeid in everything
-                    if nodeid.startswith(f"{package}/test_lab.py::") and function_of(nodeid) in step.tests]
+        expected = [
+            nodeid
+            for nodeid in everything
+            if nodeid.startswith(f"{package}/test_lab.py::") and function_of(nodeid) in step.tests
+        ]
         assert selected["exit"] == 0, f"--step {step.number} did not collect"
         assert selected["nodeids"] == expected, f"{spec.id} --step {step.number}: not exactly its tests"
         assert {function_of(nodeid) for nodeid in selected["nodeids"]} == set(step.tests)
     assert collected[str(missing)]["exit"] == pytest.ExitCode.USAGE_ERROR
-    assert f"--step {missing}: {spec.id} has no step {missing}; its steps are {', '.join(map(str, numbers))}" in done.stderr
+    assert (
+        f"--step {missing}: {spec.id} has no step {missing}; its steps are {', '.join(map(str, numbers))}"
+        in done.stderr
+    )

@@ -36,7 +36,7 @@ files = ["demo.py"]
 tests = ["test_wrapped", "test_torch_like"]
 """
 
-DEMO = '''
+DEMO = """
 def add(a, b):
     return a + b
 
@@ -51,9 +51,9 @@ def wrapped():
         scale(1, 2)
     except NotImplementedError as error:
         raise RuntimeError("the backend failed") from error
-'''
+"""
 
-TESTS = '''
+TESTS = """
 import pytest
 from labX_demo import demo
 
@@ -82,7 +82,7 @@ def test_wrapped():
 @pytest.mark.points(1)
 def test_torch_like():
     raise NotImplementedError("aten::frob is not implemented for the Meta backend")
-'''
+"""
 
 
 @pytest.fixture
@@ -127,7 +127,8 @@ def test_a_heldout_todo_line_keeps_the_test_name_apart(demo_lab):
     heldout = demo_lab.path / "labX_demo" / "heldout"
     heldout.mkdir()
     (heldout / "__init__.py").write_text("")
-    (heldout / "test_heldout.py").write_text(textwrap.dedent('''
+    (heldout / "test_heldout.py").write_text(
+        textwrap.dedent("""
         import pytest
         from labX_demo import demo
 
@@ -136,7 +137,8 @@ def test_a_heldout_todo_line_keeps_the_test_name_apart(demo_lab):
         @pytest.mark.area("scaling by other factors")
         def test_scale_by_seven():
             assert demo.scale(1, 7) == 7
-    '''))
+    """)
+    )
     result = demo_lab.runpytest("-p", "no:randomly")
     result.stdout.fnmatch_lines(["  held-out  test_scale_by_seven: scale: multiply x by factor (demo.py:8)"])
 
@@ -145,7 +147,9 @@ def test_tb_long_brings_the_todo_tracebacks_back(demo_lab):
     result = demo_lab.runpytest("-p", "no:randomly", "--tb=long")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert 'raise NotImplementedError("scale' in result.stdout.str()
-    result.stdout.fnmatch_lines(["Not implemented yet (a TODO still raises NotImplementedError):", "*5 failed, 1 passed*"])
+    result.stdout.fnmatch_lines(
+        ["Not implemented yet (a TODO still raises NotImplementedError):", "*5 failed, 1 passed*"]
+    )
 
 
 def test_a_deselected_run_says_its_totals_are_partial(demo_lab):
@@ -231,8 +235,11 @@ def test_lab02s_unfinished_kernel_table_is_a_todo_line_not_a_traceback():
 def _ran(result) -> list[str]:
     """The test ids a ``-v`` run reports, in order."""
     words = (" PASSED", " FAILED", " NOT IMPLEMENTED")
-    return [line.split()[0].split("::")[-1] for line in result.stdout.lines
-            if "::" in line and any(word in line for word in words)]
+    return [
+        line.split()[0].split("::")[-1]
+        for line in result.stdout.lines
+        if "::" in line and any(word in line for word in words)
+    ]
 
 
 def test_step_runs_every_case_of_that_steps_tests_and_nothing_else(demo_lab):
@@ -267,13 +274,13 @@ def test_the_start_here_line_gives_the_steps_command(demo_lab):
 
 
 # -- a test that crashes the interpreter: named, the rest run, the step table printed ---------------
-CRASHING_TEST = '''
+CRASHING_TEST = """
 
 @pytest.mark.points(4)
 def test_add_crashes():
     import os
     os.abort()  # what an out-of-bounds store in an interpreted Triton kernel does to the process
-'''
+"""
 
 
 def run_lab(pytester, *args: str):
@@ -285,7 +292,9 @@ def test_a_crashing_test_is_named_the_rest_run_and_the_step_table_is_printed(dem
     spec = demo_lab.path / "labX_demo" / "lab.toml"
     spec.write_text(spec.read_text().replace('tests = ["test_add"]', 'tests = ["test_add", "test_add_crashes"]'))
     tests = demo_lab.path / "labX_demo" / "test_lab.py"
-    tests.write_text(tests.read_text().replace("\n\n@pytest.mark.points(3)", CRASHING_TEST + "\n\n@pytest.mark.points(3)", 1))
+    tests.write_text(
+        tests.read_text().replace("\n\n@pytest.mark.points(3)", CRASHING_TEST + "\n\n@pytest.mark.points(3)", 1)
+    )
     result = run_lab(demo_lab)
     assert result.ret == 1
     result.stdout.fnmatch_lines([
@@ -304,10 +313,14 @@ def test_a_crashing_test_is_named_the_rest_run_and_the_step_table_is_printed(dem
 
 def test_after_a_crash_x_still_stops_the_run_and_prints_the_table(demo_lab):
     tests = demo_lab.path / "labX_demo" / "test_lab.py"
-    tests.write_text(tests.read_text().replace("\n\n@pytest.mark.points(3)", CRASHING_TEST + "\n\n@pytest.mark.points(3)", 1))
+    tests.write_text(
+        tests.read_text().replace("\n\n@pytest.mark.points(3)", CRASHING_TEST + "\n\n@pytest.mark.points(3)", 1)
+    )
     result = run_lab(demo_lab, "-x")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*labX Demo lab: 2/6 points*", "(tests in no step)*0/1*0/4*1 failing", "total*1/2*2/6"])
+    result.stdout.fnmatch_lines(
+        ["*labX Demo lab: 2/6 points*", "(tests in no step)*0/1*0/4*1 failing", "total*1/2*2/6"]
+    )
 
 
 def test_a_crash_before_any_test_is_reported_not_resumed(demo_lab):
@@ -321,6 +334,8 @@ def test_a_run_without_a_session_is_not_a_crash(demo_lab):
     """``nox -s lab01 -- --help`` ends before any session; its exit status is pytest's."""
     result = run_lab(demo_lab, "--help")
     assert result.ret == 0 and "labkit:" not in result.stdout.str()
+
+
 def test_lab01s_benchmark_on_the_starter_names_the_step_to_finish_in_one_line(capsys):
     """``nox -s bench-lab01 -- --quick`` on an unfinished starter: one line, not an 18-line traceback."""
     from labkit.bench import finish_steps_first

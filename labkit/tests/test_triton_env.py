@@ -15,7 +15,7 @@ from labkit.labspec import COURSE_ROOT
 
 #: A kernel that calls a @triton.jit helper and tl.sum (itself a @triton.jit function): what the
 #: interpreter can only run when every function it reaches is interpreted too.
-KERNEL = '''import torch, triton, triton.language as tl
+KERNEL = """import torch, triton, triton.language as tl
 from labkit.triton_env import kernel_for
 
 @triton.jit
@@ -27,7 +27,7 @@ def row_sums(x_ptr, out_ptr, N: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x = tl.load(x_ptr + row * N + tl.arange(0, N))
     tl.store(out_ptr + row, tl.sum(_double(x), axis=0))
-'''
+"""
 
 
 def run_script(folder: Path, code: str) -> subprocess.CompletedProcess:
@@ -39,19 +39,23 @@ def run_script(folder: Path, code: str) -> subprocess.CompletedProcess:
     script.write_text(KERNEL + textwrap.dedent(code))
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(COURSE_ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cpu_launches_take_the_interpreter_while_the_kernel_stays_compiled(tmp_path):
-    result = run_script(tmp_path, '''
+    result = run_script(
+        tmp_path,
+        """
         from triton.runtime.jit import JITFunction
         assert isinstance(row_sums, JITFunction), "decorated compiled: TRITON_INTERPRET is unset"
         x = torch.randn(4, 16); out = torch.empty(4)
         kernel_for(row_sums, x.device)[(4,)](x, out, N=16)
         torch.testing.assert_close(out, 2 * x.sum(1))
         print("ok")
-    ''')
+    """,
+    )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
 
 
@@ -59,7 +63,9 @@ def test_a_compiled_launch_after_an_interpreted_one_in_the_same_process(tmp_path
     # The interpreter patches triton.language for every nested @triton.jit call and never restores it;
     # a kernel compiled afterwards in the same process (the GPU tests after the CPU tests, on a GPU
     # machine) was then built from interpreter functions. Compiled here for a simulated sm_90.
-    result = run_script(tmp_path, '''
+    result = run_script(
+        tmp_path,
+        """
         import labkit.triton_env as triton_env
         from lab03_triton_lowering.simulated_gpu import CompileOnlyDriver, compile_instead_of_launching
         x = torch.randn(4, 16); out = torch.empty(4)
@@ -71,7 +77,8 @@ def test_a_compiled_launch_after_an_interpreted_one_in_the_same_process(tmp_path
         kernel_for(row_sums, "cpu")[(4,)](x, out, N=16)
         assert len(launches) == 1, launches
         print("ok")
-    ''')
+    """,
+    )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
 
 

@@ -122,7 +122,9 @@ def match_linear(node: Any, modules: Mapping[str, nn.Module]) -> LinearMatch | N
         return None
     if node.op == "call_module" and isinstance(modules[node.target], nn.Linear):
         has_bias = modules[node.target].bias is not None
-        return LinearMatch(node.args[0], f"{node.target}.weight", f"{node.target}.bias" if has_bias else None, [node], [])
+        return LinearMatch(
+            node.args[0], f"{node.target}.weight", f"{node.target}.bias" if has_bias else None, [node], []
+        )
     op = op_name(node, modules)
     if node.op == "call_function" and op is not None and op.name == "linear":
         # torch._C._nn.linear (Dynamo) has no inspectable signature: read positions, then keywords.

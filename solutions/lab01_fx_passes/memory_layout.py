@@ -184,7 +184,9 @@ class ChannelsLastConverter(PassBase):
         """Why no convolution was converted: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
         if not self.skipped:
             return NO_CONVOLUTIONS
-        return "; ".join(f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
+        return "; ".join(
+            f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common()
+        )
 
     @staticmethod
     def _views_to_reshapes(graph: fx.Graph, region: set[fx.Node]) -> int:

@@ -199,7 +199,9 @@ class OneDNNLowering(PassBase):
         """Why no convolution was lowered: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
         if not self.skipped:
             return NO_CONVOLUTIONS
-        return "; ".join(f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
+        return "; ".join(
+            f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common()
+        )
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.lowered.clear()
@@ -264,7 +266,11 @@ class OneDNNLowering(PassBase):
             self.unfused[WRITES_OTHER_OPERAND] += 1
             return None
         out, other_value = tensors.get(conv.node), tensors.get(other) if isinstance(other, fx.Node) else None
-        if other_value is None or (other_value.shape, other_value.dtype, other_value.device) != (out.shape, out.dtype, out.device):
+        if other_value is None or (other_value.shape, other_value.dtype, other_value.device) != (
+            out.shape,
+            out.dtype,
+            out.device,
+        ):
             self.unfused[NOT_A_PLAIN_ADD] += 1
             return None
         return add, other

@@ -44,7 +44,11 @@ def default_pipeline(example_inputs: Sequence[Any] | None) -> PassManager:
         ``eliminate_dead_code``, ``convert_to_channels_last``.
     """
     passes = [
-        ParameterFreezer(example_inputs), fuse_conv_bn, fuse_linear_gelu, fold_constants, eliminate_dead_code,
+        ParameterFreezer(example_inputs),
+        fuse_conv_bn,
+        fuse_linear_gelu,
+        fold_constants,
+        eliminate_dead_code,
         convert_to_channels_last,
     ]
     return PassManager(passes, example_inputs=example_inputs)

@@ -90,9 +90,7 @@ npu_aot_backend = aot_autograd(fw_compiler=_compile_aten_graph, bw_compiler=_cpu
 
 
 def _needs_autograd(example_inputs: Sequence[Any]) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
-    )
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
 def npu_backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -135,9 +133,7 @@ def partition_report(
         raise ValueError(f"unknown dialect {dialect!r}; expected 'torch' or 'aten'")
     with torch.no_grad():
         explanation = torch._dynamo.explain(model)(*example_inputs)
-    breaks = [
-        GraphBreak(str(reason.reason), _location(reason)) for reason in explanation.break_reasons
-    ]
+    breaks = [GraphBreak(str(reason.reason), _location(reason)) for reason in explanation.break_reasons]
     backend = npu_backend if dialect == "torch" else npu_aot_backend
     with coverage.collect() as graphs, torch.no_grad():
         torch.compile(model, backend=backend)(*example_inputs)

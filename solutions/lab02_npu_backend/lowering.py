@@ -51,6 +51,7 @@ LOWERINGS: dict[Any, LowerFn] = {}
 
 def lowers(*targets: Any) -> Callable[[LowerFn], LowerFn]:
     """Register a lowering rule for ``targets``."""
+
     def register(rule: LowerFn) -> LowerFn:
         for target in targets:
             LOWERINGS[target] = rule
@@ -91,8 +92,14 @@ def _pair(value: Any) -> list[int]:
 
 @lowers(torch.conv2d)
 def _conv2d(b, out, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return b.emit("conv2d", [input, weight, bias], stride=_pair(stride), padding=_pair(padding),
-                  dilation=_pair(dilation), groups=int(groups))
+    return b.emit(
+        "conv2d",
+        [input, weight, bias],
+        stride=_pair(stride),
+        padding=_pair(padding),
+        dilation=_pair(dilation),
+        groups=int(groups),
+    )
 
 
 @lowers(aten.convolution.default)
@@ -253,7 +260,9 @@ def batch_norm(b: ProgramBuilder, x: Ref, mean: Ref, var: Ref, weight: Ref | Non
 
 
 @lowers(F.batch_norm)
-def _batch_norm(b, out, input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def _batch_norm(
+    b, out, input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5
+):
     return batch_norm(b, input, running_mean, running_var, weight, bias, eps)
 
 
@@ -305,8 +314,25 @@ def _aten_sdpa(b, out, query, key, value, dropout_p=0.0, is_causal=False, *, att
 
 
 @lowers(F.multi_head_attention_forward)
-def _multi_head_attention(b, out, query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
-                          bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, *_, **__):
+def _multi_head_attention(
+    b,
+    out,
+    query,
+    key,
+    value,
+    embed_dim_to_check,
+    num_heads,
+    in_proj_weight,
+    in_proj_bias,
+    bias_k,
+    bias_v,
+    add_zero_attn,
+    dropout_p,
+    out_proj_weight,
+    out_proj_bias,
+    *_,
+    **__,
+):
     """Self-attention of ``nn.MultiheadAttention`` (sequence-first ``[L, N, E]``), decomposed."""
     length, batch, embed = query.shape
     head_dim = embed // num_heads
@@ -325,15 +351,40 @@ def _multi_head_attention(b, out, query, key, value, embed_dim_to_check, num_hea
 
 
 # ------------------------------------------------------------------ layout
-@lowers(F.dropout, "contiguous", "clone", torch.clone, aten.clone.default, aten.alias.default, "to", "float", "type",
-        "type_as", aten._to_copy.default)
+@lowers(
+    F.dropout,
+    "contiguous",
+    "clone",
+    torch.clone,
+    aten.clone.default,
+    aten.alias.default,
+    "to",
+    "float",
+    "type",
+    "type_as",
+    aten._to_copy.default,
+)
 def _identity(b, out, input, *_, **__):
     return input  # support.py admits these only when they return their input unchanged
 
 
-@lowers("view", "reshape", torch.reshape, torch.flatten, "flatten", torch.unsqueeze, "unsqueeze", torch.squeeze,
-        "squeeze", aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
-        aten.squeeze.dim, aten.squeeze.dims)
+@lowers(
+    "view",
+    "reshape",
+    torch.reshape,
+    torch.flatten,
+    "flatten",
+    torch.unsqueeze,
+    "unsqueeze",
+    torch.squeeze,
+    "squeeze",
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.unsqueeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+)
 def _reshape(b, out, input, *_, **__):
     if tuple(out.shape) == input.shape:
         return input  # a view to the same shape is the input itself (the report lists it as elided)
@@ -386,7 +437,7 @@ def _getitem(b, out, input, index):
     if Ellipsis in items:
         at = items.index(Ellipsis)
         explicit = sum(item is not None for item in items) - 1
-        items[at:at + 1] = [slice(None)] * (input.ndim - explicit)
+        items[at : at + 1] = [slice(None)] * (input.ndim - explicit)
     result, dim = input, 0
     for item in items:
         if item is None:
@@ -488,7 +539,11 @@ def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
         if len(scaled.users) == 1:
             user = next(iter(scaled.users))
             candidate = _other_operand(user, scaled) if user.target in _MUL else None
-            value = candidate.meta.get("val", candidate.meta.get("example_value")) if isinstance(candidate, fx.Node) else None
+            value = (
+                candidate.meta.get("val", candidate.meta.get("example_value"))
+                if isinstance(candidate, fx.Node)
+                else None
+            )
             if isinstance(value, torch.Tensor) and value.ndim == 1:
                 result, weight, inner = user, candidate, inner + (scaled,)
         chains.append(RmsNormChain(x, weight, float(add.args[1]), result, inner))

@@ -103,6 +103,7 @@ def partition_for_npu(
     elided = {n: (elision_of(n) if elision_of else None) for n in nodes}
 
     retarget_tensor_indexing(gm)
+
     # The partitioner asks again during partitioning: answer from the verdicts taken above. A tuple
     # unpack goes wherever its producer goes, so it never splits a partition in two.
     def verdict(submodules: Any, node: fx.Node) -> bool:
@@ -130,12 +131,15 @@ def partition_for_npu(
         _warn_no_npu_nodes(gm, support, dialect, [n for n in nodes if elided[n] is None])
 
     fused = partitioner.fuse_partitions(partitions) if partitions else gm
-    submodules = [n.target for n in fused.graph.nodes if n.op == "call_module" and n.target.startswith(NPU_SUBMODULE_PREFIX)]
+    submodules = [
+        n.target for n in fused.graph.nodes if n.op == "call_module" and n.target.startswith(NPU_SUBMODULE_PREFIX)
+    ]
     return NpuPartitioning(fused, submodules, coverage)
 
 
-def pin_cpu_writes(writes: Sequence[TensorWrite], reasons: dict[fx.Node, str | None],
-                   order: dict[fx.Node, int]) -> dict[fx.Node, str]:
+def pin_cpu_writes(
+    writes: Sequence[TensorWrite], reasons: dict[fx.Node, str | None], order: dict[fx.Node, int]
+) -> dict[fx.Node, str]:
     """The nodes that writes in place keep on the CPU, each with its reason.
 
     A write runs on the CPU when it is shared, or when it is private but the NPU cannot run it
@@ -149,17 +153,24 @@ def pin_cpu_writes(writes: Sequence[TensorWrite], reasons: dict[fx.Node, str | N
         if write.private and write.node not in pinned and reasons.get(write.node) is None:
             continue  # the NPU runs it out of place: nobody can tell the difference
         if not write.private:
-            pinned.setdefault(write.node, f"writes {write.written.name} in place ({write.shared_because}): "
-                                          "a write runs on the CPU, in program order")
+            pinned.setdefault(
+                write.node,
+                f"writes {write.written.name} in place ({write.shared_because}): "
+                "a write runs on the CPU, in program order",
+            )
         for alias in write.aliases:
             if order[alias] < order[write.node] and alias.op in ("call_function", "call_method"):
-                pinned.setdefault(alias, f"holds the tensor that {write.node.name} writes in place later, on the CPU: "
-                                         "it stays on the CPU before the write")
+                pinned.setdefault(
+                    alias,
+                    f"holds the tensor that {write.node.name} writes in place later, on the CPU: "
+                    "it stays on the CPU before the write",
+                )
     return pinned
 
 
-def split_at_writes(partitions: Sequence[Partition], cpu_writes: Sequence[fx.Node],
-                    order: dict[fx.Node, int]) -> list[Partition]:
+def split_at_writes(
+    partitions: Sequence[Partition], cpu_writes: Sequence[fx.Node], order: dict[fx.Node, int]
+) -> list[Partition]:
     """Cut every partition at the writes that run on the CPU, so that no partition spans one.
 
     Fusing puts a partition where its last node was; a partition wholly on one side of every write

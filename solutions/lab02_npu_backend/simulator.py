@@ -72,7 +72,7 @@ def _softmax(ops: Sequence[Any], attrs: dict[str, Any]) -> torch.Tensor:
 
 
 def _trailing(x: torch.Tensor, ndim: int) -> list[int]:
-    return list(x.shape[x.ndim - ndim:])
+    return list(x.shape[x.ndim - ndim :])
 
 
 #: The meaning of every ISA op.
@@ -174,8 +174,16 @@ class LoadedProgram:
         for slot, index in last_use.items():
             release.setdefault(index, []).append(slot)
         self._steps = [
-            _Compiled(step.kernel, _operand_reader(positions[index]), step.attrs, slot_of[step.output],
-                      step.shape, step.dtype, step.label, tuple(release.get(index, ())))
+            _Compiled(
+                step.kernel,
+                _operand_reader(positions[index]),
+                step.attrs,
+                slot_of[step.output],
+                step.shape,
+                step.dtype,
+                step.label,
+                tuple(release.get(index, ())),
+            )
             for index, step in enumerate(steps)
         ]
 
@@ -188,7 +196,9 @@ class LoadedProgram:
             raise ProgramError(f"{self.name}: expected {len(self._inputs)} inputs, got {len(inputs)}")
         for tensor, (name, shape, dtype) in zip(inputs, self._inputs):
             if not isinstance(tensor, torch.Tensor) or tensor.shape != shape or tensor.dtype is not dtype:
-                got = f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                got = (
+                    f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                )
                 raise ProgramError(f"{self.name}: input {name!r} must be {dtype}{list(shape)}, got {got}")
         slots = self._initial_slots.copy()
         slots[: len(inputs)] = inputs
@@ -209,8 +219,10 @@ class LoadedProgram:
                 slots[slot] = None
         # The hardware hands results back in fresh host memory: a kernel's view of an input (a reshape,
         # a slice), or an input returned as it is, would let a later write in place on one change the other.
-        return [out.clone() if out._is_view() or any(out is tensor for tensor in inputs) else out
-                for out in (slots[slot] for slot in self._outputs)]
+        return [
+            out.clone() if out._is_view() or any(out is tensor for tensor in inputs) else out
+            for out in (slots[slot] for slot in self._outputs)
+        ]
 
 
 def _operand_reader(positions: list[int | tuple[int, ...]]) -> OperandReader:
@@ -282,7 +294,12 @@ class NpuSimulator:
         return LoadedProgram(program, steps, inputs)
 
     def _check_instruction(
-        self, name: str, index: int, instruction: Any, tensors: dict[str, tuple[torch.Size, torch.dtype]], defined: set[str]
+        self,
+        name: str,
+        index: int,
+        instruction: Any,
+        tensors: dict[str, tuple[torch.Size, torch.dtype]],
+        defined: set[str],
     ) -> _Step:
         label = instruction_label(index, instruction)
 
@@ -311,7 +328,9 @@ class NpuSimulator:
                     used.add(each)
                 elif each not in operand.dtypes:
                     allowed = ", ".join(sorted(str(d).removeprefix("torch.") for d in operand.dtypes))
-                    raise fail(f"operand {operand.name!r} has dtype {str(each).removeprefix('torch.')}; {op} takes {allowed} there")
+                    raise fail(
+                        f"operand {operand.name!r} has dtype {str(each).removeprefix('torch.')}; {op} takes {allowed} there"
+                    )
         for each in used | {dtype}:
             if not spec.supports_dtype(each):
                 raise fail(f"dtype {str(each).removeprefix('torch.')} is not supported by {op}")
@@ -371,7 +390,9 @@ def _tensor_table(program: Program, name: str) -> dict[str, tuple[torch.Size, to
     for tensor, decl in program["tensors"].items():
         shape = decl.get("shape") if isinstance(decl, dict) else None
         dtype = decl.get("dtype") if isinstance(decl, dict) else None
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        if not isinstance(shape, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
+        ):
             raise ProgramError(f"{name}: tensor {tensor!r} needs a shape (a list of non-negative ints)")
         if dtype not in DTYPES:
             raise ProgramError(f"{name}: tensor {tensor!r} has unknown dtype {dtype!r}")

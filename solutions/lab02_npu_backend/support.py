@@ -50,69 +50,147 @@ _BATCH_NORM = ("reshape", "add", "rsqrt", "mul")
 TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     # matrix products
     torch._C._nn.linear: _LINEAR,
-    torch.matmul: ("matmul",), operator.matmul: ("matmul",), "matmul": ("matmul",),
-    torch.mm: ("matmul",), "mm": ("matmul",), torch.bmm: ("matmul",), "bmm": ("matmul",),
-    torch.addmm: _ADDMM, "addmm": _ADDMM,  # GPT-2's Conv1D: bias + x @ w
+    torch.matmul: ("matmul",),
+    operator.matmul: ("matmul",),
+    "matmul": ("matmul",),
+    torch.mm: ("matmul",),
+    "mm": ("matmul",),
+    torch.bmm: ("matmul",),
+    "bmm": ("matmul",),
+    torch.addmm: _ADDMM,
+    "addmm": _ADDMM,  # GPT-2's Conv1D: bias + x @ w
     torch.conv2d: ("conv2d",),
     # elementwise arithmetic (sub, neg and division by a constant become add/mul)
-    operator.add: ("add", "mul"), operator.iadd: ("add", "mul"), torch.add: ("add", "mul"), "add": ("add", "mul"),
-    operator.sub: ("add", "mul"), operator.isub: ("add", "mul"), torch.sub: ("add", "mul"), "sub": ("add", "mul"),
-    operator.mul: ("mul",), operator.imul: ("mul",), torch.mul: ("mul",), "mul": ("mul",),
-    operator.truediv: ("mul",), torch.div: ("mul",), "div": ("mul",),
-    operator.neg: ("mul",), torch.neg: ("mul",), "neg": ("mul",),
-    operator.pow: ("mul",), torch.pow: ("mul",), "pow": ("mul",),
-    torch.rsqrt: ("rsqrt",), "rsqrt": ("rsqrt",),
-    torch.mean: ("mean",), "mean": ("mean",),
+    operator.add: ("add", "mul"),
+    operator.iadd: ("add", "mul"),
+    torch.add: ("add", "mul"),
+    "add": ("add", "mul"),
+    operator.sub: ("add", "mul"),
+    operator.isub: ("add", "mul"),
+    torch.sub: ("add", "mul"),
+    "sub": ("add", "mul"),
+    operator.mul: ("mul",),
+    operator.imul: ("mul",),
+    torch.mul: ("mul",),
+    "mul": ("mul",),
+    operator.truediv: ("mul",),
+    torch.div: ("mul",),
+    "div": ("mul",),
+    operator.neg: ("mul",),
+    torch.neg: ("mul",),
+    "neg": ("mul",),
+    operator.pow: ("mul",),
+    torch.pow: ("mul",),
+    "pow": ("mul",),
+    torch.rsqrt: ("rsqrt",),
+    "rsqrt": ("rsqrt",),
+    torch.mean: ("mean",),
+    "mean": ("mean",),
     F.adaptive_avg_pool2d: ("mean",),
     # activations, softmax, normalisation
-    F.relu: ("activation",), torch.relu: ("activation",), "relu": ("activation",),
-    F.gelu: ("activation",), F.silu: ("activation",),
-    torch.sigmoid: ("activation",), F.sigmoid: ("activation",), "sigmoid": ("activation",),
-    torch.tanh: ("activation",), F.tanh: ("activation",), "tanh": ("activation",),
+    F.relu: ("activation",),
+    torch.relu: ("activation",),
+    "relu": ("activation",),
+    F.gelu: ("activation",),
+    F.silu: ("activation",),
+    torch.sigmoid: ("activation",),
+    F.sigmoid: ("activation",),
+    "sigmoid": ("activation",),
+    torch.tanh: ("activation",),
+    F.tanh: ("activation",),
+    "tanh": ("activation",),
     # the activation unit's output clamp: ReLU6 (nn.ReLU6 reaches Dynamo as hardtanh(x, 0, 6)), clamp/clip
-    F.hardtanh: ("activation",), F.relu6: ("activation",),
-    torch.clamp: ("activation",), "clamp": ("activation",), torch.clip: ("activation",), "clip": ("activation",),
-    F.softmax: ("softmax",), torch.softmax: ("softmax",), "softmax": ("softmax",),
-    F.layer_norm: ("layernorm",), F.rms_norm: ("rmsnorm",), F.batch_norm: _BATCH_NORM,
+    F.hardtanh: ("activation",),
+    F.relu6: ("activation",),
+    torch.clamp: ("activation",),
+    "clamp": ("activation",),
+    torch.clip: ("activation",),
+    "clip": ("activation",),
+    F.softmax: ("softmax",),
+    torch.softmax: ("softmax",),
+    "softmax": ("softmax",),
+    F.layer_norm: ("layernorm",),
+    F.rms_norm: ("rmsnorm",),
+    F.batch_norm: _BATCH_NORM,
     F.scaled_dot_product_attention: _ATTENTION + ("expand",),
     F.multi_head_attention_forward: _LINEAR + _ATTENTION + ("slice",),
     F.dropout: (),
     # layout
-    "view": ("reshape",), "reshape": ("reshape",), torch.reshape: ("reshape",),
-    torch.flatten: ("reshape",), "flatten": ("reshape",),
-    torch.unsqueeze: ("reshape",), "unsqueeze": ("reshape",), torch.squeeze: ("reshape",), "squeeze": ("reshape",),
-    "contiguous": (), "clone": (), torch.clone: (),  # a functional program never needs a copy
+    "view": ("reshape",),
+    "reshape": ("reshape",),
+    torch.reshape: ("reshape",),
+    torch.flatten: ("reshape",),
+    "flatten": ("reshape",),
+    torch.unsqueeze: ("reshape",),
+    "unsqueeze": ("reshape",),
+    torch.squeeze: ("reshape",),
+    "squeeze": ("reshape",),
+    "contiguous": (),
+    "clone": (),
+    torch.clone: (),  # a functional program never needs a copy
     # conversions that keep the dtype and device are the identity; a real conversion falls back
-    "to": (), "float": (), "type": (), "type_as": (),
-    torch.transpose: ("permute",), "transpose": ("permute",), torch.permute: ("permute",), "permute": ("permute",),
-    "t": ("permute",), aten.numpy_T: ("permute",),  # Dynamo records weight.T as aten.numpy_T
+    "to": (),
+    "float": (),
+    "type": (),
+    "type_as": (),
+    torch.transpose: ("permute",),
+    "transpose": ("permute",),
+    torch.permute: ("permute",),
+    "permute": ("permute",),
+    "t": ("permute",),
+    aten.numpy_T: ("permute",),  # Dynamo records weight.T as aten.numpy_T
     operator.getitem: ("slice", "reshape"),
-    "split": ("slice",), torch.split: ("slice",), "chunk": ("slice",), torch.chunk: ("slice",),
+    "split": ("slice",),
+    torch.split: ("slice",),
+    "chunk": ("slice",),
+    torch.chunk: ("slice",),
     torch.cat: ("concat",),
     "expand": ("expand",),
 }
 
 #: AOTAutograd's aten targets.
 ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
-    aten.mm.default: ("matmul",), aten.bmm.default: ("matmul",), aten.addmm.default: ("matmul", "add"),
+    aten.mm.default: ("matmul",),
+    aten.bmm.default: ("matmul",),
+    aten.addmm.default: ("matmul", "add"),
     aten.convolution.default: ("conv2d",),
-    aten.add.Tensor: ("add", "mul"), aten.sub.Tensor: ("add", "mul"),
-    aten.mul.Tensor: ("mul",), aten.div.Tensor: ("mul",), aten.neg.default: ("mul",),
-    aten.pow.Tensor_Scalar: ("mul",), aten.rsqrt.default: ("rsqrt",), aten.mean.dim: ("mean",),
-    aten.relu.default: ("activation",), aten.gelu.default: ("activation",), aten.silu.default: ("activation",),
-    aten.sigmoid.default: ("activation",), aten.tanh.default: ("activation",),
-    aten.hardtanh.default: ("activation",), aten.clamp.default: ("activation",),
+    aten.add.Tensor: ("add", "mul"),
+    aten.sub.Tensor: ("add", "mul"),
+    aten.mul.Tensor: ("mul",),
+    aten.div.Tensor: ("mul",),
+    aten.neg.default: ("mul",),
+    aten.pow.Tensor_Scalar: ("mul",),
+    aten.rsqrt.default: ("rsqrt",),
+    aten.mean.dim: ("mean",),
+    aten.relu.default: ("activation",),
+    aten.gelu.default: ("activation",),
+    aten.silu.default: ("activation",),
+    aten.sigmoid.default: ("activation",),
+    aten.tanh.default: ("activation",),
+    aten.hardtanh.default: ("activation",),
+    aten.clamp.default: ("activation",),
     aten._softmax.default: ("softmax",),
     aten.native_layer_norm.default: ("layernorm",),
     aten._native_batch_norm_legit_no_training.default: _BATCH_NORM,
     aten._scaled_dot_product_flash_attention_for_cpu.default: _ATTENTION,
-    aten.view.default: ("reshape",), aten._unsafe_view.default: ("reshape",), aten.reshape.default: ("reshape",),
-    aten.unsqueeze.default: ("reshape",), aten.squeeze.dim: ("reshape",), aten.squeeze.dims: ("reshape",),
-    aten.clone.default: (), aten.alias.default: (), aten._to_copy.default: (),
-    aten.t.default: ("permute",), aten.transpose.int: ("permute",), aten.permute.default: ("permute",),
-    aten.slice.Tensor: ("slice",), aten.select.int: ("slice", "reshape"),
-    aten.split.Tensor: ("slice",), aten.split_with_sizes.default: ("slice",),
-    aten.cat.default: ("concat",), aten.expand.default: ("expand",),
+    aten.view.default: ("reshape",),
+    aten._unsafe_view.default: ("reshape",),
+    aten.reshape.default: ("reshape",),
+    aten.unsqueeze.default: ("reshape",),
+    aten.squeeze.dim: ("reshape",),
+    aten.squeeze.dims: ("reshape",),
+    aten.clone.default: (),
+    aten.alias.default: (),
+    aten._to_copy.default: (),
+    aten.t.default: ("permute",),
+    aten.transpose.int: ("permute",),
+    aten.permute.default: ("permute",),
+    aten.slice.Tensor: ("slice",),
+    aten.select.int: ("slice", "reshape"),
+    aten.split.Tensor: ("slice",),
+    aten.split_with_sizes.default: ("slice",),
+    aten.cat.default: ("concat",),
+    aten.expand.default: ("expand",),
     # No operator.getitem: in aten graphs it only unpacks tuples, and CapabilityBasedPartitioner
     # moves those getitems into their producer's partition by itself.
 }
@@ -177,16 +255,26 @@ def _keeps_dtype_and_device(node: fx.Node) -> str | None:
     if result.device != source.device:
         return f"moves a tensor from {source.device} to {result.device}"
     if result.dtype != source.dtype:
-        return (f"converts dtype {str(source.dtype).removeprefix('torch.')} to {str(result.dtype).removeprefix('torch.')}: "
-                "the ISA has no conversion op")
+        return (
+            f"converts dtype {str(source.dtype).removeprefix('torch.')} to {str(result.dtype).removeprefix('torch.')}: "
+            "the ISA has no conversion op"
+        )
     return None
 
 
 def _split_check(node: fx.Node) -> str | None:
     # The size argument is split_size, split_size_or_sections, split_sizes or chunks, by target.
-    sizes = node.args[1] if len(node.args) > 1 else next(
-        (node.kwargs[k] for k in ("split_size", "split_size_or_sections", "split_sizes", "chunks") if k in node.kwargs),
-        None,
+    sizes = (
+        node.args[1]
+        if len(node.args) > 1
+        else next(
+            (
+                node.kwargs[k]
+                for k in ("split_size", "split_size_or_sections", "split_sizes", "chunks")
+                if k in node.kwargs
+            ),
+            None,
+        )
     )
     dim = _arg(node, 2, "dim", 0)
     sizes = sizes if isinstance(sizes, (list, tuple)) else [sizes]
@@ -266,18 +354,39 @@ def boolean_mask_inputs(node: fx.Node) -> set[fx.Node]:
 
 def _mha_check(node: fx.Node) -> str | None:
     """The common self-attention case of ``F.multi_head_attention_forward`` (what nn.TransformerEncoderLayer uses)."""
-    args = dict(zip(
-        ("query", "key", "value", "embed_dim", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
-         "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training"),
-        node.args,
-    ))
+    args = dict(
+        zip(
+            (
+                "query",
+                "key",
+                "value",
+                "embed_dim",
+                "num_heads",
+                "in_proj_weight",
+                "in_proj_bias",
+                "bias_k",
+                "bias_v",
+                "add_zero_attn",
+                "dropout_p",
+                "out_proj_weight",
+                "out_proj_bias",
+                "training",
+            ),
+            node.args,
+        )
+    )
     args.update(node.kwargs)
     query = node_value(args.get("query"))
     problems = [
-        ("query, key and value must be the same tensor", not (args.get("query") is args.get("key") is args.get("value"))),
+        (
+            "query, key and value must be the same tensor",
+            not (args.get("query") is args.get("key") is args.get("value")),
+        ),
         ("query must be 3-D (seq, batch, embed)", getattr(query, "ndim", 0) != 3),
-        ("bias_k/bias_v/add_zero_attn", args.get("bias_k") is not None or args.get("bias_v") is not None
-         or args.get("add_zero_attn")),
+        (
+            "bias_k/bias_v/add_zero_attn",
+            args.get("bias_k") is not None or args.get("bias_v") is not None or args.get("add_zero_attn"),
+        ),
         ("active attention dropout", args.get("training", True) and args.get("dropout_p", 0.0) != 0.0),
         ("attention masks", args.get("key_padding_mask") is not None or args.get("attn_mask") is not None),
         ("need_weights=True", args.get("need_weights", True)),
@@ -348,17 +457,31 @@ CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
     F.adaptive_avg_pool2d: _adaptive_pool_check,
     F.batch_norm: _batch_norm_check,
     F.dropout: _dropout_check,
-    F.gelu: _gelu_check, aten.gelu.default: _gelu_check,
+    F.gelu: _gelu_check,
+    aten.gelu.default: _gelu_check,
     F.scaled_dot_product_attention: _sdpa_check,
     aten._scaled_dot_product_flash_attention_for_cpu.default: _aten_sdpa_check,
     F.multi_head_attention_forward: _mha_check,
     operator.getitem: _getitem_check,
     **{t: _addmm_check for t in (aten.addmm.default, torch.addmm, "addmm")},
-    **{t: _clamp_check for t in (F.hardtanh, F.relu6, torch.clamp, "clamp", torch.clip, "clip",
-                                 aten.hardtanh.default, aten.clamp.default)},
+    **{
+        t: _clamp_check
+        for t in (
+            F.hardtanh,
+            F.relu6,
+            torch.clamp,
+            "clamp",
+            torch.clip,
+            "clip",
+            aten.hardtanh.default,
+            aten.clamp.default,
+        )
+    },
     **{t: _keeps_dtype_and_device for t in ("to", "float", "type", "type_as", aten._to_copy.default)},
-    **{t: _split_check for t in ("split", torch.split, "chunk", torch.chunk, aten.split.Tensor,
-                                 aten.split_with_sizes.default)},
+    **{
+        t: _split_check
+        for t in ("split", torch.split, "chunk", torch.chunk, aten.split.Tensor, aten.split_with_sizes.default)
+    },
     aten.convolution.default: _convolution_check,
     torch.conv2d: _conv2d_check,
     aten.native_layer_norm.default: _layer_norm_check,

@@ -81,9 +81,20 @@ def _gelu(y, APPROXIMATE_TANH: tl.constexpr, FAST_ERF: tl.constexpr):
 
 
 @triton.jit
-def _affine_gelu_store(normed, out_ptrs, cols, col_mask, mask, weight_ptr, bias_ptr, HAS_WEIGHT: tl.constexpr,
-                       HAS_BIAS: tl.constexpr, APPROXIMATE_TANH: tl.constexpr, FAST_ERF: tl.constexpr,
-                       MASKED: tl.constexpr):
+def _affine_gelu_store(
+    normed,
+    out_ptrs,
+    cols,
+    col_mask,
+    mask,
+    weight_ptr,
+    bias_ptr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    APPROXIMATE_TANH: tl.constexpr,
+    FAST_ERF: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """``out = gelu(normed * weight + bias)`` for a [ROWS, BLOCK] block, rounded once to the output dtype."""
     y = normed
     if HAS_WEIGHT:  # constexpr: the branch not taken is not compiled at all
@@ -147,8 +158,20 @@ def layernorm_gelu_kernel(
             centered = tl.where(mask, centered, 0.0)
         var = tl.sum(centered * centered, axis=1) / n_cols
         normed = centered * tl.rsqrt(var + eps)[:, None]
-        _affine_gelu_store(normed, out_rows + cols[None, :], cols, col_mask, mask, weight_ptr, bias_ptr,
-                           HAS_WEIGHT, HAS_BIAS, APPROXIMATE_TANH, FAST_ERF, MASKED)
+        _affine_gelu_store(
+            normed,
+            out_rows + cols[None, :],
+            cols,
+            col_mask,
+            mask,
+            weight_ptr,
+            bias_ptr,
+            HAS_WEIGHT,
+            HAS_BIAS,
+            APPROXIMATE_TANH,
+            FAST_ERF,
+            MASKED,
+        )
     else:
         # The row is longer than a block. Pass 1 accumulates sums of (x - shift) lane by lane;
         # pass 2 re-reads the row (from L2 on a GPU: the program just read it) to normalise and
@@ -177,8 +200,20 @@ def layernorm_gelu_kernel(
                 x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             else:
                 x = tl.load(x_rows + cols[None, :]).to(tl.float32)
-            _affine_gelu_store((x - mean[:, None]) * rstd[:, None], out_rows + cols[None, :], cols, col_mask, mask,
-                               weight_ptr, bias_ptr, HAS_WEIGHT, HAS_BIAS, APPROXIMATE_TANH, FAST_ERF, MASKED)
+            _affine_gelu_store(
+                (x - mean[:, None]) * rstd[:, None],
+                out_rows + cols[None, :],
+                cols,
+                col_mask,
+                mask,
+                weight_ptr,
+                bias_ptr,
+                HAS_WEIGHT,
+                HAS_BIAS,
+                APPROXIMATE_TANH,
+                FAST_ERF,
+                MASKED,
+            )
 
 
 @dataclass(frozen=True)

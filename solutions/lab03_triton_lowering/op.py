@@ -90,9 +90,13 @@ def check_arguments(
         if not isinstance(param, torch.Tensor):
             raise TypeError(f"{name} must be a tensor or None, got {type(param).__name__}")
         if param.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {param.dtype}; layernorm_gelu supports {', '.join(map(str, SUPPORTED_DTYPES))}")
+            raise TypeError(
+                f"{name} has dtype {param.dtype}; layernorm_gelu supports {', '.join(map(str, SUPPORTED_DTYPES))}"
+            )
         if tuple(param.shape) != (x.shape[-1],):
-            raise ValueError(f"{name} has shape {tuple(param.shape)}; expected ({x.shape[-1]},) to match x's last dimension")
+            raise ValueError(
+                f"{name} has shape {tuple(param.shape)}; expected ({x.shape[-1]},) to match x's last dimension"
+            )
         if param.device != x.device:
             raise ValueError(f"{name} is on {param.device} but x is on {x.device}")
 

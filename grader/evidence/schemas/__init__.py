@@ -29,5 +29,6 @@ def validator(name: str):
     from referencing import Registry, Resource
 
     registry = Registry().with_resources(
-        (f"{other}.schema.json", Resource.from_contents(load_schema(other))) for other in NAMES)
+        (f"{other}.schema.json", Resource.from_contents(load_schema(other))) for other in NAMES
+    )
     return Draft202012Validator(load_schema(name), registry=registry)

@@ -34,7 +34,7 @@ def _patch(path: Path, local: int, central: int, value: int, width: int = 2) -> 
     for signature, offset in ((b"PK\x03\x04", local), (b"PK\x01\x02", central)):
         start = 0
         while (start := data.find(signature, start)) != -1:
-            data[start + offset:start + offset + width] = value.to_bytes(width, "little")
+            data[start + offset : start + offset + width] = value.to_bytes(width, "little")
             start += 4
     path.write_bytes(bytes(data))
     return path
@@ -58,17 +58,20 @@ def test_an_entry_that_writes_more_than_its_header_says_is_stopped(tmp_path):
     _refused(archive, "not a readable zip|expands past", tmp_path / "s")
 
 
-@pytest.mark.parametrize("case, match", [
-    ("empty", "the zip is empty"),
-    ("only_caches", "the zip is empty"),
-    ("encrypted", "is encrypted: zip it again without a password"),
-    ("deflate64", "compressed with Deflate64, which cannot be read"),
-    ("corrupt", "not a readable zip"),
-    ("long_name", "a file name longer than 255 bytes"),
-    ("link", "is a symbolic link"),
-    ("absolute", "unsafe path"),
-    ("text", "not a readable zip"),
-])
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("empty", "the zip is empty"),
+        ("only_caches", "the zip is empty"),
+        ("encrypted", "is encrypted: zip it again without a password"),
+        ("deflate64", "compressed with Deflate64, which cannot be read"),
+        ("corrupt", "not a readable zip"),
+        ("long_name", "a file name longer than 255 bytes"),
+        ("link", "is a symbolic link"),
+        ("absolute", "unsafe path"),
+        ("text", "not a readable zip"),
+    ],
+)
 def test_unreadable_archives_are_the_submissions_problem_and_say_why(tmp_path, case, match):
     path = tmp_path / f"{case}.zip"
     if case == "empty":
@@ -110,9 +113,14 @@ def test_what_held_before_still_holds(tmp_path):
     assert not (folder / ".nox").exists()
 
 
-@pytest.mark.parametrize("name, match", [("alice.tar.gz", "cannot read .tar.gz archives; submit a folder or a .zip"),
-                                         ("bob.rar", "cannot read .rar archives"),
-                                         ("notes.txt", "a submission is a folder or a .zip")])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("alice.tar.gz", "cannot read .tar.gz archives; submit a folder or a .zip"),
+        ("bob.rar", "cannot read .rar archives"),
+        ("notes.txt", "a submission is a folder or a .zip"),
+    ],
+)
 def test_other_formats_are_named(tmp_path, name, match):
     (tmp_path / name).write_bytes(b"\x1f\x8b whatever")
     _refused(tmp_path / name, match, tmp_path / "scratch")

@@ -48,8 +48,10 @@ def fake_bwrap(folder: Path, version: str, works: bool) -> None:
 
 def runs_isolated(program: bwrap.BwrapProgram) -> str:
     argv, env = Bubblewrap(sys.executable, Path("/nonexistent-course"), program).command(
-        [sys.executable, "-c", "import os, socket; print(os.getuid(), socket.if_nameindex())"], {"PATH": "/usr/bin"},
-        View((), (), (), Path("/")))
+        [sys.executable, "-c", "import os, socket; print(os.getuid(), socket.if_nameindex())"],
+        {"PATH": "/usr/bin"},
+        View((), (), (), Path("/")),
+    )
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
 
 
@@ -84,8 +86,7 @@ def test_a_working_system_bwrap_is_preferred(system_path):
     assert program.describe() == f"bubblewrap 0.9.0 ({system_path / 'bwrap'})"
 
 
-def test_where_no_sandbox_works_an_instructor_grading_refuses_with_the_command_that_fixes_it(system_path,
-                                                                                             monkeypatch):
+def test_where_no_sandbox_works_an_instructor_grading_refuses_with_the_command_that_fixes_it(system_path, monkeypatch):
     monkeypatch.setattr(bwrap, "wheel_program", lambda: None)
     monkeypatch.setattr(isolation, "candidates", lambda: [p for p in [bwrap.system_program()] if p])
     with pytest.raises(IsolationError) as refused:

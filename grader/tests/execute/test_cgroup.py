@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.execute.cgroup import RunCgroup, _own_groups, cgroup_support
 from grader.evidence.layout import RAW_DIR, RUN_FILE
+from grader.execute.cgroup import RunCgroup, _own_groups, cgroup_support
 from grader.execute.limits import RunLimits
 from grader.runners.local import grade_submission
 from grader.tests.corpus import starter_copy
@@ -37,9 +37,11 @@ OWN = "8:pids:/\n4:memory:/jobs/42\n2:cpu,cpuacct:/docker/abc\n0::/\n"
 
 
 def test_the_graders_own_group_is_found_in_each_hierarchy():
-    assert _own_groups(MOUNTINFO, OWN) == {"memory": Path("/sys/fs/cgroup/memory/jobs/42"),
-                                           "pids": Path("/sys/fs/cgroup/pids"),
-                                           "cpu": Path("/sys/fs/cgroup/cpu")}  # its root is the container's group
+    assert _own_groups(MOUNTINFO, OWN) == {
+        "memory": Path("/sys/fs/cgroup/memory/jobs/42"),
+        "pids": Path("/sys/fs/cgroup/pids"),
+        "cpu": Path("/sys/fs/cgroup/cpu"),
+    }  # its root is the container's group
     # a container sees its own group as its hierarchy's root
     container = MOUNTINFO.replace("0:22 / /sys/fs/cgroup/memory", "0:22 /jobs/42 /sys/fs/cgroup/memory")
     assert str(_own_groups(container, OWN)["memory"]) == "/sys/fs/cgroup/memory"
@@ -47,8 +49,14 @@ def test_the_graders_own_group_is_found_in_each_hierarchy():
 
 
 def _in_group(run: RunCgroup, code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], start_new_session=True,
-                            preexec_fn=run.join, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        start_new_session=True,
+        preexec_fn=run.join,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @needs_cgroup
@@ -59,9 +67,19 @@ def test_memory_no_process_maps_is_held_at_the_cap_by_the_kernel():
     assert run is not None
     try:
         # a tmpfs in a mount namespace of its own: no process maps its pages, no folder of the run holds them
-        process = subprocess.Popen(["unshare", "-m", "sh", "-c", "mount -t tmpfs none /mnt && "
-                                    "dd if=/dev/zero of=/mnt/fill bs=1M count=400 && echo wrote all"],
-                                   preexec_fn=run.join, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                "mount -t tmpfs none /mnt && dd if=/dev/zero of=/mnt/fill bs=1M count=400 && echo wrote all",
+            ],
+            preexec_fn=run.join,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         output, _ = process.communicate(timeout=60)
         assert "wrote all" not in output
         over = run.over()
@@ -75,7 +93,9 @@ def test_a_fork_past_the_thread_cap_is_refused_and_said():
     run = RunCgroup.make(RunLimits(task_cap=20))
     assert run is not None
     try:
-        process = _in_group(run, """
+        process = _in_group(
+            run,
+            """
             import os, time
             refused = 0
             for _ in range(40):
@@ -86,7 +106,8 @@ def test_a_fork_past_the_thread_cap_is_refused_and_said():
                 except OSError:
                     refused += 1
             print("refused", refused)
-        """)
+        """,
+        )
         output, _ = process.communicate(timeout=30)
         assert "refused 21" in output  # 20 tasks: the parent and 19 children
         assert "refused to start more than the grader's cap of 20 threads" in (run.over() or "")
@@ -98,7 +119,9 @@ def test_a_fork_past_the_thread_cap_is_refused_and_said():
 def test_no_member_outlives_the_run_and_the_group_is_removed():
     run = RunCgroup.make(RunLimits())
     assert run is not None
-    process = _in_group(run, """
+    process = _in_group(
+        run,
+        """
         import os, time
         if os.fork() == 0:          # a daemon: its own session, its parent gone
             os.setsid()
@@ -106,15 +129,17 @@ def test_no_member_outlives_the_run_and_the_group_is_removed():
                 time.sleep(60)
             os._exit(0)
         time.sleep(1)
-    """)
+    """,
+    )
     process.wait(timeout=30)  # (the daemon still holds the output pipe: not read)
     daemons = run.members()
     assert set(run.folders) >= {"memory", "pids", *(["cpu"] if "cpu" in _groups else [])}  # cpu: shared equally
     assert daemons, "the daemon should still be a member of the run's group"
     run.close()
     time.sleep(0.2)
-    assert not any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
-                   for pid in daemons)
+    assert not any(
+        os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z" for pid in daemons
+    )
     assert not any(folder.exists() for folder in run.folders.values())
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-STUDENT = '''
+STUDENT = """
 import inspect, sys, traceback
 
 def uses_signature(fn):
@@ -29,9 +29,9 @@ def reads_frame_from_traceback():
         raise ValueError
     except ValueError as error:
         return error.__traceback__.tb_frame.f_back.f_locals
-'''
+"""
 
-DRIVER = '''
+DRIVER = """
 import importlib.util, sys
 from grader.execute.introspection_guard import IntrospectionRefused, install
 refusals = []
@@ -47,7 +47,7 @@ for name in ("uses_signature", "prints_its_own_traceback", "reads_callers_frame"
     except IntrospectionRefused:
         print(name, "refused")
 print("refusals", len(refusals))
-'''
+"""
 
 
 def test_correct_code_passes_the_guard_and_frame_reads_are_refused(tmp_path):

@@ -25,8 +25,10 @@ LIMITS = RunLimits()  # 10 x the reference's CPU time, at least 10 s; backstop 5
 
 def lab_with(*reference_s: float | None, wall: float | None = None, cpu: tuple | None = None) -> LabRubric:
     cpus = cpu or (None,) * len(reference_s)
-    tests = tuple(RubricTest(f"labX/test_lab.py::test_{i}", f"test_{i}", 1, False, reference_s=ref, reference_cpu_s=c)
-                  for i, (ref, c) in enumerate(zip(reference_s, cpus)))
+    tests = tuple(
+        RubricTest(f"labX/test_lab.py::test_{i}", f"test_{i}", 1, False, reference_s=ref, reference_cpu_s=c)
+        for i, (ref, c) in enumerate(zip(reference_s, cpus))
+    )
     return LabRubric("labX", "labX", "Demo", tests, reference_wall_s=wall)
 
 
@@ -61,8 +63,17 @@ def test_submission_budget_and_options_for_another_process():
     rubric = Rubric((lab_with(1.0, wall=2.0), LabRubric("labY", "labY", "Y", error="broken")))
     assert submission_budget_s(rubric, LIMITS) == 50 + 60
     assert time_limit_args(RunLimits(test_timeout_s=5)) == [
-        "--time-factor", "10", "--min-test-timeout", "10", "--wall-factor", "5", "--max-consecutive-timeouts", "15",
-        "--test-timeout", "5"]
+        "--time-factor",
+        "10",
+        "--min-test-timeout",
+        "10",
+        "--wall-factor",
+        "5",
+        "--max-consecutive-timeouts",
+        "15",
+        "--test-timeout",
+        "5",
+    ]
 
 
 def _test(nodeid: str, timeout: bool = False) -> list[dict]:
@@ -154,7 +165,6 @@ def test_a_streak_limit_of_0_never_stops_a_lab(demo_setup, tmp_path):
     assert lab.score == graded_as["score"] + graded_as["heldout"]
 
 
-
 def test_a_test_requesting_shared_fixtures_may_build_them_under_the_limit_of_a_test_never_timed():
     lab = lab_with(0.001, 0.001)
     shared = ("module:compiled_models", "session:lab")
@@ -166,7 +176,9 @@ def test_a_test_requesting_shared_fixtures_may_build_them_under_the_limit_of_a_t
     assert budget.test(plain).shared_setup is None
     assert budget.test(first).fixture_keys(first) == {"compiled_models@labX/test_lab.py", "lab@"}
     # The supervisor's outside backstop allows the build only to the test that builds (the first to ask)
-    assert budget.limit(first, builds_shared_fixtures=True) == budget.test(first).shared_setup.wall_s + budget.limit(first)
+    assert budget.limit(first, builds_shared_fixtures=True) == budget.test(first).shared_setup.wall_s + budget.limit(
+        first
+    )
     assert budget.limit(first) == budget.limit(plain) < budget.limit(first, builds_shared_fixtures=True)
     builders = SharedFixtureBuilders(budget)
     for running in [(first, 0.0), (canary_nodeid(1, first), 5.0), (plain, 6.0)]:
@@ -221,14 +233,16 @@ def test_whichever_test_builds_a_slow_shared_fixture_keeps_its_points(tmp_path):
             times[kind][f"labA_arith/test_lab.py::test_squares_from_a_shared_table[{n}]"] = 0.001
     times_file.write_text(json.dumps(times))
     course = load_course(course_root)
-    options = GradeOptions(gpu="auto", limits=replaced(DEMO_LIMITS, unmeasured_test_timeout_s=60.0),
-                           isolation=Unisolated())
+    options = GradeOptions(
+        gpu="auto", limits=replaced(DEMO_LIMITS, unmeasured_test_timeout_s=60.0), isolation=Unisolated()
+    )
     setup = GradingSetup.for_course(course, options, ["labA"])
     rubric_squares = [test for test in setup.rubric.labs[0].tests if test.name == "test_squares_from_a_shared_table"]
     assert [test.shared_fixtures for test in rubric_squares] == [("module:lab", "module:slow_shared_table")] * 3
     reference = make_reference_submission(course, tmp_path / "reference")
     lab = grade_submission(reference, tmp_path / "graded", setup, name="reference").lab("labA")
     squares = [test for test in lab.tests if test.name == "test_squares_from_a_shared_table"]
-    assert len(squares) == 3 and all(test.outcome == "passed" for test in squares), \
-        [(test.nodeid, test.outcome, test.message) for test in squares]
+    assert len(squares) == 3 and all(test.outcome == "passed" for test in squares), [
+        (test.nodeid, test.outcome, test.message) for test in squares
+    ]
     assert lab.score == lab.max_score

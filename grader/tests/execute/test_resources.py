@@ -23,9 +23,13 @@ SMALL = RunLimits(memory_cap_bytes=200 * MiB, process_cap=12, disk_cap_bytes=60 
 
 
 def _start(code: str, limits: RunLimits = SMALL) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], start_new_session=True,
-                            preexec_fn=limit_setter(kernel_limits(limits, gpu_off=True, graded_user_is_nobody=False)),
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        start_new_session=True,
+        preexec_fn=limit_setter(kernel_limits(limits, gpu_off=True, graded_user_is_nobody=False)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _watch_until(process: subprocess.Popen, watch: ResourceWatch, seconds: float = 10.0) -> str | None:
@@ -132,7 +136,8 @@ def test_disk_use_counts_what_is_in_the_folders_and_follows_no_link(tmp_path):
 def test_pages_shared_after_a_fork_are_counted_once():
     # A correct submission: 120 MiB, then a pool of forked workers (as Inductor's compile pool forks).
     # Counted once per process, that is 480 MiB; shared out, about 120 MiB: under a cap of 200 MiB.
-    process = _start("""
+    process = _start(
+        """
         import os, sys, time
         block = bytearray(b"x") * (120 * 1024 * 1024)
         for _ in range(3):
@@ -141,7 +146,9 @@ def test_pages_shared_after_a_fork_are_counted_once():
                 os._exit(0)
         print("ready", flush=True)
         time.sleep(20)
-    """, replace(SMALL, memory_cap_bytes=200 * MiB))
+    """,
+        replace(SMALL, memory_cap_bytes=200 * MiB),
+    )
     try:
         assert process.stdout.readline().strip() == "ready"
         watch = ResourceWatch(process.pid, (), replace(SMALL, memory_cap_bytes=200 * MiB))
@@ -195,12 +202,15 @@ def test_what_the_disk_walk_cannot_count_is_over_the_cap(tmp_path):
 
 def test_threads_count_against_the_task_cap():
     limits = replace(SMALL, task_cap=20, memory_cap_bytes=1024 * MiB)  # (each thread's stack counts in RLIMIT_DATA)
-    process = _start("""
+    process = _start(
+        """
         import threading, time
         for _ in range(40):
             threading.Thread(target=time.sleep, args=(20,), daemon=True).start()
         time.sleep(20)
-    """, limits)
+    """,
+        limits,
+    )
     over = _watch_until(process, ResourceWatch(process.pid, (), limits))
     assert over is not None and over.startswith("threads at once:"), over
 
@@ -278,8 +288,13 @@ def fib(n):
 def test_a_submission_that_takes_the_machine_loses_those_tests_and_keeps_the_others(demo_setup, tmp_path):
     submission = starter_copy(tmp_path / "submission")
     (submission / "labA_arith" / "arith.py").write_text(TAKES_THE_MACHINE)
-    setup = replace(demo_setup, options=replace(demo_setup.options, limits=replace(demo_setup.options.limits,
-                    memory_cap_bytes=200 * MiB, disk_cap_bytes=60 * MiB)))
+    setup = replace(
+        demo_setup,
+        options=replace(
+            demo_setup.options,
+            limits=replace(demo_setup.options.limits, memory_cap_bytes=200 * MiB, disk_cap_bytes=60 * MiB),
+        ),
+    )
     result = grade_submission(submission, tmp_path / "graded", setup)
     lab = result.lab("labA")
     outcomes = {test.name: test for test in lab.tests if not test.heldout}

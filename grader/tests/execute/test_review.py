@@ -34,15 +34,18 @@ def test_every_attack_of_the_corpus_is_flagged_for_review(name):
     assert all(flag.startswith("lab: review: lab") and ".py:" in flag for flag in flags)
 
 
-@pytest.mark.parametrize("source, what", [
-    ("import os as o\no.fork()", "uses os.fork"),
-    ("from sys import _getframe", "imports sys._getframe"),
-    ("import ctypes.util", "imports ctypes.util"),
-    ("def pytest_runtest_makereport(item, call):\n    pass", "defines pytest_runtest_makereport"),
-    ("import os\nos.execv('/bin/sh', [])", "uses os.execv"),
-    ("def f():\n    return f.__globals__", "reads .__globals__"),
-    ("PATH = '/proc/self/environ'", "a string naming '/proc/'"),
-])
+@pytest.mark.parametrize(
+    "source, what",
+    [
+        ("import os as o\no.fork()", "uses os.fork"),
+        ("from sys import _getframe", "imports sys._getframe"),
+        ("import ctypes.util", "imports ctypes.util"),
+        ("def pytest_runtest_makereport(item, call):\n    pass", "defines pytest_runtest_makereport"),
+        ("import os\nos.execv('/bin/sh', [])", "uses os.execv"),
+        ("def f():\n    return f.__globals__", "reads .__globals__"),
+        ("PATH = '/proc/self/environ'", "a string naming '/proc/'"),
+    ],
+)
 def test_each_construct_is_named_with_its_line(source, what):
     found = findings(source)
     assert any(text.startswith(what) for _, text in found), found
@@ -56,8 +59,11 @@ def test_docstrings_plain_code_and_unparsable_files_get_no_flag():
 
 
 def test_a_file_with_many_constructs_is_capped(tmp_path: Path):
-    (tmp_path / "many.py").write_text("\n".join(f"import {name}" for name in
-                                                ("ctypes", "gc", "socket", "signal", "subprocess", "builtins",
-                                                 "importlib", "multiprocessing")))
+    (tmp_path / "many.py").write_text(
+        "\n".join(
+            f"import {name}"
+            for name in ("ctypes", "gc", "socket", "signal", "subprocess", "builtins", "importlib", "multiprocessing")
+        )
+    )
     flags = review_files(tmp_path, ["many.py"])
     assert len(flags) == MAX_FLAGS_PER_FILE + 1 and flags[-1].endswith("2 more constructs to read")

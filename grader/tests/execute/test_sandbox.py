@@ -121,4 +121,3 @@ def test_long_text_keeps_its_head_and_tail(tmp_path):
     trim_file(path, 20)
     data = path.read_bytes()
     assert data.startswith(b"h" * 10) and data.endswith(b"t" * 10) and len(data) < 100
-

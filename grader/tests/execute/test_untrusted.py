@@ -135,8 +135,12 @@ def test_a_40_mb_report_costs_the_grader_no_memory(tmp_path):
     report = tmp_path / "report.json"
     with open(report, "wb") as handle:  # 40 MB of small nested lists: a parse costs about 50x its size
         handle.write(b"[" + b",".join([b"[[1],[2]]"] * (40 * 1024 * 1024 // 10)) + b"]")
-    done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(report), str(tmp_path / "kept.json")],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, str(report), str(tmp_path / "kept.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     before_kib, peak_kib, problem = done.stdout.split(maxsplit=2)
     assert "over the limit" in problem and not (tmp_path / "kept.json").exists()
     assert int(peak_kib) - int(before_kib) < 8 * 1024, f"{before_kib} KiB before, {peak_kib} KiB at the peak"

@@ -45,8 +45,9 @@ def unpack(bundle: Path, root: Path) -> Path:
 
 def run_autograder(root: Path, python: str = sys.executable) -> dict:
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": python}
-    done = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((root / "results" / "results.json").read_text())
 

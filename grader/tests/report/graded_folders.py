@@ -10,11 +10,27 @@ from grader.evidence.layout import SUBMITTED_DIR, SUMMARY_FILE
 from grader.scoring.results import LabResult, SubmissionResult
 
 
-def lab(lab_id: str, score: int, max_score: int = 10, *, status: str = "graded", pending: int = 0,
-        package: str = "", title: str = "") -> LabResult:
+def lab(
+    lab_id: str,
+    score: int,
+    max_score: int = 10,
+    *,
+    status: str = "graded",
+    pending: int = 0,
+    package: str = "",
+    title: str = "",
+) -> LabResult:
     """One lab's result, its tests left out (the report's tables only read the totals)."""
-    return LabResult(lab_id, title or f"Lab {lab_id}", package or f"{lab_id}_pkg", score, max_score, pending, status,
-                     reason="" if status == "graded" else f"it was {status}")
+    return LabResult(
+        lab_id,
+        title or f"Lab {lab_id}",
+        package or f"{lab_id}_pkg",
+        score,
+        max_score,
+        pending,
+        status,
+        reason="" if status == "graded" else f"it was {status}",
+    )
 
 
 def write_graded(graded: Path, student: str, labs: list[LabResult], submitted: dict[str, str] | None = None) -> Path:

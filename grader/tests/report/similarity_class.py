@@ -26,36 +26,59 @@ HEADER = '"""Lab S: small algorithms on lists, text and graphs. Fill in each fun
 
 #: function -> (signature, docstring) as the starter has them.
 CONTRACTS = {
-    "moving_average": ("def moving_average(values: list[float], window: int) -> list[float]:",
-                       "The mean of every run of ``window`` consecutive values, in order."),
-    "histogram": ("def histogram(values: list[float], bins: int, low: float, high: float) -> list[int]:",
-                  "Counts of values in ``bins`` equal bins over [low, high] (high goes in the last bin; others outside are dropped)."),
-    "word_counts": ("def word_counts(text: str) -> dict[str, int]:",
-                    "How often each word occurs, words lower-cased and made of letters only."),
-    "run_lengths": ("def run_lengths(text: str) -> list[tuple[str, int]]:",
-                    "Each run of one repeated character as (character, length), in order."),
-    "merge_intervals": ("def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:",
-                        "Overlapping or touching (start, end) intervals merged, sorted by start."),
-    "topological_order": ("def topological_order(nodes: list[str], edges: list[tuple[str, str]]) -> list[str]:",
-                          "Every node after the nodes it depends on (edge (a, b): b after a); ties in the order of ``nodes``."),
-    "search_sorted": ("def search_sorted(items: list[int], target: int) -> int:",
-                      "The index of the first item >= target in sorted ``items`` (len(items) if none)."),
-    "transpose": ("def transpose(rows: list[list[float]]) -> list[list[float]]:",
-                  "The columns of a rectangular table as rows."),
-    "flatten": ("def flatten(nested: list) -> list:",
-                "Every non-list item of arbitrarily nested lists, left to right."),
+    "moving_average": (
+        "def moving_average(values: list[float], window: int) -> list[float]:",
+        "The mean of every run of ``window`` consecutive values, in order.",
+    ),
+    "histogram": (
+        "def histogram(values: list[float], bins: int, low: float, high: float) -> list[int]:",
+        "Counts of values in ``bins`` equal bins over [low, high] (high goes in the last bin; others outside are dropped).",
+    ),
+    "word_counts": (
+        "def word_counts(text: str) -> dict[str, int]:",
+        "How often each word occurs, words lower-cased and made of letters only.",
+    ),
+    "run_lengths": (
+        "def run_lengths(text: str) -> list[tuple[str, int]]:",
+        "Each run of one repeated character as (character, length), in order.",
+    ),
+    "merge_intervals": (
+        "def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:",
+        "Overlapping or touching (start, end) intervals merged, sorted by start.",
+    ),
+    "topological_order": (
+        "def topological_order(nodes: list[str], edges: list[tuple[str, str]]) -> list[str]:",
+        "Every node after the nodes it depends on (edge (a, b): b after a); ties in the order of ``nodes``.",
+    ),
+    "search_sorted": (
+        "def search_sorted(items: list[int], target: int) -> int:",
+        "The index of the first item >= target in sorted ``items`` (len(items) if none).",
+    ),
+    "transpose": (
+        "def transpose(rows: list[list[float]]) -> list[list[float]]:",
+        "The columns of a rectangular table as rows.",
+    ),
+    "flatten": (
+        "def flatten(nested: list) -> list:",
+        "Every non-list item of arbitrarily nested lists, left to right.",
+    ),
 }
 
 #: function -> four honest implementations: (imports, body). The first is the reference.
 VARIANTS: dict[str, list[tuple[str, str]]] = {
     "moving_average": [
-        ("", """
+        (
+            "",
+            """
     result = []
     for start in range(len(values) - window + 1):
         result.append(sum(values[start:start + window]) / window)
     return result
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     if window > len(values):
         return []
     total = sum(values[:window])
@@ -64,20 +87,29 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         total += values[index] - values[index - window]
         means.append(total / window)
     return means
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     return [sum(values[i:i + window]) / window for i in range(0, len(values) - window + 1)]
-"""),
-        ("from itertools import accumulate", """
+""",
+        ),
+        (
+            "from itertools import accumulate",
+            """
     prefix = [0.0, *accumulate(values)]
     out = []
     for end in range(window, len(prefix)):
         out.append((prefix[end] - prefix[end - window]) / window)
     return out
-"""),
+""",
+        ),
     ],
     "histogram": [
-        ("", """
+        (
+            "",
+            """
     counts = [0] * bins
     width = (high - low) / bins
     for value in values:
@@ -85,8 +117,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
             index = min(int((value - low) / width), bins - 1)
             counts[index] += 1
     return counts
-"""),
-        ("import bisect", """
+""",
+        ),
+        (
+            "import bisect",
+            """
     step = (high - low) / bins
     edges = [low + step * k for k in range(1, bins)]
     result = [0 for _ in range(bins)]
@@ -95,13 +130,19 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
             continue
         result[bisect.bisect_right(edges, v)] += 1
     return result
-"""),
-        ("from collections import Counter", """
+""",
+        ),
+        (
+            "from collections import Counter",
+            """
     size = (high - low) / bins
     found = Counter(min(bins - 1, int((x - low) // size)) for x in values if low <= x <= high)
     return [found.get(b, 0) for b in range(bins)]
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     hist = []
     for b in range(bins):
         left = low + (high - low) * b / bins
@@ -109,13 +150,19 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         last = b == bins - 1
         hist.append(len([x for x in values if left <= x < right or (last and x == high)]))
     return hist
-"""),
+""",
+        ),
     ],
     "word_counts": [
-        ("import re\nfrom collections import Counter", """
+        (
+            "import re\nfrom collections import Counter",
+            """
     return dict(Counter(re.findall(r"[a-z]+", text.lower())))
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     counts = {}
     word = ""
     for char in text.lower() + " ":
@@ -125,8 +172,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
             counts[word] = counts.get(word, 0) + 1
             word = ""
     return counts
-"""),
-        ("import re", """
+""",
+        ),
+        (
+            "import re",
+            """
     cleaned = re.sub(r"[^a-z]+", " ", text.lower())
     result: dict[str, int] = {}
     for token in cleaned.split():
@@ -135,19 +185,28 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         else:
             result[token] = 1
     return result
-"""),
-        ("import re\nfrom collections import defaultdict", """
+""",
+        ),
+        (
+            "import re\nfrom collections import defaultdict",
+            """
     table = defaultdict(int)
     for match in re.finditer("[a-z]+", text.lower()):
         table[match.group(0)] += 1
     return dict(table)
-"""),
+""",
+        ),
     ],
     "run_lengths": [
-        ("from itertools import groupby", """
+        (
+            "from itertools import groupby",
+            """
     return [(char, len(list(group))) for char, group in groupby(text)]
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     runs = []
     for char in text:
         if runs and runs[-1][0] == char:
@@ -155,8 +214,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         else:
             runs.append((char, 1))
     return runs
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     out = []
     i = 0
     while i < len(text):
@@ -166,13 +228,19 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         out.append((text[i], j - i))
         i = j
     return out
-"""),
-        ("import re", """
+""",
+        ),
+        (
+            "import re",
+            """
     return [(m.group(0)[0], len(m.group(0))) for m in re.finditer(r"(.)\\1*", text, re.DOTALL)]
-"""),
+""",
+        ),
     ],
     "merge_intervals": [
-        ("", """
+        (
+            "",
+            """
     merged = []
     for start, end in sorted(intervals):
         if merged and start <= merged[-1][1]:
@@ -180,8 +248,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         else:
             merged.append((start, end))
     return merged
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     if not intervals:
         return []
     ordered = sorted(intervals, key=lambda pair: pair[0])
@@ -193,8 +264,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         else:
             result.append((last[0], max(last[1], current[1])))
     return result
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     items = sorted(intervals)
     out = []
     i = 0
@@ -206,18 +280,24 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
             i += 1
         out.append((lo, hi))
     return out
-"""),
-        ("from functools import reduce", """
+""",
+        ),
+        (
+            "from functools import reduce",
+            """
     def absorb(acc, interval):
         if acc and interval[0] <= acc[-1][1]:
             return acc[:-1] + [(acc[-1][0], max(acc[-1][1], interval[1]))]
         return acc + [interval]
 
     return reduce(absorb, sorted(intervals), [])
-"""),
+""",
+        ),
     ],
     "topological_order": [
-        ("", """
+        (
+            "",
+            """
     indegree = {node: 0 for node in nodes}
     for _, target in edges:
         indegree[target] += 1
@@ -233,8 +313,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                     ready.append(target)
                     ready.sort(key=nodes.index)
     return order
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     remaining = list(nodes)
     deps = {n: {a for a, b in edges if b == n} for n in nodes}
     done: list[str] = []
@@ -243,8 +326,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         done.append(pick)
         remaining.remove(pick)
     return done
-"""),
-        ("import heapq", """
+""",
+        ),
+        (
+            "import heapq",
+            """
     position = {name: k for k, name in enumerate(nodes)}
     parents = {name: 0 for name in nodes}
     children = {name: [] for name in nodes}
@@ -262,8 +348,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
             if parents[child] == 0:
                 heapq.heappush(heap, position[child])
     return result
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     pending = {node: sum(1 for e in edges if e[1] == node) for node in nodes}
     output = []
     while len(output) < len(nodes):
@@ -275,10 +364,13 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                         pending[e[1]] -= 1
                 break
     return output
-"""),
+""",
+        ),
     ],
     "search_sorted": [
-        ("", """
+        (
+            "",
+            """
     lo, hi = 0, len(items)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -287,11 +379,17 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         else:
             hi = mid
     return lo
-"""),
-        ("import bisect", """
+""",
+        ),
+        (
+            "import bisect",
+            """
     return bisect.bisect_left(items, target)
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     def go(left, right):
         if left >= right:
             return left
@@ -299,24 +397,36 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         return go(middle + 1, right) if items[middle] < target else go(left, middle)
 
     return go(0, len(items))
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     for index, item in enumerate(items):
         if item >= target:
             return index
     return len(items)
-"""),
+""",
+        ),
     ],
     "transpose": [
-        ("", """
+        (
+            "",
+            """
     return [list(column) for column in zip(*rows)]
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     if not rows:
         return []
     return [[rows[r][c] for r in range(len(rows))] for c in range(len(rows[0]))]
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     columns = []
     for c in range(len(rows[0]) if rows else 0):
         column = []
@@ -324,17 +434,23 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
             column.append(row[c])
         columns.append(column)
     return columns
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     table = {}
     for row in rows:
         for k, cell in enumerate(row):
             table.setdefault(k, []).append(cell)
     return [table[k] for k in sorted(table)]
-"""),
+""",
+        ),
     ],
     "flatten": [
-        ("", """
+        (
+            "",
+            """
     flat = []
     for item in nested:
         if isinstance(item, list):
@@ -342,8 +458,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         else:
             flat.append(item)
     return flat
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     stack = [iter(nested)]
     out = []
     while stack:
@@ -355,8 +474,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         else:
             stack.pop()
     return out
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     def walk(items):
         for item in items:
             if isinstance(item, list):
@@ -365,8 +487,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
                 yield item
 
     return list(walk(nested))
-"""),
-        ("", """
+""",
+        ),
+        (
+            "",
+            """
     result = list(nested)
     while any(isinstance(x, list) for x in result):
         expanded = []
@@ -374,19 +499,98 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
             expanded.extend(x if isinstance(x, list) else [x])
         result = expanded
     return result
-"""),
+""",
+        ),
     ],
 }
 
 #: Local names an honest student or a copier may name otherwise (never a parameter of the contract).
-LOCAL_NAMES = ("result", "means", "total", "index", "counts", "width", "step", "size", "found",
-               "hist", "left", "right", "last", "word", "char", "cleaned", "token", "table", "match", "runs",
-               "group", "out", "merged", "ordered", "current", "lo", "hi", "indegree", "order", "ready",
-               "node", "remaining", "deps", "done", "pick", "position", "parents", "children", "heap", "name",
-               "child", "pending", "output", "mid", "middle", "columns", "column", "flat", "stack", "element",
-               "expanded", "prefix", "start", "end", "value", "item", "source", "target_node")
-RENAMES = ("acc", "tmp", "buf", "res", "cur", "nxt", "val", "elem", "pos", "cnt", "seen", "todo", "keep",
-           "data", "part", "piece", "entry", "slot", "bucket", "first", "second", "head", "tail", "probe")
+LOCAL_NAMES = (
+    "result",
+    "means",
+    "total",
+    "index",
+    "counts",
+    "width",
+    "step",
+    "size",
+    "found",
+    "hist",
+    "left",
+    "right",
+    "last",
+    "word",
+    "char",
+    "cleaned",
+    "token",
+    "table",
+    "match",
+    "runs",
+    "group",
+    "out",
+    "merged",
+    "ordered",
+    "current",
+    "lo",
+    "hi",
+    "indegree",
+    "order",
+    "ready",
+    "node",
+    "remaining",
+    "deps",
+    "done",
+    "pick",
+    "position",
+    "parents",
+    "children",
+    "heap",
+    "name",
+    "child",
+    "pending",
+    "output",
+    "mid",
+    "middle",
+    "columns",
+    "column",
+    "flat",
+    "stack",
+    "element",
+    "expanded",
+    "prefix",
+    "start",
+    "end",
+    "value",
+    "item",
+    "source",
+    "target_node",
+)
+RENAMES = (
+    "acc",
+    "tmp",
+    "buf",
+    "res",
+    "cur",
+    "nxt",
+    "val",
+    "elem",
+    "pos",
+    "cnt",
+    "seen",
+    "todo",
+    "keep",
+    "data",
+    "part",
+    "piece",
+    "entry",
+    "slot",
+    "bucket",
+    "first",
+    "second",
+    "head",
+    "tail",
+    "probe",
+)
 
 
 #: Rewrites an honest student may apply to any line (each match, with probability one half): the same
@@ -451,14 +655,18 @@ def rename_locals(source: str, rng: random.Random, share: float = 1.0) -> str:
     for name in LOCAL_NAMES:
         if name in used and fresh and rng.random() < share:
             mapping[name] = fresh.pop()
-    renamed = [tok._replace(string=mapping.get(tok.string, tok.string))
-               if tok.type == tokenize.NAME and not (k and tokens[k - 1].string == ".") else tok  # not an attribute
-               for k, tok in enumerate(tokens)]
+    renamed = [
+        tok._replace(string=mapping.get(tok.string, tok.string))
+        if tok.type == tokenize.NAME and not (k and tokens[k - 1].string == ".")
+        else tok  # not an attribute
+        for k, tok in enumerate(tokens)
+    ]
     return tokenize.untokenize(renamed)
 
 
-def honest_module(rng: random.Random, skill: float, *, variants: dict[str, int] | None = None,
-                  rename: bool = True) -> str:
+def honest_module(
+    rng: random.Random, skill: float, *, variants: dict[str, int] | None = None, rename: bool = True
+) -> str:
     """One honest student's module: each function solved with probability ``skill``, its variant their own."""
     bodies, imports = {}, set()
     for function in CONTRACTS:
@@ -480,7 +688,9 @@ def near_copy(source: str, rng: random.Random) -> str:
     renamed = rename_locals(source, rng)
     header, *functions = re.split(r"\n\n\n(?=def )", renamed)
     rng.shuffle(functions)
-    commented = [re.sub(r"\n(    \w+ = )", r"\n    # keep track of this\n\1", function, count=1) for function in functions]
+    commented = [
+        re.sub(r"\n(    \w+ = )", r"\n    # keep track of this\n\1", function, count=1) for function in functions
+    ]
     return header + "".join("\n\n\n" + function for function in commented)
 
 

@@ -15,11 +15,19 @@ from grader.scoring.score import score_submission
 
 LONG = "test_conv_bn_skips_conv_output_with_another_user"
 CASES = ("symbolic_trace", "make_fx", "export_core_aten")
-RUBRIC = Rubric((LabRubric(
-    "lab01", "lab01_fx_passes", "FX graph transformation passes, a title long enough to be cut in a chart",
-    tests=(*(RubricTest(f"lab01_fx_passes/test_lab.py::{LONG}[{case}]", LONG, 2, False) for case in CASES),
-           RubricTest("lab01_fx_passes/test_lab.py::test_on_gpu", "test_on_gpu", 3, True)),
-),))
+RUBRIC = Rubric(
+    (
+        LabRubric(
+            "lab01",
+            "lab01_fx_passes",
+            "FX graph transformation passes, a title long enough to be cut in a chart",
+            tests=(
+                *(RubricTest(f"lab01_fx_passes/test_lab.py::{LONG}[{case}]", LONG, 2, False) for case in CASES),
+                RubricTest("lab01_fx_passes/test_lab.py::test_on_gpu", "test_on_gpu", 3, True),
+            ),
+        ),
+    )
+)
 
 
 def run_passing(nodeids: list[str], rubric: Rubric = RUBRIC) -> LabRun:
@@ -27,11 +35,20 @@ def run_passing(nodeids: list[str], rubric: Rubric = RUBRIC) -> LabRun:
     events = [{"event": "configure"}, {"event": "collected", "nodeids": []}]
     for test in rubric.labs[0].tests:
         outcome = "skipped" if test.gpu else "passed" if test.nodeid in nodeids else "failed"
-        events += [{"event": "start", "nodeid": test.nodeid},
-                   *({"event": "report", "nodeid": test.nodeid, "when": when, "outcome": outcome if when == "call" else
-                      "skipped" if (test.gpu and when == "setup") else "passed"} for when in ("setup", "call", "teardown")
-                     if not (test.gpu and when == "call")),
-                   {"event": "finish", "nodeid": test.nodeid}]
+        events += [
+            {"event": "start", "nodeid": test.nodeid},
+            *(
+                {
+                    "event": "report",
+                    "nodeid": test.nodeid,
+                    "when": when,
+                    "outcome": outcome if when == "call" else "skipped" if (test.gpu and when == "setup") else "passed",
+                }
+                for when in ("setup", "call", "teardown")
+                if not (test.gpu and when == "call")
+            ),
+            {"event": "finish", "nodeid": test.nodeid},
+        ]
     events.append({"event": "session_finish", "exitstatus": 1})
     report = {"tests": [{"nodeid": nodeid, "outcome": "passed"} for nodeid in nodeids]}
     return LabRun("lab01", 1, False, False, 1.0, tuple(events), report)
@@ -41,8 +58,16 @@ def run_passing(nodeids: list[str], rubric: Rubric = RUBRIC) -> LabRun:
 def summary() -> dict:
     tests = [test.nodeid for test in RUBRIC.labs[0].tests]
     results = [score_submission(RUBRIC, {"lab01": run_passing(tests[:k])}, submission=f"s{k}") for k in range(4)]
-    results.append(score_submission(RUBRIC, {}, submission="broken", not_run_status="grader-error",
-                                    not_run_reason="grader error", flags=("grader error",)))
+    results.append(
+        score_submission(
+            RUBRIC,
+            {},
+            submission="broken",
+            not_run_status="grader-error",
+            not_run_reason="grader error",
+            flags=("grader error",),
+        )
+    )
     return class_summary(results)
 
 
@@ -55,7 +80,7 @@ def test_the_summary_comes_first_then_the_students_then_the_labs(summary):
     positions = [page.index(f"id='{anchor}'") for anchor in ("summary", "students", "lab01", "flagged")]
     assert positions == sorted(positions)
     assert all(f"href='#{anchor}'" in page for anchor in ("summary", "students", "lab01", "flagged"))
-    summary_table = page_text(page[positions[0]:positions[1]])
+    summary_table = page_text(page[positions[0] : positions[1]])
     for column in ("mean", "median", "full marks", "pending GPU"):
         assert column in summary_table
     assert "3 points for 4 students" in summary_table and "1 / 5" in summary_table  # s3 has every CPU point
@@ -70,36 +95,40 @@ def test_every_parametrised_case_keeps_its_full_name(summary):
 
 def test_the_student_table_shows_each_lab_and_the_status_of_a_lab_not_graded_normally(summary):
     page = render_page(summary, {"lab01": ""})
-    students = page_text(page[page.index("id='students'"):page.index("id='lab01'")])
+    students = page_text(page[page.index("id='students'") : page.index("id='lab01'")])
     assert "s3" in students and "6/9" in students and "0/9 grader-error" in students
 
 
 def test_the_optional_extension_has_its_own_column_and_its_tests_are_tagged():
     """As in class.csv and results.json: the extension's points apart, its tests tagged like held-out ones."""
-    extension = RubricTest("lab01_fx_passes/test_lab.py::test_onednn_pipeline", "test_onednn_pipeline", 4, False,
-                           extension=True)
+    extension = RubricTest(
+        "lab01_fx_passes/test_lab.py::test_onednn_pipeline", "test_onednn_pipeline", 4, False, extension=True
+    )
     rubric = Rubric((LabRubric("lab01", "lab01_fx_passes", "FX", tests=(*RUBRIC.labs[0].tests, extension)),))
     main = [test.nodeid for test in RUBRIC.labs[0].tests]
-    results = [score_submission(rubric, {"lab01": run_passing(main, rubric)}, submission="skipped_it"),
-               score_submission(rubric, {"lab01": run_passing([*main, extension.nodeid], rubric)}, submission="did_it")]
+    results = [
+        score_submission(rubric, {"lab01": run_passing(main, rubric)}, submission="skipped_it"),
+        score_submission(rubric, {"lab01": run_passing([*main, extension.nodeid], rubric)}, submission="did_it"),
+    ]
     page = render_page(class_summary(results), {"lab01": ""})
-    summary_table = page_text(page[page.index("id='summary'"):page.index("id='students'")])
+    summary_table = page_text(page[page.index("id='summary'") : page.index("id='students'")])
     assert "optional extension" in summary_table and "mean 2.0 of 4 · 1 with points" in summary_table
     assert "2 / 2" in summary_table, "both have full marks: the extension is apart"
-    students = page[page.index("id='students'"):page.index("id='lab01'")]
+    students = page[page.index("id='students'") : page.index("id='lab01'")]
     header = page_text(students.split("</tr>")[0])
     assert "optional extension" in header
     (did_it,) = [page_text(row) for row in students.split("<tr") if ">did_it<" in row]
     assert did_it.startswith(">did_it6/9") and did_it.endswith("4/4"), did_it
-    rows = [row for row in page[page.index("id='lab01'"):].split("<tr")]
+    rows = [row for row in page[page.index("id='lab01'") :].split("<tr")]
     (row,) = [row for row in rows if "test_onednn_pipeline" in page_text(row)]
     assert "<span class='tag'>extension (optional)</span>" in row
     assert "extension" not in "".join(row for row in rows if LONG in page_text(row))
-    lab_text = page_text(page[page.index("id='lab01'"):])
+    lab_text = page_text(page[page.index("id='lab01'") :])
     assert "optional extension (apart from the score): mean 2.0 of 4" in lab_text
 
 
 # ---------------------------------------------------------------- in a real browser (skipped without Chromium)
+
 
 def chromium_or_skip() -> str:
     from grader.report.browser_check import BrowserError, find_chromium

@@ -36,8 +36,10 @@ def canvas_reads(rows: list[list[str]]) -> dict:
     elif re.search(r"SIS\s+User\s+ID", header[2]) and re.search(r"SIS\s+Login\s+ID", header[3]):
         student_columns += 2
     assert "Section" in header[student_columns - 1], "the last student column must be Section"
-    non_assignment = re.compile("Current Score|Current Points|Current Grade|Final Score|Final Points|Final Grade|"
-                                "Override Score|Override Grade|Override Status")
+    non_assignment = re.compile(
+        "Current Score|Current Points|Current Grade|Final Score|Final Points|Final Grade|"
+        "Override Score|Override Grade|Override Status"
+    )
     assignments = [name for name in header[student_columns:] if not non_assignment.search(name)]
     points, students = {}, []
     for row in rows[1:]:
@@ -54,29 +56,41 @@ def graded(tmp_path):
     """alice, bob (a grader error in lab02, GPU points pending in lab01) and carol, who is not in the roster."""
     folder = tmp_path / "graded"
     write_graded(folder, "alice", [lab("lab01", 7, title="FX passes"), lab("lab02", 9, 12, title="NPU backend")])
-    write_graded(folder, "bob", [lab("lab01", 4, pending=3, title="FX passes"),
-                                 lab("lab02", 0, 12, status=GRADER_ERROR, title="NPU backend")])
+    write_graded(
+        folder,
+        "bob",
+        [lab("lab01", 4, pending=3, title="FX passes"), lab("lab02", 0, 12, status=GRADER_ERROR, title="NPU backend")],
+    )
     write_graded(folder, "carol", [lab("lab01", 10, title="FX passes"), lab("lab02", 12, 12, title="NPU backend")])
     return folder
 
 
 def report(tmp_path, graded, *extra: str) -> int:
     (tmp_path / "roster.csv").write_text(ROSTER, encoding="utf-8")
-    return main(["report", str(graded), "--out", str(tmp_path / "report"), "--roster", str(tmp_path / "roster.csv"),
-                 *extra])
+    return main(
+        ["report", str(graded), "--out", str(tmp_path / "report"), "--roster", str(tmp_path / "roster.csv"), *extra]
+    )
 
 
 def test_canvas_reads_the_columns_the_points_and_every_student(tmp_path, graded):
     assert report(tmp_path, graded) == 0
     rows = read_rows(tmp_path / "report" / CANVAS_FILE)
-    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "lab01 FX passes", "lab02 NPU backend"]
+    assert rows[0] == [
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        "lab01 FX passes",
+        "lab02 NPU backend",
+    ]
     read = canvas_reads(rows)
     assert read["assignments"] == ["lab01 FX passes", "lab02 NPU backend"]
     assert read["points"] == {"lab01 FX passes": "10", "lab02 NPU backend": "12"}
     assert read["students"] == [
         ("101", {"lab01 FX passes": "7", "lab02 NPU backend": "9"}),
-        ("102", {"lab01 FX passes": "4", "lab02 NPU backend": ""}),   # grader error: left empty, never 0
-        ("103", {"lab01 FX passes": "", "lab02 NPU backend": ""}),    # dora: in the roster, not graded
+        ("102", {"lab01 FX passes": "4", "lab02 NPU backend": ""}),  # grader error: left empty, never 0
+        ("103", {"lab01 FX passes": "", "lab02 NPU backend": ""}),  # dora: in the roster, not graded
         ("carol", {"lab01 FX passes": "10", "lab02 NPU backend": "12"}),  # graded, not in the roster: by name
     ]
 
@@ -87,11 +101,14 @@ def test_every_student_missing_from_the_roster_or_the_class_is_listed(tmp_path, 
     assert "not in roster: carol" in printed and "not in class: Explorer, Dora" in printed
     assert "left blank: Builder, Bob: lab02: grader-error" in printed
     page = (tmp_path / "report" / "class.html").read_text()
-    gradebook = html.unescape(re.sub(r"<[^>]+>", " ", page[page.index("id='gradebook'"):]))
-    for heading, student in (("Graded, not in the roster (1)", "carol"), ("In the roster, not graded (1)", "Explorer, Dora"),
-                             ("Cells left empty (not 0) (1)", "Builder, Bob"),
-                             ("Scores without their pending GPU points (1)", "Builder, Bob")):
-        assert heading in gradebook and student in gradebook[gradebook.index(heading):]
+    gradebook = html.unescape(re.sub(r"<[^>]+>", " ", page[page.index("id='gradebook'") :]))
+    for heading, student in (
+        ("Graded, not in the roster (1)", "carol"),
+        ("In the roster, not graded (1)", "Explorer, Dora"),
+        ("Cells left empty (not 0) (1)", "Builder, Bob"),
+        ("Scores without their pending GPU points (1)", "Builder, Bob"),
+    ):
+        assert heading in gradebook and student in gradebook[gradebook.index(heading) :]
 
 
 def test_the_moodle_file_has_no_points_row_and_only_students_with_a_login(tmp_path, graded):
@@ -112,25 +129,40 @@ def test_a_lab_column_can_name_its_canvas_assignment(tmp_path, graded):
 
 
 def test_canvas_s_own_export_with_a_submission_column_is_a_roster(tmp_path):
-    export = ("\ufeffStudent,ID,SIS User ID,SIS Login ID,Section,Lab 1 (4521),Current Score, submission \n"
-              "    Points Possible,,,,,10,,\n"
-              '"Liddell, Alice",101,S-1,alice@uni.example,Tue lab,,,alice\n')
+    export = (
+        "\ufeffStudent,ID,SIS User ID,SIS Login ID,Section,Lab 1 (4521),Current Score, submission \n"
+        "    Points Possible,,,,,10,,\n"
+        '"Liddell, Alice",101,S-1,alice@uni.example,Tue lab,,,alice\n'
+    )
     (tmp_path / "export.csv").write_text(export, encoding="utf-8")
     (entry,) = read_roster(tmp_path / "export.csv")
-    assert (entry.submission, entry.student, entry.ids["ID"], entry.ids["Section"]) == ("alice", "Liddell, Alice", "101", "Tue lab")
+    assert (entry.submission, entry.student, entry.ids["ID"], entry.ids["Section"]) == (
+        "alice",
+        "Liddell, Alice",
+        "101",
+        "Tue lab",
+    )
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("Student,ID\nAlice,1\n", "no 'Submission' column"),
-    ("Submission,Student\nalice,Alice\nalice,Alicia\n", "line 3: Submission 'alice' is already on line 2"),
-    ("Submission,Student,SIS Login ID\nalice,Alice,a@x\nbob,Bob,a@x\n", "line 3: SIS Login ID 'a@x' is already on line 2"),
-    ("Submission,Student\n,Alice\n", "line 2: Alice has no 'Submission'"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Student,ID\nAlice,1\n", "no 'Submission' column"),
+        ("Submission,Student\nalice,Alice\nalice,Alicia\n", "line 3: Submission 'alice' is already on line 2"),
+        (
+            "Submission,Student,SIS Login ID\nalice,Alice,a@x\nbob,Bob,a@x\n",
+            "line 3: SIS Login ID 'a@x' is already on line 2",
+        ),
+        ("Submission,Student\n,Alice\n", "line 2: Alice has no 'Submission'"),
+    ],
+)
 def test_a_roster_that_cannot_be_used_is_refused_saying_why(tmp_path, graded, capsys, text, message):
     (tmp_path / "roster.csv").write_text(text, encoding="utf-8")
     with pytest.raises(RosterError, match=re.escape(message)):
         read_roster(tmp_path / "roster.csv")
-    assert main(["report", str(graded), "--out", str(tmp_path / "report"), "--roster", str(tmp_path / "roster.csv")]) == 2
+    assert (
+        main(["report", str(graded), "--out", str(tmp_path / "report"), "--roster", str(tmp_path / "roster.csv")]) == 2
+    )
     assert message in capsys.readouterr().err
     assert not (tmp_path / "report").exists(), "nothing is written from a bad roster"
 

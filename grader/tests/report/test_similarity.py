@@ -15,12 +15,12 @@ import re
 
 import pytest
 
+from grader.__main__ import main
 from grader.evidence.layout import SUBMITTED_DIR
 from grader.report.similarity import NO_FILES, Thresholds, compare_lab, lab_document
 from grader.tests.corpus import DEMO_COURSE
 from grader.tests.report import similarity_class as synthetic
 from grader.tests.report.graded_folders import lab, write_graded
-from grader.__main__ import main
 
 CLASS_SIZE, SEED = 20, 0
 #: Inputs on which every variant must compute what the reference computes.
@@ -82,8 +82,10 @@ def test_the_planted_near_copy_is_flagged_and_no_honest_pair_is(planted_class):
     assert [(pair.first, pair.second) for pair in flagged] == [tuple(sorted(("copier", source)))]
     planted = flagged[0]
     honest = [pair for pair in result.pairs if "copier" not in (pair.first, pair.second)]
-    print(f"\nplanted copy {planted.score:.3f} (threshold {thresholds.similarity}), {planted.overlap} characters "
-          f"shared; highest honest pair {honest[0].first} ~ {honest[0].second} {honest[0].score:.3f}")
+    print(
+        f"\nplanted copy {planted.score:.3f} (threshold {thresholds.similarity}), {planted.overlap} characters "
+        f"shared; highest honest pair {honest[0].first} ~ {honest[0].second} {honest[0].score:.3f}"
+    )
     assert planted.score >= 0.85, "renaming and reordering hide almost nothing"
     assert honest[0].score < thresholds.similarity - 0.15, "honest pairs stay well below the threshold"
 
@@ -94,9 +96,11 @@ def test_renamed_variables_change_nothing_and_reordered_functions_little(planted
     renamed = synthetic.rename_locals(original, random.Random(1))
     assert renamed != original
     others = {student: text for student, text in modules.items() if student not in (source, "copier")}
+
     def score(copy: str) -> float:
         result = compare_lab(documents({**others, "original": original, "copy": copy}), STARTER)
         return next(pair.score for pair in result.pairs if {pair.first, pair.second} == {"copy", "original"})
+
     assert score(renamed) == 1.0
     assert score(synthetic.near_copy(original, random.Random(1))) >= 0.9, "only code across a function boundary changes"
 
@@ -104,7 +108,7 @@ def test_renamed_variables_change_nothing_and_reordered_functions_little(planted
 def test_code_much_of_the_class_shares_is_not_evidence():
     """Every honest student also wrote the handout's helper the same way: common code, set aside.
     Without that rule (MOSS's -m) the helper alone would flag pairs of honest students."""
-    helper = '''
+    helper = """
 
 
 def check_intervals(intervals: list[tuple[int, int]]) -> None:
@@ -134,14 +138,15 @@ def check_table(rows: list[list[float]]) -> None:
         for column, cell in enumerate(row):
             if not isinstance(cell, (int, float)):
                 raise TypeError(f"cell ({index}, {column}) is not a number: {cell!r}")
-'''
+"""
     rng = random.Random(3)
     modules = {f"student{k:02d}": synthetic.honest_module(rng, 0.3) + helper for k in range(12)}
     kept = compare_lab(documents(modules), STARTER)
     assert kept.flagged(Thresholds()) == []
     without_rule = Thresholds(common_students=len(modules) + 1, common_fraction=1.0)
-    assert compare_lab(documents(modules), STARTER, without_rule).flagged(without_rule), \
+    assert compare_lab(documents(modules), STARTER, without_rule).flagged(without_rule), (
         "the helper alone makes honest students look alike"
+    )
 
 
 def test_a_student_who_changed_nothing_is_not_compared():
@@ -160,8 +165,10 @@ def write_course(root):
     """A course of one lab, ``labS``, whose starter is the synthetic class's."""
     package = root / synthetic.PACKAGE
     package.mkdir(parents=True)
-    (package / "lab.toml").write_text(f'[lab]\nid = "labS"\npackage = "{synthetic.PACKAGE}"\n'
-                                      f'title = "Small algorithms"\neditable = ["{synthetic.MODULE}"]\n')
+    (package / "lab.toml").write_text(
+        f'[lab]\nid = "labS"\npackage = "{synthetic.PACKAGE}"\n'
+        f'title = "Small algorithms"\neditable = ["{synthetic.MODULE}"]\n'
+    )
     (package / "test_lab.py").write_text("def test_nothing():\n    pass\n")
     (package / synthetic.MODULE).write_text(synthetic.starter())
     return root
@@ -170,15 +177,19 @@ def write_course(root):
 def test_the_report_lists_the_flagged_pair_with_its_side_by_side_page(planted_class, tmp_path, capsys):
     modules, source = planted_class
     for student, text in modules.items():
-        write_graded(tmp_path / "graded", student, [lab("labS", 5, package=synthetic.PACKAGE)],
-                     {f"{synthetic.PACKAGE}/{synthetic.MODULE}": text})
+        write_graded(
+            tmp_path / "graded",
+            student,
+            [lab("labS", 5, package=synthetic.PACKAGE)],
+            {f"{synthetic.PACKAGE}/{synthetic.MODULE}": text},
+        )
     course = write_course(tmp_path / "course")
     assert main(["report", str(tmp_path / "graded"), "--out", str(tmp_path / "report"), "--course", str(course)]) == 0
     printed = capsys.readouterr().out
     pair = " ~ ".join(sorted(("copier", source)))
     assert f"{pair}: 9" in printed and "pairs flagged: 1" in printed
     page = (tmp_path / "report" / "class.html").read_text()
-    section = html.unescape(re.sub(r"<[^>]+>", "", page[page.index("id='similarity'"):]))
+    section = html.unescape(re.sub(r"<[^>]+>", "", page[page.index("id='similarity'") :]))
     assert pair in section and "flagged when 70% or more" in section and "Pairs flagged: 1." in section
     link = re.search(r"href='(similarity/[^']+\.html)'", page).group(1)
     side_by_side = (tmp_path / "report" / link).read_text()
@@ -195,10 +206,25 @@ def test_without_kept_files_the_section_says_why_and_the_report_still_works(tmp_
 
 def test_a_lab_missing_from_the_course_is_reported_not_compared(tmp_path, capsys):
     for student in ("alice", "bob"):
-        write_graded(tmp_path / "graded", student, [lab("labS", 5, package="labS_elsewhere")],
-                     {"labS_elsewhere/algorithms.py": synthetic.reference()})
-    assert main(["report", str(tmp_path / "graded"), "--out", str(tmp_path / "report"),
-                 "--course", str(write_course(tmp_path / "course"))]) == 0
+        write_graded(
+            tmp_path / "graded",
+            student,
+            [lab("labS", 5, package="labS_elsewhere")],
+            {"labS_elsewhere/algorithms.py": synthetic.reference()},
+        )
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "graded"),
+                "--out",
+                str(tmp_path / "report"),
+                "--course",
+                str(write_course(tmp_path / "course")),
+            ]
+        )
+        == 0
+    )
     assert "labS: not compared: labS_elsewhere is not a lab of the course" in capsys.readouterr().out
 
 
@@ -207,7 +233,8 @@ def test_the_grader_keeps_the_editable_files_it_graded(graded_corpus, corpus_dir
     solution = graded_corpus / "solution" / SUBMITTED_DIR
     kept = sorted(path.relative_to(solution).as_posix() for path in solution.rglob("*") if path.is_file())
     assert kept == ["labA_arith/arith.py", "labB_text/text.py"]
-    assert filecmp.cmp(solution / "labA_arith" / "arith.py", DEMO_COURSE / "solutions" / "labA_arith" / "arith.py",
-                       shallow=False)
+    assert filecmp.cmp(
+        solution / "labA_arith" / "arith.py", DEMO_COURSE / "solutions" / "labA_arith" / "arith.py", shallow=False
+    )
     edited = graded_corpus / "edits_test_lab" / SUBMITTED_DIR
     assert not list(edited.rglob("test_*.py")), "an edited test is never kept: it was not graded"

@@ -24,7 +24,8 @@ def test_every_entry_gets_a_row_and_unreadable_ones_say_why(demo_setup, tmp_path
     assert [student for student, _ in submissions] == ["alice", "bob", "carol", "dave.tgz", "dave.zip"]
     rows = grade_all(submissions, tmp_path / "graded", demo_setup, show_progress=False)
     assert {row.student: set(row.statuses.values()) for row in rows} == {
-        name: {BAD_SUBMISSION} for name in ("alice", "bob", "carol", "dave.tgz", "dave.zip")}
+        name: {BAD_SUBMISSION} for name in ("alice", "bob", "carol", "dave.tgz", "dave.zip")
+    }
     feedback = (tmp_path / "graded" / "alice" / FEEDBACK_FILE).read_text()
     assert "cannot read .tar.gz archives; submit a folder or a .zip" in feedback
     assert "the zip is empty" in (tmp_path / "graded" / "carol" / FEEDBACK_FILE).read_text()

@@ -57,13 +57,22 @@ def summary(out: Path) -> SubmissionResult:
 
 # ---------------------------------------------------------------- the container's command line
 
+
 def test_run_command_isolates_and_limits_the_container(tmp_path):
     submission, out = tmp_path / "alice", tmp_path / "out"
     submission.mkdir()
     out.mkdir()
     limits = ContainerLimits(memory="3g", cpus=1.5, pids=100, open_files=512)
-    command = run_command(["docker"], "course:1", name="grader-alice", submission=submission, out=out,
-                          limits=limits, grader_args=["--gpu", "off"], gpus=False)
+    command = run_command(
+        ["docker"],
+        "course:1",
+        name="grader-alice",
+        submission=submission,
+        out=out,
+        limits=limits,
+        grader_args=["--gpu", "off"],
+        gpus=False,
+    )
     assert values(command, "--network") == ["none"]
     assert values(command, "--cap-drop") == ["ALL"]
     assert values(command, "--memory") == ["3g"] and values(command, "--memory-swap") == ["3g"]  # no swap on top
@@ -76,7 +85,7 @@ def test_run_command_isolates_and_limits_the_container(tmp_path):
     ]
     assert "--gpus" not in command
     image_at = command.index("course:1")
-    assert command[image_at + 1:] == ["run", "/submission", "--out", "/out", "--gpu", "off"]
+    assert command[image_at + 1 :] == ["run", "/submission", "--out", "/out", "--gpu", "off"]
 
 
 def test_run_command_passes_gpus_and_zip_submissions(tmp_path):
@@ -89,10 +98,11 @@ def test_run_command_passes_gpus_and_zip_submissions(tmp_path):
     assert values(podman, "--device") == ["nvidia.com/gpu=all"]
     assert podman[:4] == ["podman", "--runtime", "runc", "run"]
     assert "target=/submission.zip,readonly" in values(docker, "--mount")[0]
-    assert docker[docker.index("img") + 1:][:2] == ["run", "/submission.zip"]
+    assert docker[docker.index("img") + 1 :][:2] == ["run", "/submission.zip"]
 
 
 # ---------------------------------------------------------------- finding an engine
+
 
 def _fake_binary(folder: Path, name: str, info_exit: int) -> None:
     path = folder / name
@@ -124,6 +134,7 @@ def test_find_engine_honours_a_named_engine(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- whole batches
+
 
 def _student(root: Path, name: str, mode: str | None = None, base: str = "starter") -> None:
     folder = materialize(base, root / name)
@@ -185,21 +196,52 @@ def test_a_container_past_its_wall_clock_limit_is_killed_and_gets_a_row(tmp_path
 def test_batch_command_line_runs_containers(tmp_path, engine, capsys):
     submissions = tmp_path / "submissions"
     _student(submissions, "solution", base="solution")
-    code = grader_main(["batch", str(submissions), "--out", str(tmp_path / "graded"), "--course", str(DEMO_COURSE),
-                        "--cache-dir", str(tmp_path / "cache"), "--container", "course:test",
-                        "--engine", " ".join(engine), "--memory", "1g", "--cpus", "1", "--wall-timeout", "120"])
+    code = grader_main(
+        [
+            "batch",
+            str(submissions),
+            "--out",
+            str(tmp_path / "graded"),
+            "--course",
+            str(DEMO_COURSE),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--container",
+            "course:test",
+            "--engine",
+            " ".join(engine),
+            "--memory",
+            "1g",
+            "--cpus",
+            "1",
+            "--wall-timeout",
+            "120",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "network off, memory 1g, 1 CPUs" in printed
     assert f"solution: {DEMO_CPU_MAX}/" in printed
     (run,) = [call for call in engine_calls(tmp_path) if call[0] == "run"]
     assert values(run, "--memory") == ["1g"]
-    assert run[run.index("course:test") + 1:][-12:] == ["--labs", "labA,labB", "--gpu", "auto",
-                                                        "--time-factor", "10", "--min-test-timeout", "10",
-                                                        "--wall-factor", "5", "--max-consecutive-timeouts", "15"]
+    assert run[run.index("course:test") + 1 :][-12:] == [
+        "--labs",
+        "labA,labB",
+        "--gpu",
+        "auto",
+        "--time-factor",
+        "10",
+        "--min-test-timeout",
+        "10",
+        "--wall-factor",
+        "5",
+        "--max-consecutive-timeouts",
+        "15",
+    ]
     assert "--read-only" in run and values(run, "--tmpfs")[0].startswith("/tmp:"), "a read-only root, a private /tmp"
-    assert values(run, "--security-opt")[-1] in ("unmask=ALL", "systempaths=unconfined"), \
+    assert values(run, "--security-opt")[-1] in ("unmask=ALL", "systempaths=unconfined"), (
         "the grader inside may isolate each graded process with bubblewrap"
+    )
 
 
 def test_batch_without_an_engine_says_so(tmp_path, monkeypatch, capsys):
@@ -207,7 +249,19 @@ def test_batch_without_an_engine_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("GRADER_CONTAINER_ENGINE", raising=False)
     submissions = tmp_path / "submissions"
     starter_copy(submissions / "starter")
-    code = grader_main(["batch", str(submissions), "--out", str(tmp_path / "graded"), "--course", str(DEMO_COURSE),
-                        "--cache-dir", str(tmp_path / "cache"), "--container", "course:test"])
+    code = grader_main(
+        [
+            "batch",
+            str(submissions),
+            "--out",
+            str(tmp_path / "graded"),
+            "--course",
+            str(DEMO_COURSE),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--container",
+            "course:test",
+        ]
+    )
     assert code == 2
     assert "no container engine" in capsys.readouterr().err

@@ -41,7 +41,9 @@ def test_graded_processes_of_a_parallel_batch_split_the_cores(tmp_path, demo_set
 
 def test_one_submission_at_a_time_keeps_pytorchs_default(demo_setup, no_thread_setting):
     assert share_cores(demo_setup, 1).options.threads is None
-    assert "OMP_NUM_THREADS" not in pytest_env(demo_setup.course.root, "auto", share_cores(demo_setup, 1).options.threads)
+    assert "OMP_NUM_THREADS" not in pytest_env(
+        demo_setup.course.root, "auto", share_cores(demo_setup, 1).options.threads
+    )
 
 
 def test_more_jobs_than_cores_still_get_one_thread_each(demo_setup, no_thread_setting):

@@ -45,19 +45,32 @@ from grader.tests.corpus import DEMO_COURSE, corpus_names, materialize
 
 # ---------------------------------------------------------------- without a cluster
 
+
 def test_sacct_and_squeue_lines_give_each_tasks_state():
     lines = "12_0|COMPLETED\n12_1|CANCELLED by 0\n12_[2-4%2]|PENDING\n13|TIMEOUT\n"
-    assert parse_sacct(lines) == {"12_0": "COMPLETED", "12_1": "CANCELLED", "12_2": "PENDING", "12_3": "PENDING",
-                                  "12_4": "PENDING", "13": "TIMEOUT"}
+    assert parse_sacct(lines) == {
+        "12_0": "COMPLETED",
+        "12_1": "CANCELLED",
+        "12_2": "PENDING",
+        "12_3": "PENDING",
+        "12_4": "PENDING",
+        "13": "TIMEOUT",
+    }
 
 
 def test_scontrol_and_job_completion_lines_give_each_tasks_state():
-    lines = ("JobId=14 ArrayJobId=12 ArrayTaskId=1 JobName=grade-cpu JobState=OUT_OF_MEMORY Reason=None\n"
-             "JobId=12 ArrayJobId=12 ArrayTaskId=2-3%1 JobState=PENDING\n"
-             "JobId=30 UserId=root(0) Name=grade-cpu JobState=TIMEOUT Partition=debug\n"
-             "JobId=99 ArrayJobId=98 ArrayTaskId=0 JobState=COMPLETED\n")
-    assert parse_job_records(lines, ["12", "30"]) == {"12_1": "OUT_OF_MEMORY", "12_2": "PENDING", "12_3": "PENDING",
-                                                     "30": "TIMEOUT"}
+    lines = (
+        "JobId=14 ArrayJobId=12 ArrayTaskId=1 JobName=grade-cpu JobState=OUT_OF_MEMORY Reason=None\n"
+        "JobId=12 ArrayJobId=12 ArrayTaskId=2-3%1 JobState=PENDING\n"
+        "JobId=30 UserId=root(0) Name=grade-cpu JobState=TIMEOUT Partition=debug\n"
+        "JobId=99 ArrayJobId=98 ArrayTaskId=0 JobState=COMPLETED\n"
+    )
+    assert parse_job_records(lines, ["12", "30"]) == {
+        "12_1": "OUT_OF_MEMORY",
+        "12_2": "PENDING",
+        "12_3": "PENDING",
+        "30": "TIMEOUT",
+    }
 
 
 def test_tasks_sacct_has_not_recorded_yet_are_still_queued(monkeypatch):
@@ -66,8 +79,12 @@ def test_tasks_sacct_has_not_recorded_yet_are_still_queued(monkeypatch):
 
     answers = {"sacct": "12_0|COMPLETED\n", "squeue": "12_1|RUNNING\n12_[2-3]|PENDING\n"}
     monkeypatch.setattr(slurm_states, "_run", lambda command: answers.get(command[0]))
-    assert slurm_states.task_states(["12"]) == {"12_0": "COMPLETED", "12_1": "RUNNING", "12_2": "PENDING",
-                                                 "12_3": "PENDING"}
+    assert slurm_states.task_states(["12"]) == {
+        "12_0": "COMPLETED",
+        "12_1": "RUNNING",
+        "12_2": "PENDING",
+        "12_3": "PENDING",
+    }
 
 
 @pytest.mark.parametrize("text, minutes", [("00:01:00", 1), ("1:30:01", 91), ("45", 45), ("2:30", 3), ("1-02", 1560)])
@@ -82,8 +99,16 @@ def test_a_malformed_time_is_refused():
 
 def _plan(demo_setup, **resources) -> Plan:
     groups = lab_groups(demo_setup.rubric, "auto", resources.get("gpus_per_task", 1))
-    return Plan(str(DEMO_COURSE), ["labA", "labB"], "auto", vars(DEMO_LIMITS), "python", Resources(**resources),
-                groups, {"alice": "/nowhere"})
+    return Plan(
+        str(DEMO_COURSE),
+        ["labA", "labB"],
+        "auto",
+        vars(DEMO_LIMITS),
+        "python",
+        Resources(**resources),
+        groups,
+        {"alice": "/nowhere"},
+    )
 
 
 def test_labs_with_gpu_tests_go_to_the_gpu_array_and_only_it_holds_a_gpu(demo_setup):
@@ -117,15 +142,20 @@ def test_a_killed_task_leaves_a_row_with_slurms_reason_and_the_other_labs_points
     """The CPU task graded lab A; the GPU task was killed at its time limit before lab B finished."""
     graded = tmp_path / "graded"
     plan = _plan(demo_setup, time="00:01:00")
-    plan.tasks = {key: Task("alice", group, job=job, attempt=1) for key, group, job in
-                  (("cpu/alice", CPU, "7_0"), ("gpu/alice", GPU, "8_0"))}
+    plan.tasks = {
+        key: Task("alice", group, job=job, attempt=1)
+        for key, group, job in (("cpu/alice", CPU, "7_0"), ("gpu/alice", GPU, "8_0"))
+    }
     (graded / PLAN_DIR).mkdir(parents=True)
     demo_setup.rubric.write(graded / PLAN_DIR / "rubric.json")
     plan.save(graded)
-    grade_submission(materialize("solution", tmp_path / "alice"), graded / "alice", demo_setup, name="alice",
-                     only_labs=["labA"])
-    statuses = [TaskStatus("cpu/alice", "alice", CPU, "7_0", "done", "COMPLETED"),
-                TaskStatus("gpu/alice", "alice", GPU, "8_0", "failed", "TIMEOUT")]
+    grade_submission(
+        materialize("solution", tmp_path / "alice"), graded / "alice", demo_setup, name="alice", only_labs=["labA"]
+    )
+    statuses = [
+        TaskStatus("cpu/alice", "alice", CPU, "7_0", "done", "COMPLETED"),
+        TaskStatus("gpu/alice", "alice", GPU, "8_0", "failed", "TIMEOUT"),
+    ]
     assert record_failures(graded, plan, statuses) == ["alice"]
     result = SubmissionResult.from_dict(json.loads((graded / "alice" / "summary.json").read_text()))
     assert (result.lab("labA").status, result.lab("labA").score) == ("graded", 16)
@@ -135,8 +165,9 @@ def test_a_killed_task_leaves_a_row_with_slurms_reason_and_the_other_labs_points
     assert result.flags == ("Slurm TIMEOUT: task 8_0 (gpu labs)",)
 
 
-def test_a_task_whose_grading_failed_on_the_grader_side_is_failed_with_the_graders_reason(demo_setup, tmp_path,
-                                                                                          monkeypatch):
+def test_a_task_whose_grading_failed_on_the_grader_side_is_failed_with_the_graders_reason(
+    demo_setup, tmp_path, monkeypatch
+):
     """A grader bug on the node used to leave the task 'done': status said so and resubmit skipped it."""
     import grader.runners.local
     import grader.runners.slurm as slurm_runner
@@ -176,6 +207,7 @@ def test_only_a_sigkill_the_grader_did_not_send_is_blamed_on_memory():
 
 # ---------------------------------------------------------------- against a real cluster
 
+
 def cluster_problem() -> str | None:
     """Why the cluster tests cannot run here (None when a Slurm cluster answers with a usable node)."""
     how = "start the repository's test cluster with `slurm/cluster.sh install && slurm/cluster.sh start` (as root)"
@@ -194,8 +226,14 @@ def cluster_problem() -> str | None:
 
 needs_cluster = pytest.mark.skipif(cluster_problem() is not None, reason=str(cluster_problem()))
 #: The demo limits of the batch-graded corpus, as command-line options.
-DEMO_TIME_ARGS = ["--time-factor", str(DEMO_LIMITS.time_factor), "--min-test-timeout", str(DEMO_LIMITS.min_test_timeout_s),
-                  "--max-consecutive-timeouts", str(DEMO_LIMITS.max_consecutive_timeouts)]
+DEMO_TIME_ARGS = [
+    "--time-factor",
+    str(DEMO_LIMITS.time_factor),
+    "--min-test-timeout",
+    str(DEMO_LIMITS.min_test_timeout_s),
+    "--max-consecutive-timeouts",
+    str(DEMO_LIMITS.max_consecutive_timeouts),
+]
 HOG = '    hog = b"x" * (1500 * 2**20)  # 1.5 GB, every page written\n'
 
 
@@ -217,10 +255,30 @@ def submitted(corpus_dir, rubric_cache, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("slurm")
     course = ["--course", str(DEMO_COURSE), "--cache-dir", str(rubric_cache), "--cpus-per-task", "1"]
     out = {"corpus": root / "corpus", "failing": root / "failing"}
-    assert main(["slurm", "submit", str(corpus_dir), "--out", str(out["corpus"]), "--mem", "1G", *course,
-                 *DEMO_TIME_ARGS]) == 0
-    assert main(["slurm", "submit", str(_failing_class(root / "failing-subs")), "--out", str(out["failing"]),
-                 "--mem", "300M", "--time", "00:01:00", "--lab-timeout", "600", *course, *DEMO_TIME_ARGS]) == 0
+    assert (
+        main(["slurm", "submit", str(corpus_dir), "--out", str(out["corpus"]), "--mem", "1G", *course, *DEMO_TIME_ARGS])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "slurm",
+                "submit",
+                str(_failing_class(root / "failing-subs")),
+                "--out",
+                str(out["failing"]),
+                "--mem",
+                "300M",
+                "--time",
+                "00:01:00",
+                "--lab-timeout",
+                "600",
+                *course,
+                *DEMO_TIME_ARGS,
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -232,8 +290,11 @@ def _row(result: SubmissionResult) -> dict:
     """A student's row: totals, each lab's score, status and pending points, the flags. (Not each test's
     outcome: under load a failing Hypothesis test may shrink past its limit in one run and not in the
     other: "timeout" or "failed", 0 points either way.)"""
-    return {"total": result.total, "flags": result.flags,
-            "labs": {lab.lab: (lab.score, lab.status, lab.pending) for lab in result.labs}}
+    return {
+        "total": result.total,
+        "flags": result.flags,
+        "labs": {lab.lab: (lab.score, lab.status, lab.pending) for lab in result.labs},
+    }
 
 
 @needs_cluster
@@ -266,7 +327,9 @@ def test_tasks_slurm_kills_leave_rows_that_say_why_and_resubmit_reruns_only_them
     hogged = {test.name: test for test in hog.lab("labB").tests}["test_count_words"]
     assert hog.lab("labB").status == "graded" and hogged.outcome == "crashed"
     assert "memory" in hogged.message and "a Slurm job's --mem" in hogged.message, hogged.message
-    assert hog.lab("labB").score > 0 and hog.lab("labA").score == 16, "the tests that did not allocate keep their points"
+    assert hog.lab("labB").score > 0 and hog.lab("labA").score == 16, (
+        "the tests that did not allocate keep their points"
+    )
     assert {lab.status for lab in fine.labs} == {"graded"} and not fine.flags
 
     before = {key: (task.job, task.attempt) for key, task in Plan.load(graded).tasks.items()}

@@ -16,40 +16,93 @@ from labkit import step_summary
 from labkit.labspec import Step
 
 SANDBOX = "/tmp/grader-_uxnrhxc/course"
-LONG_REASON = ("AssertionError: clamp(1.0, 0.0, 0.0) returned 1.0, which is above the upper bound; "
-               + "the value must stay within [low, high] for every input the property draws " * 4)
-STEPS = (Step(1, "add and mean", ("arith.py",), ("test_add",)),
-         Step(2, "clamp", ("arith.py",), ("test_clamp",)),
-         Step(3, "Fibonacci", ("arith.py",), ("test_fib",)),
-         Step(4, "optional extension: large numbers", ("arith.py",), ("test_fib_large",)))
+LONG_REASON = (
+    "AssertionError: clamp(1.0, 0.0, 0.0) returned 1.0, which is above the upper bound; "
+    + "the value must stay within [low, high] for every input the property draws " * 4
+)
+STEPS = (
+    Step(1, "add and mean", ("arith.py",), ("test_add",)),
+    Step(2, "clamp", ("arith.py",), ("test_clamp",)),
+    Step(3, "Fibonacci", ("arith.py",), ("test_fib",)),
+    Step(4, "optional extension: large numbers", ("arith.py",), ("test_fib_large",)),
+)
 
 
 def half_finished() -> SubmissionResult:
     node = "labA_arith/test_lab.py::"
     tests = (
         TestResult(node + "test_add[1-2]", "test_add", 1, 1, False, "passed"),
-        TestResult(node + "test_clamp", "test_clamp", 0, 2, False, "failed",
-                   f"{LONG_REASON} <module 'labA_arith' from '{SANDBOX}/labA_arith/__init__.py'>"),
-        TestResult(node + "test_fib", "test_fib", 0, 3, False, "failed",
-                   f"NotImplementedError: TODO: fib ({SANDBOX}/labA_arith/arith.py:12)"),
-        TestResult(node + "test_fib_large", "test_fib_large", 0, 2, False, "failed", "NotImplementedError: TODO",
-                   extension=True),
-        TestResult("labA_arith/heldout/test_heldout.py::test_secret_case", "test_secret_case", 0, 1, False, "failed",
-                   "secret", visibility="hidden", area="clamping to other bounds"),
+        TestResult(
+            node + "test_clamp",
+            "test_clamp",
+            0,
+            2,
+            False,
+            "failed",
+            f"{LONG_REASON} <module 'labA_arith' from '{SANDBOX}/labA_arith/__init__.py'>",
+        ),
+        TestResult(
+            node + "test_fib",
+            "test_fib",
+            0,
+            3,
+            False,
+            "failed",
+            f"NotImplementedError: TODO: fib ({SANDBOX}/labA_arith/arith.py:12)",
+        ),
+        TestResult(
+            node + "test_fib_large",
+            "test_fib_large",
+            0,
+            2,
+            False,
+            "failed",
+            "NotImplementedError: TODO",
+            extension=True,
+        ),
+        TestResult(
+            "labA_arith/heldout/test_heldout.py::test_secret_case",
+            "test_secret_case",
+            0,
+            1,
+            False,
+            "failed",
+            "secret",
+            visibility="hidden",
+            area="clamping to other bounds",
+        ),
     )
-    lab = LabResult("labA", "Demo: arithmetic", "labA_arith", 1, 7, 0, "graded", f"see {SANDBOX}/labA_arith/arith.py",
-                    tests=tests, steps=STEPS)
+    lab = LabResult(
+        "labA",
+        "Demo: arithmetic",
+        "labA_arith",
+        1,
+        7,
+        0,
+        "graded",
+        f"see {SANDBOX}/labA_arith/arith.py",
+        tests=tests,
+        steps=STEPS,
+    )
     return SubmissionResult("alice", "auto", (lab,))
 
 
 def test_feedback_names_the_next_step_as_nox_does():
     result = half_finished()
     (lab,) = result.labs
-    outcomes = [step_summary.TestOutcome(t.nodeid, t.nodeid.split("::")[-1].split("[")[0], t.max_points,
-                                         "passed" if t.outcome == "passed" else "failed")
-                for t in lab.tests if not t.heldout]
+    outcomes = [
+        step_summary.TestOutcome(
+            t.nodeid,
+            t.nodeid.split("::")[-1].split("[")[0],
+            t.max_points,
+            "passed" if t.outcome == "passed" else "failed",
+        )
+        for t in lab.tests
+        if not t.heldout
+    ]
     spec_lines = step_summary.summary_lines(
-        step_summary.LabSpec("labA", "labA_arith", "Demo", ("arith.py",), (), None, STEPS), outcomes)
+        step_summary.LabSpec("labA", "labA_arith", "Demo", ("arith.py",), (), None, STEPS), outcomes
+    )
     assert next_step(lab) == spec_lines[-2:], "the same lines nox -s labA ends with"
     assert next_step(lab)[0].startswith("Start here: step 2, clamp")
     page = to_markdown(result)

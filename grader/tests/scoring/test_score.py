@@ -13,7 +13,9 @@ from grader.scoring.results import EVIDENCE_PASSED, EVIDENCE_PENDING, NOT_YET, S
 from grader.scoring.score import describe_exit, score_lab, score_submission
 
 RUBRIC = LabRubric(
-    lab="labX", package="labX_demo", title="Demo",
+    lab="labX",
+    package="labX_demo",
+    title="Demo",
     tests=(
         RubricTest("labX_demo/test_lab.py::test_a", "test_a", 2, False),
         RubricTest("labX_demo/test_lab.py::test_b[1]", "test_b", 1, False),
@@ -30,32 +32,49 @@ RUBRIC = LabRubric(
 
 
 def passed(nodeid: str) -> list[dict]:
-    return [{"event": "start", "nodeid": nodeid},
-            *({"event": "report", "nodeid": nodeid, "when": w, "outcome": "passed"} for w in ("setup", "call", "teardown")),
-            {"event": "finish", "nodeid": nodeid}]
+    return [
+        {"event": "start", "nodeid": nodeid},
+        *({"event": "report", "nodeid": nodeid, "when": w, "outcome": "passed"} for w in ("setup", "call", "teardown")),
+        {"event": "finish", "nodeid": nodeid},
+    ]
 
 
 def failed(nodeid: str, message: str = "AssertionError", when: str = "call") -> list[dict]:
-    phases = [{"event": "report", "nodeid": nodeid, "when": "setup", "outcome": "passed" if when != "setup" else "failed",
-               "message": message if when == "setup" else ""}]
+    phases = [
+        {
+            "event": "report",
+            "nodeid": nodeid,
+            "when": "setup",
+            "outcome": "passed" if when != "setup" else "failed",
+            "message": message if when == "setup" else "",
+        }
+    ]
     if when == "call":
         phases.append({"event": "report", "nodeid": nodeid, "when": "call", "outcome": "failed", "message": message})
-    return [{"event": "start", "nodeid": nodeid}, *phases,
-            {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed"}, {"event": "finish", "nodeid": nodeid}]
+    return [
+        {"event": "start", "nodeid": nodeid},
+        *phases,
+        {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed"},
+        {"event": "finish", "nodeid": nodeid},
+    ]
 
 
 def skipped(nodeid: str, reason: str) -> list[dict]:
-    return [{"event": "start", "nodeid": nodeid},
-            {"event": "report", "nodeid": nodeid, "when": "setup", "outcome": "skipped", "message": reason},
-            {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed"}, {"event": "finish", "nodeid": nodeid}]
+    return [
+        {"event": "start", "nodeid": nodeid},
+        {"event": "report", "nodeid": nodeid, "when": "setup", "outcome": "skipped", "message": reason},
+        {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed"},
+        {"event": "finish", "nodeid": nodeid},
+    ]
 
 
 def node(name: str) -> str:
     return f"labX_demo/test_lab.py::{name}"
 
 
-def run_of(*events: list[dict], finished: bool = True, report_passed: list[str] | None = None, exit_code: int = 1,
-           **extra) -> LabRun:
+def run_of(
+    *events: list[dict], finished: bool = True, report_passed: list[str] | None = None, exit_code: int = 1, **extra
+) -> LabRun:
     log = [{"event": "configure"}, {"event": "collected", "nodeids": []}]
     for chunk in events:
         log.extend(chunk)
@@ -64,9 +83,17 @@ def run_of(*events: list[dict], finished: bool = True, report_passed: list[str] 
     report = None
     if report_passed is not None:
         report = {"tests": [{"nodeid": n, "outcome": "passed"} for n in report_passed]}
-    return LabRun(lab="labX", exit_code=exit_code, timed_out=extra.get("timed_out", False), output_flooded=False,
-                  wall_s=1.0, events=tuple(log), report=report, output_tail=extra.get("tail", ""),
-                  heldout=extra.get("heldout", False))
+    return LabRun(
+        lab="labX",
+        exit_code=exit_code,
+        timed_out=extra.get("timed_out", False),
+        output_flooded=False,
+        wall_s=1.0,
+        events=tuple(log),
+        report=report,
+        output_tail=extra.get("tail", ""),
+        heldout=extra.get("heldout", False),
+    )
 
 
 ALL_CPU = [node("test_a"), node("test_b[1]"), node("test_b[2]")]
@@ -102,8 +129,13 @@ def test_a_pass_the_final_report_does_not_confirm_is_not_a_pass():
 
 
 def test_a_crash_keeps_earlier_passes_and_never_passes_the_rest():
-    run = run_of(passed(node("test_a")), [{"event": "start", "nodeid": node("test_b[1]")}], finished=False,
-                 report_passed=None, exit_code=-11)
+    run = run_of(
+        passed(node("test_a")),
+        [{"event": "start", "nodeid": node("test_b[1]")}],
+        finished=False,
+        report_passed=None,
+        exit_code=-11,
+    )
     lab = score_lab(RUBRIC, run)
     assert lab.status == "crashed" and "SIGSEGV" in lab.reason
     assert outcomes(lab) == {"test_a": "passed", "test_b[1]": "crashed", "test_b[2]": "not-run", "test_gpu": "not-run"}
@@ -111,8 +143,13 @@ def test_a_crash_keeps_earlier_passes_and_never_passes_the_rest():
 
 
 def test_a_lab_timeout_marks_the_running_test_as_timeout():
-    run = run_of(passed(node("test_a")), [{"event": "start", "nodeid": node("test_b[1]")}], finished=False,
-                 timed_out=True, exit_code=-9)
+    run = run_of(
+        passed(node("test_a")),
+        [{"event": "start", "nodeid": node("test_b[1]")}],
+        finished=False,
+        timed_out=True,
+        exit_code=-9,
+    )
     lab = score_lab(RUBRIC, run)
     assert lab.status == "timeout" and outcomes(lab)["test_b[1]"] == "timeout" and lab.score == 2
 
@@ -132,10 +169,17 @@ def test_the_graders_time_limit_is_reported_as_timeout():
 
 def test_a_killed_test_is_a_timeout_and_the_resumed_process_is_scored_with_its_own_report():
     """test_b[1] swallowed the alarm: the runner killed pytest (no report) and resumed it (report.1.json)."""
-    first = [*passed(node("test_a")), {"event": "start", "nodeid": node("test_b[1]")},
-             {"event": "killed", "nodeid": node("test_b[1]"), "limit_s": 3.0}]
-    resumed = [{"event": "configure"}, {"event": "collected", "nodeids": []}, *passed(node("test_b[2]")),
-               *skipped(node("test_gpu"), "needs a CUDA GPU")]
+    first = [
+        *passed(node("test_a")),
+        {"event": "start", "nodeid": node("test_b[1]")},
+        {"event": "killed", "nodeid": node("test_b[1]"), "limit_s": 3.0},
+    ]
+    resumed = [
+        {"event": "configure"},
+        {"event": "collected", "nodeids": []},
+        *passed(node("test_b[2]")),
+        *skipped(node("test_gpu"), "needs a CUDA GPU"),
+    ]
     run = run_of(first, resumed, report_passed=None)
     run = LabRun(**{**vars(run), "resumed_reports": ({"tests": [{"nodeid": node("test_b[2]"), "outcome": "passed"}]},)})
     lab = score_lab(RUBRIC, run)
@@ -147,9 +191,16 @@ def test_a_killed_test_is_a_timeout_and_the_resumed_process_is_scored_with_its_o
 
 
 def test_a_lab_killed_on_its_last_test_is_graded_not_crashed():
-    run = run_of(*(passed(n) for n in ALL_CPU), [{"event": "start", "nodeid": node("test_gpu")},
-                                                 {"event": "killed", "nodeid": node("test_gpu"), "limit_s": 9.0}],
-                 finished=False, report_passed=None, exit_code=-9)
+    run = run_of(
+        *(passed(n) for n in ALL_CPU),
+        [
+            {"event": "start", "nodeid": node("test_gpu")},
+            {"event": "killed", "nodeid": node("test_gpu"), "limit_s": 9.0},
+        ],
+        finished=False,
+        report_passed=None,
+        exit_code=-9,
+    )
     lab = score_lab(RUBRIC, run)
     assert (lab.status, lab.score, outcomes(lab)["test_gpu"]) == ("graded", 4, "timeout")
 
@@ -186,15 +237,21 @@ def test_a_passing_canary_in_the_event_log_voids_the_run():
 
 
 def test_events_the_supervisor_refused_void_the_run():
-    refused = [{"event": "rejected", "reason": "a second call report for labX_demo/test_lab.py::test_a", "kind": "report"}]
+    refused = [
+        {"event": "rejected", "reason": "a second call report for labX_demo/test_lab.py::test_a", "kind": "report"}
+    ]
     run = run_of(*(passed(n) for n in ALL_CPU), refused, report_passed=ALL_CPU)
     lab = score_lab(RUBRIC, run)
     assert (lab.status, lab.score) == ("void", 0) and "results channel" in lab.reason and "second call" in lab.reason
 
 
 def test_a_collection_error_scores_zero_of_the_full_maximum():
-    log = ({"event": "configure"}, {"event": "collect_error", "nodeid": "labX_demo/test_lab.py", "message": "SyntaxError: x"},
-           {"event": "collected", "nodeids": []}, {"event": "session_finish", "exitstatus": 2})
+    log = (
+        {"event": "configure"},
+        {"event": "collect_error", "nodeid": "labX_demo/test_lab.py", "message": "SyntaxError: x"},
+        {"event": "collected", "nodeids": []},
+        {"event": "session_finish", "exitstatus": 2},
+    )
     run = LabRun("labX", 2, False, False, 0.5, log, None)
     lab = score_lab(RUBRIC, run)
     assert (lab.score, lab.max_score, lab.status) == (0, 7, "collection-error") and "SyntaxError" in lab.reason
@@ -209,8 +266,16 @@ def test_pytest_dying_before_collection_is_a_collection_error_with_the_output():
 def test_pytest_that_never_loaded_the_grader_plugin_is_a_grader_error_not_a_collection_error():
     # e.g. the grading Python lacks pytest-json-report: pytest stops at its command line, before any
     # test module (the student's code) is imported, so the probe never logged "configure".
-    run = LabRun("labX", 4, False, False, 0.5, (), None,
-                 output_tail="ERROR: usage: pytest [options]\npytest: error: unrecognized arguments: --json-report")
+    run = LabRun(
+        "labX",
+        4,
+        False,
+        False,
+        0.5,
+        (),
+        None,
+        output_tail="ERROR: usage: pytest [options]\npytest: error: unrecognized arguments: --json-report",
+    )
     lab = score_lab(RUBRIC, run)
     assert (lab.status, lab.score, lab.max_score) == ("grader-error", 0, 7)
     assert "not the submission's" in lab.reason and "--json-report" in lab.reason
@@ -218,7 +283,10 @@ def test_pytest_that_never_loaded_the_grader_plugin_is_a_grader_error_not_a_coll
 
 
 def test_the_rubric_line_counts_tests_and_points_apart():
-    assert describe_rubric(RUBRIC) == "labX: 4 tests worth 7 points, of which 1 GPU test worth 3 points (pending without CUDA)"
+    assert (
+        describe_rubric(RUBRIC)
+        == "labX: 4 tests worth 7 points, of which 1 GPU test worth 3 points (pending without CUDA)"
+    )
 
 
 def test_an_unavailable_rubric_and_a_missing_run_each_give_a_reason():
@@ -229,8 +297,13 @@ def test_an_unavailable_rubric_and_a_missing_run_each_give_a_reason():
 
 
 def test_talking_points_need_every_case_of_every_evidence_test():
-    run = run_of(passed(node("test_a")), passed(node("test_b[1]")), failed(node("test_b[2]")),
-                 skipped(node("test_gpu"), "no CUDA"), report_passed=[node("test_a"), node("test_b[1]")])
+    run = run_of(
+        passed(node("test_a")),
+        passed(node("test_b[1]")),
+        failed(node("test_b[2]")),
+        skipped(node("test_gpu"), "no CUDA"),
+        report_passed=[node("test_a"), node("test_b[1]")],
+    )
     points = {p.id: p.status for p in score_lab(RUBRIC, run).talking_points}
     assert points == {"a": EVIDENCE_PASSED, "b": NOT_YET, "g": EVIDENCE_PENDING, "stale": NOT_YET}
 
@@ -266,8 +339,12 @@ def test_every_real_test_runs_beside_its_canary_twin_in_an_order_only_the_seed_k
 
 def test_heldout_tests_are_scored_alike_and_reported_apart():
     heldout = RubricTest("labX_demo/heldout/test_heldout.py::test_more", "test_a", 4, False, "hidden", "more cases")
-    rubric = LabRubric("labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, heldout), talking_points=RUBRIC.talking_points)
-    visible = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), report_passed=ALL_CPU)
+    rubric = LabRubric(
+        "labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, heldout), talking_points=RUBRIC.talking_points
+    )
+    visible = run_of(
+        *(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), report_passed=ALL_CPU
+    )
     run = LabRuns(visible, run_of(failed(heldout.nodeid), report_passed=[], heldout=True))
     lab = score_lab(rubric, run)
     assert (lab.score, lab.max_score) == (4, 11)
@@ -283,16 +360,22 @@ def test_heldout_tests_are_scored_alike_and_reported_apart():
 
 
 def _heldout_rubric() -> LabRubric:
-    heldout = RubricTest("labX_demo/heldout/test_heldout.py::test_secret_case", "test_secret_case", 4, False,
-                         "hidden", "more cases")
+    heldout = RubricTest(
+        "labX_demo/heldout/test_heldout.py::test_secret_case", "test_secret_case", 4, False, "hidden", "more cases"
+    )
     return LabRubric("labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, heldout))
 
 
 def test_a_heldout_part_that_crashed_is_reported_in_words_that_name_no_heldout_case():
     rubric = _heldout_rubric()
     visible = run_of(*(passed(n) for n in ALL_CPU), report_passed=ALL_CPU)
-    crashed = run_of([{"event": "start", "nodeid": rubric.tests[-1].nodeid}], finished=False, exit_code=-11,
-                     tail="Traceback: heldout/test_heldout.py line 12: SECRET_EXPECTED = 42", heldout=True)
+    crashed = run_of(
+        [{"event": "start", "nodeid": rubric.tests[-1].nodeid}],
+        finished=False,
+        exit_code=-11,
+        tail="Traceback: heldout/test_heldout.py line 12: SECRET_EXPECTED = 42",
+        heldout=True,
+    )
     lab = score_lab(rubric, LabRuns(visible, crashed))
     assert lab.status == "crashed" and lab.visible.score == 4 and lab.heldout.score == 0
     assert "held-out" in lab.reason and "SECRET" not in lab.reason and "test_heldout" not in lab.reason
@@ -308,8 +391,12 @@ def test_an_extension_steps_points_are_scored_alike_and_kept_apart_from_the_scor
     rubric = LabRubric("labX", "labX_demo", "Demo", tests=(*RUBRIC.tests, extension))
     assert (rubric.max_score, rubric.extension_points) == (RUBRIC.max_score, 5)
     assert describe_rubric(rubric).endswith("; an optional extension of 1 test worth 5 points, apart")
-    run = run_of(*(passed(n) for n in ALL_CPU), skipped(node("test_gpu"), "needs a CUDA GPU"), passed(extension.nodeid),
-                 report_passed=[*ALL_CPU, extension.nodeid])
+    run = run_of(
+        *(passed(n) for n in ALL_CPU),
+        skipped(node("test_gpu"), "needs a CUDA GPU"),
+        passed(extension.nodeid),
+        report_passed=[*ALL_CPU, extension.nodeid],
+    )
     lab = score_lab(rubric, run)
     assert (lab.score, lab.max_score, lab.pending) == (4, 7, 3), "the lab's own score, as without the extension"
     assert (lab.extension.score, lab.extension.max_score) == (5, 5) and lab.visible.max_score == 7

@@ -20,8 +20,18 @@ def test_an_unavailable_lab_shows_its_error_on_the_console_and_its_traceback_in_
     tests = course / "labA_arith" / "test_lab.py"
     tests.write_text(tests.read_text() + "\ndef broken(:\n")
     out = tmp_path / "graded"
-    status = main(["run", str(starter_copy(tmp_path / "student")), "--out", str(out), "--course", str(course),
-                   "--no-cache", *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else [])])
+    status = main(
+        [
+            "run",
+            str(starter_copy(tmp_path / "student")),
+            "--out",
+            str(out),
+            "--course",
+            str(course),
+            "--no-cache",
+            *(["--unsafe-no-sandbox"] if NO_BUBBLEWRAP else []),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 1 and "UNAVAILABLE" in err
     assert "SyntaxError" in err, "the console names the error, not only the first line of the reason"
@@ -59,6 +69,9 @@ def test_the_readmes_say_which_stream_carries_batch_progress_and_how_to_log_it(c
     assert streams.out == "" and "[1/1] alice" in streams.err
     root = Path(__file__).resolve().parents[3]
     for readme in (root / "README.md", root / "grader" / "README.md"):
-        (row,) = [line for line in readme.read_text(encoding="utf-8").splitlines()
-                  if line.startswith("|") and "batch SUBMISSIONS" in line]
+        (row,) = [
+            line
+            for line in readme.read_text(encoding="utf-8").splitlines()
+            if line.startswith("|") and "batch SUBMISSIONS" in line
+        ]
         assert "standard error" in row and "2> batch.log" in row and "2>&1" in row and "tee" in row, readme

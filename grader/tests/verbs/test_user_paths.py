@@ -19,15 +19,28 @@ from grader.tests.corpus import DEMO_COURSE, materialize
 from labkit.labspec import COURSE_ROOT
 
 #: What the demo course's reference earns (labB's GPU test is pending without CUDA).
-REFERENCE_TOTAL = {"score": 23, "max_score": 26, "pending": 3,  # held-out tests included
-                   "visible": {"score": 14, "max_score": 17, "pending": 3}, "heldout": {"score": 9, "max_score": 9, "pending": 0},
-                   "extension": {"score": 2, "max_score": 2, "pending": 0}}
+REFERENCE_TOTAL = {
+    "score": 23,
+    "max_score": 26,
+    "pending": 3,  # held-out tests included
+    "visible": {"score": 14, "max_score": 17, "pending": 3},
+    "heldout": {"score": 9, "max_score": 9, "pending": 0},
+    "extension": {"score": 2, "max_score": 2, "pending": 0},
+}
 
 
 def relative_demo_args(rubric_cache: Path) -> list[str]:
     """The demo options with every path relative to the current working directory."""
-    return ["--course", os.path.relpath(DEMO_COURSE), "--cache-dir", os.path.relpath(rubric_cache),
-            "--test-timeout", "4", "--lab-timeout", "15"]
+    return [
+        "--course",
+        os.path.relpath(DEMO_COURSE),
+        "--cache-dir",
+        os.path.relpath(rubric_cache),
+        "--test-timeout",
+        "4",
+        "--lab-timeout",
+        "15",
+    ]
 
 
 @pytest.fixture
@@ -58,8 +71,9 @@ def test_every_verb_takes_relative_paths_from_another_directory(elsewhere, rubri
     assert "collection-error" not in capsys.readouterr().out
 
 
-def test_a_probe_plugin_that_cannot_load_is_a_grader_error_and_exits_nonzero(elsewhere, rubric_cache, monkeypatch,
-                                                                            capsys):
+def test_a_probe_plugin_that_cannot_load_is_a_grader_error_and_exits_nonzero(
+    elsewhere, rubric_cache, monkeypatch, capsys
+):
     real_command = runner.pytest_command
 
     def without_probe(*args, **kwargs):
@@ -95,10 +109,26 @@ def test_a_course_whose_packages_this_python_lacks_is_refused_before_grading(els
     course = tmp_path / "course"
     shutil.copytree(DEMO_COURSE, course)
     pyproject = course / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace(
-        'requires-python = ">=3.10"', 'requires-python = ">=3.10"\ndependencies = ["no-such-course-dependency>=1"]'))
-    assert main(["run", "../class/alice", "--out", "graded/me", "--course", "../course",
-                 "--cache-dir", os.path.relpath(rubric_cache)]) == EXIT_USAGE
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'requires-python = ">=3.10"', 'requires-python = ">=3.10"\ndependencies = ["no-such-course-dependency>=1"]'
+        )
+    )
+    assert (
+        main(
+            [
+                "run",
+                "../class/alice",
+                "--out",
+                "graded/me",
+                "--course",
+                "../course",
+                "--cache-dir",
+                os.path.relpath(rubric_cache),
+            ]
+        )
+        == EXIT_USAGE
+    )
     err = capsys.readouterr().err
     assert "no-such-course-dependency (not installed)" in err and "Nothing was graded" in err
     assert "course-env" in err  # names the interpreter to use (or how to create it)
@@ -107,7 +137,9 @@ def test_a_course_whose_packages_this_python_lacks_is_refused_before_grading(els
 
 def without_site_packages(*command: str) -> subprocess.CompletedProcess:
     """Run ``python -S command`` from the course root: a Python that has none of the course's packages."""
-    return subprocess.run([sys.executable, "-S", *command], cwd=COURSE_ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-S", *command], cwd=COURSE_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_grader_run_from_another_python_names_the_right_interpreter():
@@ -119,7 +151,25 @@ def test_the_grader_run_from_another_python_names_the_right_interpreter():
 
 
 def test_the_selfcheck_line_counts_gpu_tests_and_gpu_points_apart(capsys, rubric_cache):
-    assert main(["selfcheck", "--course", str(DEMO_COURSE), "--cache-dir", str(rubric_cache), "--labs", "labB",
-                 "--test-timeout", "4", "--lab-timeout", "15"]) == EXIT_OK
-    assert ("labB: 5 tests worth 10 points, of which 1 GPU test worth 3 points (pending without CUDA); "
-            "2 held-out tests worth 3 points") in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "selfcheck",
+                "--course",
+                str(DEMO_COURSE),
+                "--cache-dir",
+                str(rubric_cache),
+                "--labs",
+                "labB",
+                "--test-timeout",
+                "4",
+                "--lab-timeout",
+                "15",
+            ]
+        )
+        == EXIT_OK
+    )
+    assert (
+        "labB: 5 tests worth 10 points, of which 1 GPU test worth 3 points (pending without CUDA); "
+        "2 held-out tests worth 3 points"
+    ) in capsys.readouterr().err

@@ -31,9 +31,13 @@ def test_run_grades_a_zip_and_exits_zero(tmp_path, capsys, demo_args):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["submission"] == "alice" and list(summary["labs"]) == ["labA"]
     assert summary["labs"]["labA"]["score"] == 16 and summary["total"] == {
-        "score": 16, "max_score": 16, "pending": 0, "visible": {"score": 10, "max_score": 10, "pending": 0},
+        "score": 16,
+        "max_score": 16,
+        "pending": 0,
+        "visible": {"score": 10, "max_score": 10, "pending": 0},
         "heldout": {"score": 6, "max_score": 6, "pending": 0},
-        "extension": {"score": 2, "max_score": 2, "pending": 0}}  # the optional step's points, apart from score
+        "extension": {"score": 2, "max_score": 2, "pending": 0},
+    }  # the optional step's points, apart from score
     assert "alice: 16/16 [visible 10/10 · held-out 6/6]" in capsys.readouterr().out
     assert (out / "feedback.md").read_text().startswith("# Grade report: alice")
 
@@ -48,7 +52,9 @@ def test_run_on_an_unreadable_submission_still_writes_a_result(tmp_path, demo_ar
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "broken.zip"), "--out", str(out), *demo_args]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert {lab["status"] for lab in summary["labs"].values()} == {"bad-submission"}, "an unreadable archive is the submission's problem, said as such"
+    assert {lab["status"] for lab in summary["labs"].values()} == {"bad-submission"}, (
+        "an unreadable archive is the submission's problem, said as such"
+    )
     assert summary["total"]["max_score"] == 26 and "not a readable zip" in summary["flags"][0]
 
 
@@ -84,8 +90,17 @@ def test_report_covers_every_student_of_the_corpus(graded_corpus, tmp_path):
     assert main(["report", str(graded_corpus), "--out", str(tmp_path)]) == 0
     rows = list(csv.DictReader((tmp_path / CSV_FILE).open()))
     assert [row["student"] for row in rows] == corpus_names()
-    assert {"labA_score", "labA_max", "labA_pending", "labA_status", "labB_status", "labA_heldout_score",
-            "labA_heldout_max", "heldout_score", "visible_score"} <= set(rows[0])
+    assert {
+        "labA_score",
+        "labA_max",
+        "labA_pending",
+        "labA_status",
+        "labB_status",
+        "labA_heldout_score",
+        "labA_heldout_max",
+        "heldout_score",
+        "visible_score",
+    } <= set(rows[0])
     overfit = next(row for row in rows if row["student"] == "overfit")
     assert (overfit["labA_score"], overfit["labA_heldout_score"], overfit["labA_heldout_max"]) == ("10", "1", "6")
     data = json.loads((tmp_path / JSON_FILE).read_text())
@@ -125,8 +140,23 @@ def test_release_refuses_a_starter_that_already_passes(tmp_path, capsys):
     course = tmp_path / "course"
     shutil.copytree(DEMO_COURSE, course)
     shutil.copy2(course / "solutions" / "labA_arith" / "arith.py", course / "labA_arith" / "arith.py")
-    assert main(["release", "--out", str(tmp_path / "release"), "--course", str(course),
-                 "--test-timeout", "4", "--lab-timeout", "15", "--no-cache"]) == 1
+    assert (
+        main(
+            [
+                "release",
+                "--out",
+                str(tmp_path / "release"),
+                "--course",
+                str(course),
+                "--test-timeout",
+                "4",
+                "--lab-timeout",
+                "15",
+                "--no-cache",
+            ]
+        )
+        == 1
+    )
     assert "the untouched starters must score 0" in capsys.readouterr().err
 
 

@@ -34,7 +34,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def table_lines(rows: list[dict]) -> list[str]:
     """One line per cell: BatchNorms folded, convolutions channels-last, the last pass's error, seconds."""
-    lines = [f"{'model':22s} {'dialect':17s} {'BN folded':>10s} {'conv NHWC':>10s} {'max |err|':>10s} {'s':>6s}  result"]
+    lines = [
+        f"{'model':22s} {'dialect':17s} {'BN folded':>10s} {'conv NHWC':>10s} {'max |err|':>10s} {'s':>6s}  result"
+    ]
     for row in rows:
         if "excluded" in row or "left" not in row:
             what = f"excluded: {row['excluded']}" if "excluded" in row else f"FAILED: {row.get('failure')}"

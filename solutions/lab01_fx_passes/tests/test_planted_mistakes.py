@@ -34,7 +34,9 @@ def forgets_eps(reference, monkeypatch):
     from solutions.lab01_fx_passes import conv_bn
 
     fold = conv_bn._fused_weights
-    monkeypatch.setattr(conv_bn, "_fused_weights", lambda w, b, mean, var, eps, g, beta: fold(w, b, mean, var, 0.0, g, beta))
+    monkeypatch.setattr(
+        conv_bn, "_fused_weights", lambda w, b, mean, var, eps, g, beta: fold(w, b, mean, var, 0.0, g, beta)
+    )
     return reference
 
 
@@ -50,7 +52,9 @@ def test_forgetting_eps_is_off_by_hundreds_of_tolerances_in_every_dialect(forget
             gm = forgets_eps.freeze_parameters(gm, captured.inputs).graph_module
         fused = forgets_eps.fuse_conv_bn(gm).graph_module
     error = output_error(captured.run(fused), expected)
-    allowed = test_lab.ATOL + test_lab.RTOL * max(t.abs().max().item() for t in torch.utils._pytree.tree_leaves(expected))
+    allowed = test_lab.ATOL + test_lab.RTOL * max(
+        t.abs().max().item() for t in torch.utils._pytree.tree_leaves(expected)
+    )
     assert error.max_abs > 100 * allowed, f"{dialect}: forgetting eps moves the output by only {error.max_abs:.2e}"
 
 
@@ -75,8 +79,11 @@ def eps_from_keywords_only(reference, monkeypatch):
     from solutions.lab01_fx_passes import conv_bn
 
     real = conv_bn.call_argument
-    monkeypatch.setattr(conv_bn, "call_argument",
-                        lambda node, name, default=None: node.kwargs.get(name, default) if name == "eps" else real(node, name, default))
+    monkeypatch.setattr(
+        conv_bn,
+        "call_argument",
+        lambda node, name, default=None: node.kwargs.get(name, default) if name == "eps" else real(node, name, default),
+    )
     return reference
 
 
@@ -121,7 +128,9 @@ def folds_mutated_constants(reference, monkeypatch):
 def test_a_folded_buffer_modified_in_place_is_named(folds_mutated_constants, dialect):
     with pytest.raises(AssertionError) as caught:
         test_lab.test_constant_folding_never_folds_random_or_mutated_values(folds_mutated_constants, dialect)
-    assert "the second call differs" in str(caught.value) and "a folded buffer was modified in place" in str(caught.value)
+    assert "the second call differs" in str(caught.value) and "a folded buffer was modified in place" in str(
+        caught.value
+    )
 
 
 @pytest.fixture
@@ -159,7 +168,9 @@ def in_place_module_replaced_out_of_place(reference, monkeypatch):
 
 
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo"])
-def test_an_in_place_module_replaced_out_of_place_fails_the_replacement_test(in_place_module_replaced_out_of_place, dialect):
+def test_an_in_place_module_replaced_out_of_place_fails_the_replacement_test(
+    in_place_module_replaced_out_of_place, dialect
+):
     with pytest.raises(AssertionError, match="in-place ReLUs must stay in place"):
         test_lab.test_replace_relu_with_hardswish(in_place_module_replaced_out_of_place, dialect)
 
@@ -171,15 +182,19 @@ def training_from_keywords_only(reference, monkeypatch):
     from solutions.lab01_fx_passes import dce
 
     real = dce.call_argument
-    monkeypatch.setattr(dce, "call_argument", lambda node, name, default=None:
-                        node.kwargs.get(name, default) if name == "training" else real(node, name, default))
+    monkeypatch.setattr(
+        dce,
+        "call_argument",
+        lambda node, name, default=None: (
+            node.kwargs.get(name, default) if name == "training" else real(node, name, default)
+        ),
+    )
     return reference
 
 
 def test_a_positional_training_flag_read_as_pure_fails_the_dce_test_naming_dce(training_from_keywords_only):
     with pytest.raises(AssertionError, match=r"dynamo: .*training passed by position.*dce\.py's is_impure"):
         test_lab.test_dce_keeps_side_effects(training_from_keywords_only)
-
 
 
 # -- Views of written memory: the layout pass (step 6) and constant folding (step 3) -----------------
@@ -299,7 +314,9 @@ def test_writes_to_a_views_base_missed_fail_the_layout_test(reference, monkeypat
     layout_sees_only_writes_through_the_view(monkeypatch)
     test_lab.test_channels_last_keeps_a_view_written_in_place_contiguous(reference, dialect)  # full marks before
     test_lab.test_channels_last_is_not_stopped_by_a_write_before_a_view(reference, dialect)
-    missed = test_lab.ViewsOfWrittenMemory.CASES[0]  # "output 0 is a.view(n, -1), then a.add_(1) writes the tensor it views"
+    missed = test_lab.ViewsOfWrittenMemory.CASES[
+        0
+    ]  # "output 0 is a.view(n, -1), then a.add_(1) writes the tensor it views"
     with pytest.raises(AssertionError, match=re.escape(missed)) as caught:
         test_lab.test_channels_last_keeps_views_of_written_memory_contiguous(reference, dialect)
     assert "memory_layout.py" in str(caught.value) and "not only the view's own users" in str(caught.value)
@@ -324,8 +341,9 @@ def test_writes_through_other_aliases_missed_fail_the_layout_test(reference, mon
     ("fold_constants", folding_blocks_only_direct_impure_users, ConstantWrittenThroughItsView, (4,)),
 ])  # fmt: skip
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
-def test_passes_blind_to_aliases_are_wrong_against_eager(reference, monkeypatch, transform, plant, model_class,
-                                                         shape, dialect):
+def test_passes_blind_to_aliases_are_wrong_against_eager(
+    reference, monkeypatch, transform, plant, model_class, shape, dialect
+):
     """Each planted mistake is really wrong: on the smallest model that shows it, the reference matches
     eager and the planted version is more than 1000 times the tolerance away."""
     torch.manual_seed(0)
@@ -339,10 +357,14 @@ def test_passes_blind_to_aliases_are_wrong_against_eager(reference, monkeypatch,
 
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
 def test_a_folded_view_of_a_written_constant_fails_the_folding_test(reference, monkeypatch, dialect):
-    test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)  # the reference passes
+    test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(
+        reference, dialect
+    )  # the reference passes
     folding_sees_no_aliases(monkeypatch)
     test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)  # full marks before
-    missed = test_lab.ConstantsSharingMemoryWithWrites.CASES[1]  # "output 1 reads first = scale[0], a view of scale, ..."
+    missed = test_lab.ConstantsSharingMemoryWithWrites.CASES[
+        1
+    ]  # "output 1 reads first = scale[0], a view of scale, ..."
     with pytest.raises(AssertionError, match="the first call differs .*" + re.escape(missed)) as caught:
         test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)
     assert "The folded value is stale" in str(caught.value) and "constant_folding.py" in str(caught.value)
@@ -350,7 +372,9 @@ def test_a_folded_view_of_a_written_constant_fails_the_folding_test(reference, m
 
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
 def test_a_constant_written_through_a_view_fails_the_folding_test(reference, monkeypatch, dialect):
-    test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)  # the reference passes
+    test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(
+        reference, dialect
+    )  # the reference passes
     folding_blocks_only_direct_impure_users(monkeypatch)
     test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)  # full marks before
     missed = test_lab.ConstantsSharingMemoryWithWrites.CASES[0]  # "output 0 reads table = self.w * 2, which ..."

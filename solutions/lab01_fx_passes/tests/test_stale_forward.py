@@ -39,5 +39,7 @@ def test_a_rewrite_shown_but_not_run_earns_what_its_honest_code_earns(tmp_path):
     gained = sorted(nodeid for nodeid, (outcome, _) in stale_outcomes.items()
                     if outcome == "passed" and honest_outcomes.get(nodeid, ["failed"])[0] != "passed")  # fmt: skip
     print(f"stale forward: {stale}/{possible}; honest twin: {honest}/{possible}")
-    assert stale <= honest, f"the stale-forward attack earned {stale}/{possible}, its honest code {honest}: {gained[:10]}"
+    assert stale <= honest, (
+        f"the stale-forward attack earned {stale}/{possible}, its honest code {honest}: {gained[:10]}"
+    )
     assert not gained, f"tests the attack passes and its honest code fails: {gained[:10]}"

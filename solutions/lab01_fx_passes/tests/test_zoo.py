@@ -44,7 +44,10 @@ pytestmark = pytest.mark.zoo
 aten = torch.ops.aten
 #: Convolutions of any dimension (the Conv+BN fold handles 1-D to 3-D).
 ANY_CONVOLUTION = CONVOLUTION_FUNCTIONS + (
-    torch.conv1d, torch.conv3d, aten.conv1d.default, aten.conv3d.default,
+    torch.conv1d,
+    torch.conv3d,
+    aten.conv1d.default,
+    aten.conv3d.default,
 )
 #: One row per cell that ran: filled by the test, printed by the conftest's terminal summary.
 RESULTS: list[dict] = []
@@ -134,9 +137,13 @@ def check_cell(lab, model_name: str, dialect: str, row: dict) -> None:
                channels_last=converted, max_abs_error=manager.report[-1].max_abs_error)  # fmt: skip
     lines = "\n  ".join(entry.line() for entry in manager.report)
     assert code_matches_graph(result.graph_module), f"{model_name} ({dialect}): forward is not the graph's code"
-    assert output_error(ran, validated).max_abs == 0, f"{model_name} ({dialect}): the graph does not compute what was validated"
+    assert output_error(ran, validated).max_abs == 0, (
+        f"{model_name} ({dialect}): the graph does not compute what was validated"
+    )
     assert row["left"] == norms - pairs, (
         f"{model_name} ({dialect}): {norms} BatchNorms, {pairs} foldable, {row['left']} left\n  {lines}"
     )
-    assert converted == len(weights), f"{model_name} ({dialect}): {converted} of {len(weights)} convolutions channels-last"
+    assert converted == len(weights), (
+        f"{model_name} ({dialect}): {converted} of {len(weights)} convolutions channels-last"
+    )
     row["ok"] = True

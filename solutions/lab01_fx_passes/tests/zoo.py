@@ -50,7 +50,9 @@ def _too_large(params: float, sibling: str) -> str:
 #: this reason and in the zoo's table. Every cell not listed here runs. (Every model that runs
 #: captures in all five dialects at these input sizes; the five left out are left out for size.)
 EXCLUDED: dict[tuple[str, str], str] = {
-    (model, dialect): _too_large(params, sibling) for model, (params, sibling) in TOO_LARGE.items() for dialect in DIALECTS
+    (model, dialect): _too_large(params, sibling)
+    for model, (params, sibling) in TOO_LARGE.items()
+    for dialect in DIALECTS
 }
 
 
