@@ -92,6 +92,7 @@ class EventRecorder:
         self.position = 0  # the next start's index in ``order``
         self.running: tuple[str, float] | None = None  # recorded node id, monotonic start
         self.phases: set[str] = set()
+        self.setup_done: float | None = None  # when the running test's setup report came (monotonic)
         self.configured = self.finished = self.flooded = False
         self.rejections = 0
         self.started: list[str] = []  # real tests started (recorded node ids)
@@ -128,6 +129,15 @@ class EventRecorder:
         """The recorded node id of the test running now and when it started (monotonic), or None."""
         with self._lock:
             return self.running
+
+    def call_began(self) -> tuple[str, float] | None:
+        """The running test's recorded node id and when its setup was reported done (monotonic): from
+        then on it runs its own call. None while no test runs or its setup goes on. Graded code can
+        only bring this earlier (by sending the report itself), which shortens its own allowance."""
+        with self._lock:
+            if self.running is None or self.setup_done is None:
+                return None
+            return self.running[0], self.setup_done
 
     # ---------------------------------------------------------------- checking
 
@@ -183,6 +193,7 @@ class EventRecorder:
             recorded = canary_nodeid(self.position, expected) if canary else expected
             self.position += 1
             self.running, self.phases, self.timed_out = (recorded, time.monotonic()), set(), False
+            self.setup_done = None
             if not canary:
                 self.started.append(recorded)
             event["nodeid"] = recorded
@@ -198,6 +209,8 @@ class EventRecorder:
             if when in self.phases:
                 return f"a second {when} report for {self.running[0]} (the first one stands)"
             self.phases.add(when)
+            if when == "setup":
+                self.setup_done = time.monotonic()
             self.timed_out = self.timed_out or bool(event.get("timeout"))
             return ""
         if kind == FINISH:

@@ -149,16 +149,25 @@ def overrun_grace_s(limit_s: float) -> float:
 
 
 def overran(
-    running: tuple[str, float] | None, budget: LabBudget, now: float, builders: Collection[str] = ()
+    running: tuple[str, float] | None,
+    budget: LabBudget,
+    now: float,
+    builders: Collection[str] = (),
+    call_began: tuple[str, float] | None = None,
 ) -> str | None:
     """The recorded node id of the running test (``(node id, started)``) when it is past its limit plus
     grace at ``now``, else None. A canary has the limit of the test it copies; a test in ``builders``
-    (:class:`SharedFixtureBuilders`) the allowance for building shared fixtures."""
+    (:class:`SharedFixtureBuilders`) the allowance for building shared fixtures, for its setup only:
+    once its call began (``call_began``, the recorder's :meth:`~grader.execute.channel.EventRecorder.call_began`),
+    its own limit counts from then, so a call that hangs is stopped as soon as any other test's would be."""
     if running is None:
         return None
     nodeid = original_nodeid(running[0])
-    limit = budget.limit(nodeid, builds_shared_fixtures=nodeid in builders)
-    return running[0] if now - running[1] > limit + overrun_grace_s(limit) else None
+    if nodeid in builders and call_began is not None and call_began[0] == running[0]:
+        limit, since = budget.limit(nodeid), call_began[1]
+    else:
+        limit, since = budget.limit(nodeid, builds_shared_fixtures=nodeid in builders), running[1]
+    return running[0] if now - since > limit + overrun_grace_s(limit) else None
 
 
 class SharedFixtureBuilders(set):
@@ -312,8 +321,9 @@ def supervise(
             elif flooded.is_set() or recorder.flooded:
                 ended.flooded = True
             else:
-                builders.saw(recorder.now_running())
-                ended.overrun = overran(recorder.now_running(), budget, now, builders)
+                running = recorder.now_running()
+                builders.saw(running)
+                ended.overrun = overran(running, budget, now, builders, recorder.call_began())
                 ended.over_limit = "" if ended.overrun else (watch.over or (cgroup.over() if cgroup else "") or "")
                 if ended.over_limit:
                     running = recorder.now_running()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 import pytest
@@ -15,8 +16,17 @@ from grader.course.reference_times import (
     write_reference_times,
 )
 from grader.course.rubric import LabRubric, Rubric, RubricTest, with_reference_times
-from grader.evidence.events import KILLED_EVENT, canary_nodeid, timeout_streak
+from grader.evidence.events import (
+    COLLECTED,
+    CONFIGURE,
+    KILLED_EVENT,
+    REPORT,
+    START,
+    canary_nodeid,
+    timeout_streak,
+)
 from grader.evidence.runs import passed_test_times
+from grader.execute.channel import EventRecorder, original_nodeid
 from grader.execute.limits import RunLimits, lab_budget, limit_for_test, submission_budget_s, time_limit_args
 from grader.execute.supervisor import SharedFixtureBuilders, overran, overrun_grace_s
 
@@ -186,6 +196,35 @@ def test_a_test_requesting_shared_fixtures_may_build_them_under_the_limit_of_a_t
     assert builders == {first}
     assert overran((first, 0.0), budget, 100.0) == first and overran((first, 0.0), budget, 100.0, builders) is None
     assert Rubric.from_dict(Rubric((lab,)).to_dict()) == Rubric((lab,))
+
+
+def test_the_test_that_builds_shared_fixtures_has_its_own_limit_once_its_call_began():
+    """The build's allowance covers the builder's setup only. A builder whose call hangs (the
+    ``swallows_timeout`` submission's ``mean``, drawn first in its process) had it for the call too: a
+    backstop of 1,500 s in a lab of 115 s, so the whole lab timed out instead of that one test."""
+    lab = lab_with(0.001, 0.001)
+    lab = replace(lab, tests=tuple(replace(test, shared_fixtures=("session:lab",)) for test in lab.tests))
+    budget = lab_budget(lab, LIMITS)
+    first, plain = lab.tests[0].nodeid, lab.tests[1].nodeid
+    recorder = EventRecorder(io.BytesIO(), seed=0, stream_cap_bytes=1 << 20)
+    for event in ({"event": CONFIGURE}, {"event": COLLECTED, "nodeids": [first, plain]}):
+        recorder.accept(event)
+    starts_with = recorder.order[0][0]
+    recorder.accept({"event": START, "nodeid": starts_with})
+    running = recorder.now_running()
+    builders = SharedFixtureBuilders(budget)
+    builders.saw(running)
+    assert builders == {original_nodeid(running[0])}, "whichever test (or canary) starts first builds `lab`"
+    assert recorder.call_began() is None, "its setup goes on"
+    recorder.accept({"event": REPORT, "nodeid": starts_with, "when": "setup", "outcome": "passed"})
+    began = recorder.call_began()
+    assert began is not None and began[0] == running[0] and began[1] >= running[1]
+    own = budget.limit(original_nodeid(running[0]))
+    past_own = began[1] + own + overrun_grace_s(own) + 0.1
+    assert overran(running, budget, past_own, builders) is None, "without the call's start: the allowance"
+    assert overran(running, budget, past_own, builders, ("another test", began[1])) is None, "not its call"
+    assert overran(running, budget, past_own, builders, began) == running[0], "its call: its own limit"
+    assert overran(running, budget, past_own - 0.2, builders, began) is None
 
 
 SHARED_FIXTURE_TESTS = '''
