@@ -6,5 +6,5 @@
   visibility, area) and its file form; collecting it is :mod:`grader.execute.collect`'s job;
 - :mod:`~grader.course.reference_times`: the reference solution's recorded time on every test.
 
-Imports: ``labkit`` only (the lowest layer of the grader, with :mod:`grader.evidence`).
+Imports: ``labkit`` and :mod:`grader.evidence` (the one layer below it: the file formats).
 """

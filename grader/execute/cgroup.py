@@ -39,8 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.execute.limits import RunLimits
-from grader.execute.resources import amount
+from grader.execute.limits import RunLimits, amount
 
 #: The controllers a run's group needs, and the one it uses where mounted: ``cpu``, whose groups
 #: share the CPU equally (``cpu.shares``), so a run that starts 200 busy processes gets no more of

@@ -98,6 +98,13 @@ class RunLimits:
     cgroup_headroom_bytes: int = 1 * GiB
 
 
+def amount(value: int, unit: str) -> str:
+    """``value`` in words: bytes as MiB or GiB, anything else with its unit ("12 processes")."""
+    if unit != "bytes":
+        return f"{value} {unit}"
+    return f"{value / GiB:.1f} GiB" if value >= GiB else f"{value / 1024**2:.0f} MiB"
+
+
 @dataclass(frozen=True)
 class TestLimit:
     """One test's limits: CPU seconds (the limit), wall-clock seconds (the backstop), and why, in words."""

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.execute.limits import GiB, RunLimits
+from grader.execute.limits import RunLimits, amount
 
 if TYPE_CHECKING:
     from grader.execute.cgroup import RunCgroup
@@ -279,13 +279,6 @@ def disk_use(folders: Iterable[Path], max_entries: int) -> DiskUse:
 def disk_bytes(folders: Iterable[Path]) -> int:
     """Blocks allocated under ``folders`` (see :func:`disk_use`), in bytes."""
     return disk_use(folders, max_entries=10**9).bytes
-
-
-def amount(value: int, unit: str) -> str:
-    """``value`` in words: bytes as MiB or GiB, anything else with its unit ("12 processes")."""
-    if unit != "bytes":
-        return f"{value} {unit}"
-    return f"{value / GiB:.1f} GiB" if value >= GiB else f"{value / 1024**2:.0f} MiB"
 
 
 def over_cap(name: str, value: int, cap: int, unit: str) -> str:

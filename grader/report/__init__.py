@@ -9,5 +9,6 @@
   page looked at in headless Chromium (instructor tools, not in the student release).
 
 Imports: :mod:`grader.scoring`, :mod:`grader.evidence`, :mod:`grader.course` (the starter files), and
-copydetect (the browser check also grades a demo class).
+copydetect; the browser check also :mod:`grader.execute` (it collects the demo course's rubric to
+score a demo class).
 """
