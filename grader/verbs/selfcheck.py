@@ -8,7 +8,7 @@ subprocess per lab, scoring), that each lab is gradable:
 - the **untouched starter**: the course as students receive it must score 0.
 
 Both summaries are printed. With ``--record-times`` the reference's time on every test it passed is
-written to each lab's ``reference_times.json`` (:mod:`grader.course.reference_times`), where the grader's
+written to each lab's ``reference_times.json`` (:mod:`grader.scoring.reference_recording`), where the grader's
 time limits come from: its CPU time and wall time, with the compilers' caches off (every compile from
 scratch, so a limit holds however warm a graded run's caches are) and a limit of
 ``unmeasured_test_timeout_s`` CPU seconds on every test (the old limits must not cut a recording short);
@@ -26,21 +26,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from grader.course.labs import CourseError, make_reference_submission
-from grader.course.reference_times import (
-    ReferenceTimes,
-    merged,
-    read_reference_times,
-    recorded_here,
-    write_reference_times,
-)
-from grader.evidence.events import read_events
-from grader.evidence.layout import EVENTS_FILE, HELDOUT_RUN_DIR, RAW_DIR, RUN_FILE, read_json
-from grader.evidence.runs import passed_test_times
 from grader.execute.preflight import GraderEnvironmentError
 from grader.runners.batch import grade_all, usable_cores
 from grader.runners.container import ContainerError
-from grader.runners.local import GradingSetup, grade_submission
+from grader.runners.local import grade_submission
 from grader.scoring.feedback import summary_line
+from grader.scoring.reference_recording import record_times
 from grader.scoring.results import PASSED, SubmissionResult
 from grader.scoring.score import rescore
 from grader.verbs.options import add_container_options, add_course_options, prepare, runner_from_args
@@ -95,31 +86,6 @@ def _print_result(title: str, result: SubmissionResult) -> None:
             print(f"      {lab.reason.splitlines()[0][:200]}")
 
 
-def record_times(setup: GradingSetup, graded: Path, log=print) -> None:
-    """Write each lab's ``reference_times.json`` from the reference's graded folder ``graded``.
-
-    A lab the reference did not pass cleanly keeps its old file (the times would be a failure's times).
-    """
-    result = rescore(graded)
-    for lab in setup.rubric.labs:
-        scored = result.lab(lab.lab)
-        if lab.error is not None or scored.status != "graded" or scored.score + scored.pending != scored.max_score:
-            log(
-                f"  {lab.lab}: times NOT recorded: the reference scores {scored.score}/{scored.max_score} "
-                f"({scored.status}); fix that first"
-            )
-            continue
-        nodeids = {test.nodeid for test in lab.tests}
-        lab_dir = setup.course.root / lab.package
-        times = merged(measure(graded, lab.lab, nodeids, setup.options.gpu), read_reference_times(lab_dir), nodeids)
-        path = write_reference_times(lab_dir, times)
-        log(
-            f"  {lab.lab}: recorded {len(times.tests)} of {len(nodeids)} tests' times "
-            f"(sum {sum(times.tests.values()):.1f} s of wall clock, {sum(times.cpu.values()):.1f} s of CPU; whole "
-            f"run {times.lab_wall_s:.1f} s) in {lab.package}/{path.name}"
-        )
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep both graded folders here (default: a temp folder)")
     parser.add_argument(
@@ -164,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
         results = {name: rescore(out / name) for name, _ in submissions}
         if args.record_times:
             print("\nreference times:")
-            record_times(setup, out / REFERENCE)
+            record_times(setup.course, setup.rubric, out / REFERENCE, setup.options.gpu)
     _print_result("reference solutions", results[REFERENCE])
     _print_result("untouched starters", results[STARTER])
     for package, why in setup.course.not_ready.items():
@@ -175,18 +141,3 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print("\nok: the reference earns every CPU point and the untouched starters score 0")
     return 0
-
-
-def measure(graded: Path, lab_id: str, nodeids: set[str], gpu: str) -> ReferenceTimes:
-    """The times of one lab from the reference's graded folder (``graded/raw/<lab>/`` and its ``heldout/``)."""
-    raw = graded / RAW_DIR / lab_id
-    record = read_json(raw / RUN_FILE) or {}
-    recorded = recorded_here(gpu=gpu, caches="off (every compile from scratch)")
-    events = read_events(raw / EVENTS_FILE) + read_events(raw / HELDOUT_RUN_DIR / EVENTS_FILE)
-    wall = record.get("wall_s")
-    return ReferenceTimes(
-        passed_test_times(events, nodeids),
-        float(wall) if isinstance(wall, (int, float)) else None,
-        recorded,
-        passed_test_times(events, nodeids, field="cpu"),
-    )
