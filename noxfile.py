@@ -8,18 +8,19 @@ Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments aft
                 nox -s zoo-lab02                  (lab 2's backend on the transformers zoo, both dialects)
                 nox -s gpu                        (on a CUDA machine: the GPU tests + lab 3's benchmark)
 Environment:    nox -s course-env                 (create the shared environment; print its python)
+                nox -s lint                       (ruff's lint and format check, as CI runs it; -- --fix rewrites)
 
 Instructors' repository only (these skip, saying why, in the student distribution):
                 nox -s grade                      (grade the reference and the untouched starters)
                 nox -s solutions                  (every lab's tests against the reference)
-                nox -s tests                      (the project's own test suite, what CI runs; -- -m "not zoo" skips the zoo)
-                nox -s zoo-lab01                  (lab 1's reference on every torchvision classification model, every dialect)
+                nox -s tests                      (the project's own tests, what CI runs; -- -m "not zoo" skips the zoo)
+                nox -s zoo-lab01                  (lab 1's reference on every torchvision classifier, every dialect)
                 nox -s report-check               (the class report in headless Chromium: layout + screenshots)
                 nox -s image image-cpu image-gpu  (build the course image; run sessions inside it)
                 nox -s docker-test gradescope-test  (offline image build + grading in containers; slow)
                 nox -s devcontainer-test          (the Dev Container on a student's copy, lab 3 inside it; slow)
 
-All sessions share ONE environment (``.nox/course-env``): PyTorch is ~5 GB, so it is installed once
+All sessions but ``lint`` share ONE environment (``.nox/course-env``): PyTorch is ~5 GB, so it is installed once
 and reinstalled only when ``pyproject.toml`` changes. Arguments after ``--`` go to pytest (or to the
 script a session runs).
 """
@@ -176,6 +177,25 @@ def tests(session: nox.Session) -> None:
     """The project's own test suite (CI): harness and grader tests, plus every lab against its reference."""
     require_reference(session)
     run_in_course_env(session, "-m", "pytest", *PROJECT_TESTS, *LABS.values(), "--impl=solution", *session.posargs)
+
+
+#: The formatter and linter, pinned: a newer ruff may format differently, and CI must not turn red on its own.
+RUFF = "ruff==0.17.6"
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff's linter and formatter over the tree, as configured in pyproject.toml (CI runs this check).
+
+    In a small environment of its own (ruff only, no PyTorch); ``-- --fix`` rewrites instead of checking.
+    """
+    session.install(RUFF)
+    if "--fix" in session.posargs:
+        session.run("ruff", "check", "--fix", ".")
+        session.run("ruff", "format", ".")
+    else:
+        session.run("ruff", "check", ".")
+        session.run("ruff", "format", "--check", ".")
 
 
 @nox.session(name="zoo-lab01", venv_backend="none")

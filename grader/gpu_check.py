@@ -256,7 +256,8 @@ def print_summary(record: dict, out: Path) -> int:
         f"triton {record['versions']['triton']}, Python {record['versions']['python']})"
     )
     print(
-        f"lab 3 suite (reference): {suite.get('counts')} (GPU tests: {suite.get('gpu_tests')}) in {suite.get('wall_s')} s"
+        f"lab 3 suite (reference): {suite.get('counts')} (GPU tests: {suite.get('gpu_tests')}) "
+        f"in {suite.get('wall_s')} s"
     )
     for name, result in (("reference", reference), ("starter", starter)):
         if result:

@@ -356,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     apply_threads(args.threads)
     started = time.perf_counter()
     print(f"ResNet-50, {'ImageNet ' + str(args.data) if args.data else 'synthetic images, seeded random weights'}; "
-          f"{torch.get_num_threads()} threads; {args.images} images, {args.warmup} warm-up + {args.repeats} timed rounds",
+          f"{torch.get_num_threads()} threads; {args.images} images, "
+          f"{args.warmup} warm-up + {args.repeats} timed rounds",
           flush=True)  # fmt: skip
 
     with finish_steps_first(PACKAGE, "the benchmark's default_pipeline"):

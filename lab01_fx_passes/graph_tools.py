@@ -11,8 +11,8 @@ Every pass of the lab needs the same three chores, none of which is the point of
   ``GraphModule`` so a ``call_module`` or ``get_attr`` node can refer to it.
 - :func:`is_module_state`: whether a Dynamo placeholder holds a parameter or buffer of the compiled
   module (what the freezing step may turn into a constant), rather than an input of the call.
-- :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value a tracer recorded for a node (shapes and dtypes without
-  running anything), where the dialect records one.
+- :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value a tracer recorded for a node
+  (shapes and dtypes without running anything), where the dialect records one.
 - :func:`observe_tensors`: what each node's tensor actually is (shape, strides, dtype, device) on a
   real run of the graph *as it is now*, in every dialect (``symbolic_trace`` records nothing, and
   the values other tracers recorded predate the passes that changed layouts).

@@ -149,7 +149,8 @@ def fused_linear_gelus(gm: fx.GraphModule) -> int:
 
 
 def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL, what: str = "the rewritten graph") -> None:
-    """``|actual - expected| <= atol + rtol * |expected|`` everywhere; the message says how far off and where to look."""
+    """``|actual - expected| <= atol + rtol * |expected|`` everywhere;
+    the message says how far off and where to look."""
     assert outputs_close(actual, expected, rtol=rtol, atol=atol), (
         f"{what} computes something else than the original: {output_error(actual, expected)} "
         f"(allowed: rtol={rtol}, atol={atol}). Far beyond float32 rounding: the rewrite changed the "
@@ -558,7 +559,8 @@ def test_dce_keeps_side_effects(lab):
         functional.mean.zero_()  # (capturing ran the model once)
         captured.run(result.graph_module)
         assert functional.mean.abs().sum() > 0, (
-            f"{dialect}: a training-mode F.batch_norm (training passed by position) was removed: it updates the running "
+            f"{dialect}: a training-mode F.batch_norm (training passed by position) was removed: "
+            "it updates the running "
             "statistics it is given, so dce.py's is_impure must call it impure"
         )
 
@@ -815,7 +817,8 @@ def test_linear_gelu_skips_linear_output_with_another_user(lab, dialect):
 @PROPERTY
 @given(
     features=st.integers(1, 12), hidden=st.integers(1, 12), leading=st.lists(st.integers(1, 4), min_size=1, max_size=3),
-    bias=st.booleans(), approximate=st.sampled_from(["none", "tanh"]), dialect=st.sampled_from(["symbolic_trace", "make_fx"]),
+    bias=st.booleans(), approximate=st.sampled_from(["none", "tanh"]),
+    dialect=st.sampled_from(["symbolic_trace", "make_fx"]),
 )  # fmt: skip
 def test_linear_gelu_fusion_on_random_shapes(lab, features, hidden, leading, bias, approximate, dialect):
     torch.manual_seed(0)
@@ -1135,7 +1138,8 @@ def test_pass_manager_reports_why_a_pass_did_not_fire(lab):
     for row in manager.report:
         reason = getattr(row, "reason", None) or ""
         assert "freeze" in reason, (
-            f"{row.name} changed nothing; its report row must carry the pass's reason (reason_of(result)), got {reason!r}"
+            f"{row.name} changed nothing; its report row must carry the pass's reason (reason_of(result)), "
+            f"got {reason!r}"
         )
 
 
@@ -1632,7 +1636,8 @@ def test_onednn_lowering_on_random_convolutions(
     plain output is channels-last too): the lowered convolution computes what the plain one does, on the
     batch its weight was packed for and on another one. (Fed contiguous data, a depthwise 1x1 convolution
     returns the default layout, since its weight is stored the same in both: the lowering must then refuse,
-    as for every convolution that does not run channels-last; test_onednn_leaves_layouts_and_inputs_to_earlier_steps.)"""
+    as for every convolution that does not run channels-last;
+    test_onednn_leaves_layouts_and_inputs_to_earlier_steps.)"""
     torch.manual_seed(0)
     conv = nn.Conv2d(groups * in_per_group, groups * out_per_group, kernel_size, stride=stride, padding=padding,
                      dilation=dilation, groups=groups, bias=bias)  # fmt: skip

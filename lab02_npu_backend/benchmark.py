@@ -60,7 +60,8 @@ def measure_latency(lab, batch: int, repeats: int) -> dict:
         compiled(*case.example_inputs)
         compile_s = time.perf_counter() - start
         timings = time_interleaved(
-            {"eager": lambda: case.model(*case.example_inputs), "npu_simulator": lambda: compiled(*case.example_inputs)},
+            {"eager": lambda: case.model(*case.example_inputs),
+             "npu_simulator": lambda: compiled(*case.example_inputs)},
             repeats=repeats, description=f"timing batch {batch}",
         )  # fmt: skip
     eager, npu = timings["eager"], timings["npu_simulator"]
@@ -128,12 +129,14 @@ def measure(args, lab) -> int:
     json_path = write_json(args.out / "benchmark.json", {
         "impl": selected_impl(), "latency_target": LATENCY_TARGET, "seq": SEQ, "wall_s": wall_s,
         "latency": {f"batch{batch}": entry for batch, entry in latency.items()},
-        "coverage": {name: entry["report"].to_dict() | {"report_s": entry["seconds"]} for name, entry in coverage.items()},
+        "coverage": {name: entry["report"].to_dict() | {"report_s": entry["seconds"]}
+                     for name, entry in coverage.items()},
     })  # fmt: skip
     ratios = [latency[batch]["ratio"] for batch in BATCHES]
     png = bar_chart(args.out / "latency.png", [f"batch {batch}" for batch in BATCHES], [r.median for r in ratios],
                     spread=[(r.q1, r.q3) for r in ratios], target=LATENCY_TARGET, target_label="target (at most)",
-                    ylabel="npu_simulator / eager latency", title=f"LLaMA-tiny, seq {SEQ}: simulator cost over eager")  # fmt: skip
+                    ylabel="npu_simulator / eager latency",
+                    title=f"LLaMA-tiny, seq {SEQ}: simulator cost over eager")  # fmt: skip
     print(f"wrote {json_path} and {png} ({wall_s:.0f} s in all)")
     return 0
 

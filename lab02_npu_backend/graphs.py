@@ -1,8 +1,8 @@
 """Facts about FX graphs that every part of the lab agrees on.
 
 - :func:`target_name`: a readable name for a node's target, used in reports and error messages.
-- :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value (a FakeTensor, or a tuple of them) Dynamo or AOTAutograd
-  recorded for a node, to read shapes and dtypes without running anything.
+- :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value (a FakeTensor, or a tuple of
+  them) Dynamo or AOTAutograd recorded for a node, to read shapes and dtypes without running anything.
 - :func:`is_compute_node`: which nodes count in coverage numbers. Placeholders, outputs, and
   bookkeeping (``getitem`` that unpacks a tuple, size arithmetic on ints) are not compute; a write
   in place is, even when it returns nothing (``x[:, 1:] = y``).
@@ -59,7 +59,8 @@ def is_tuple_unpack(node: fx.Node) -> bool:
 
 
 def records_values(graph: fx.Graph) -> bool:
-    """Whether the graph's nodes carry example values (Dynamo and AOTAutograd graphs do; ``symbolic_trace``'s do not)."""
+    """Whether the graph's nodes carry example values
+    (Dynamo and AOTAutograd graphs do; ``symbolic_trace``'s do not)."""
     return any(node_value(n) is not None for n in graph.nodes if n.op == "placeholder")
 
 

@@ -452,7 +452,8 @@ def measure_all(args) -> int:
             results.append(result)
             speedup = result.speedup("eager", "fused kernel")
             print(
-                f"  d={result.d}: fused {result.timings['fused kernel'].describe('ms')}, {speedup.describe()} over eager",
+                f"  d={result.d}: fused {result.timings['fused kernel'].describe('ms')}, "
+                f"{speedup.describe()} over eager",
                 flush=True,
             )
         small = measure_small_shape(lab, dtype)

@@ -1,4 +1,5 @@
-"""Half-precision round trips in Inductor's graphs, and how to match patterns with or without them (harness: do not edit).
+"""Half-precision round trips in Inductor's graphs, and how to match patterns with or without them
+(harness: do not edit).
 
 Traced in float16, ``F.gelu(F.layer_norm(x))`` decomposes into LayerNorm computed in fp32, its
 output rounded to fp16 (``convert_element_type``), and GELU converting it straight back to fp32::

@@ -32,8 +32,9 @@ Usage::
     python -m lab03_triton_lowering.simulated_gpu cpu
 
 Each prints what it found and exits 1 on failure; on an unfinished starter, one line naming the
-handout step to finish first, and exit status 3 (:mod:`labkit.unfinished`). The simulation reaches into PyTorch internals of
-the course's supported versions; it is a stand-in for a GPU, not a replacement for the ``gpu`` tests.
+handout step to finish first, and exit status 3 (:mod:`labkit.unfinished`). The simulation reaches
+into PyTorch internals of the course's supported versions; it is a stand-in for a GPU, not a
+replacement for the ``gpu`` tests.
 """
 
 from __future__ import annotations

@@ -326,7 +326,8 @@ def test_operator_passes_opcheck_in_half_precision(lab, dtype):
 def run_python(
     lab, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
-    """Run ``python <args>`` (``-m module ...`` or ``-c code``) in a fresh process, against the implementation under test.
+    """Run ``python <args>`` (``-m module ...`` or ``-c code``) in a fresh process,
+    against the implementation under test.
 
     From the folder the tested package was imported from (``-m`` and ``-c`` put it first on
     ``sys.path``), so the subprocess sees the same code as this test. ``TRITON_INTERPRET`` is removed: the
@@ -492,7 +493,8 @@ def test_lowering_fires_in_half_precision_with_or_without_the_round_trip(lab, dt
 
 def _layer_norm_affine_forms() -> list[tuple[str, ...]]:
     """Every choice of affine tensors ``aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
-    Tensor? bias=None, float eps=1e-05, ...)`` allows: each optional tensor (of shape normalized_shape) present or absent."""
+    Tensor? bias=None, float eps=1e-05, ...)`` allows: each optional tensor (of shape normalized_shape)
+    present or absent."""
     optional = [
         a.name
         for a in torch.ops.aten.layer_norm.default._schema.arguments
@@ -559,7 +561,8 @@ def test_lowering_refuses_layernorm_over_several_trailing_dims(lab, affine):
     label = " and ".join(affine) if affine else "no weight, no bias"
     control_shape, control_eps = LAST_DIM_CONTROL
     assert any(math.isclose(eps, control_eps) for eps in fused_eps), (
-        f"the control site (normalized_shape={control_shape}, weight and bias) was not replaced: was the lowering active?"
+        f"the control site (normalized_shape={control_shape}, weight and bias) was not replaced: "
+        "was the lowering active?"
     )
     for shape, eps in SEVERAL_DIMS_SITES.items():
         assert not any(math.isclose(e, eps) for e in fused_eps), (
@@ -712,7 +715,8 @@ def test_cache_key_changes_when_the_lowerings_files_change(lab, monkeypatch, tmp
             kernel.write("\n# an edit\n")
         getattr(get_hash_for_files, "cache_clear", lambda: None)()  # torch memoizes file hashes per path
         assert graph_pass.uuid() != key, (
-            "lowering.py's uuid() must change when a file in _SOURCE_FILES changes (get_hash_for_files(_SOURCE_FILES, ...))"
+            "lowering.py's uuid() must change when a file in _SOURCE_FILES changes "
+            "(get_hash_for_files(_SOURCE_FILES, ...))"
         )
     finally:
         lab.uninstall_lowering()

@@ -132,7 +132,8 @@ def what_to_run(command: str, nox_session: str | None = None) -> str:
 
 
 def current_command() -> str:
-    """This process's command line after the interpreter and its options (``-m lab02_npu_backend.report --model all``)."""
+    """This process's command line after the interpreter and its options
+    (``-m lab02_npu_backend.report --model all``)."""
     argv = list(getattr(sys, "orig_argv", sys.argv))[1:]
     for index, arg in enumerate(argv):
         if arg in ("-m", "-c") or not arg.startswith("-"):

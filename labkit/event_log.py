@@ -114,8 +114,8 @@ def earlier_outcomes(events: list[dict[str, Any]]) -> dict[str, tuple[GradedTest
         if kind == FINISH and event.get("outcome"):
             result[event["nodeid"]] = (graded, TestOutcome(**event["outcome"]))
         elif kind == CRASHED:
-            outcome = TestOutcome(event["nodeid"], graded.function, graded.points, FAILED, event.get("message", "crashed"),
-                                  graded.heldout)  # fmt: skip
+            outcome = TestOutcome(event["nodeid"], graded.function, graded.points, FAILED,
+                                  event.get("message", "crashed"), graded.heldout)  # fmt: skip
             result[event["nodeid"]] = (graded, outcome)
     return result
 

@@ -24,9 +24,10 @@ The grader takes only ``editable`` files from a submission, and marks a talking 
 "evidence: passed" when every test named in ``evidence`` passed.
 
 Besides ``test_lab.py``, a lab may hold instructor-only **held-out tests** in ``heldout/test_*.py``
-(:data:`HELDOUT_DIR`): graded like the others, never shipped to students (see the grader's README). ``nox -s labNN`` ends with the
-points per step and the first step that still fails (:mod:`labkit.step_summary`); every graded test
-belongs to exactly one step, and every step has a test (:func:`step_coverage_problems`).
+(:data:`HELDOUT_DIR`): graded like the others, never shipped to students (see the grader's README).
+``nox -s labNN`` ends with the points per step and the first step that still fails
+(:mod:`labkit.step_summary`); every graded test belongs to exactly one step, and every step has a
+test (:func:`step_coverage_problems`).
 """
 
 from __future__ import annotations

@@ -129,7 +129,8 @@ def _import_lazy_triton_modules() -> None:
 
 
 def _triton_language() -> list[Any]:
-    """``triton.language``'s modules and their classes: what the interpreter patches (``tl.load``, ``tensor.to``, ...)."""
+    """``triton.language``'s modules and their classes:
+    what the interpreter patches (``tl.load``, ``tensor.to``, ...)."""
     modules = [
         module
         for name, module in list(sys.modules.items())

@@ -5,9 +5,10 @@ lab is worth. The pristine course also holds each lab's **held-out tests** (``<l
 the student release): they are rubric entries like the others, with a ``visibility`` (``hidden`` or
 ``after_due_date``, Gradescope's values; ``visible`` for ``test_lab.py``) and an ``area`` that feedback
 reports instead of the cases. Visibility is data here, not a separate code path: every test is run,
-scored and stored alike, and only what reports show a student depends on it. So the grader collects each lab's own tests once (``pytest --collect-only`` with
-:mod:`grader.execute.probe` writing node ids, points and GPU needs) and scores every run against that
-list: a test missing from a run scores 0 of its points.
+scored and stored alike, and only what reports show a student depends on it. So the grader collects
+each lab's own tests once (``pytest --collect-only`` with :mod:`grader.execute.probe` writing node
+ids, points and GPU needs) and scores every run against that list: a test missing from a run scores 0
+of its points.
 
 Each test also carries the reference solution's recorded time on it (the lab's ``reference_times.json``,
 :mod:`grader.course.reference_times`): time limits derive from it (:mod:`grader.execute.limits`).
@@ -160,7 +161,8 @@ def describe_rubric(lab: LabRubric) -> str:
         "no GPU tests"
         if not lab.gpu_tests
         else (
-            f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} (pending without CUDA)"
+            f"of which {_count(lab.gpu_tests, 'GPU test')} worth {_count(lab.gpu_points, 'point')} "
+            "(pending without CUDA)"
         )
     )
     heldout = (

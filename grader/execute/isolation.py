@@ -8,10 +8,11 @@ after the run. So each process runs under `bubblewrap <https://github.com/contai
 
 - **its own mount view**, read-only, of exactly what it needs: the system (``/usr``, ``/etc``...), the
   grading interpreter and its packages, the grader's and the harness's installed packages (``grader``
-  for the probe plugin, ``labkit``; their tests hidden), and the :class:`View` the supervisor names: the sandbox copy of the course (never
-  ``solutions/``; held-out tests only in a held-out run), a writable folder for the JSON report and
-  one for the submission's compiler caches. The rest of the machine (the instructor's repository,
-  home, the rubric cache, other students, the grader's outputs) does not exist in it. ``/tmp`` is private;
+  for the probe plugin, ``labkit``; their tests hidden), and the :class:`View` the supervisor names: the
+  sandbox copy of the course (never ``solutions/``; held-out tests only in a held-out run), a writable
+  folder for the JSON report and one for the submission's compiler caches. The rest of the machine (the
+  instructor's repository, home, the rubric cache, other students, the grader's outputs) does not exist in
+  it. ``/tmp`` is private;
 - **its own PID namespace**, which dies with it: no process it starts outlives the run;
 - **no network** (a namespace with loopback only), **no capabilities**, an unprivileged user, and a
   clean environment (:func:`grader.execute.command.pytest_env`).

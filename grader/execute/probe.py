@@ -29,8 +29,9 @@ library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. It
    ``TestTimeLimit`` derives from ``BaseException`` (like ``KeyboardInterrupt``), which Hypothesis,
    ``except Exception`` and ``pytest.raises(Exception)`` all let through, so the test fails at once
    and alone (pytest-timeout's ``Failed`` is caught by Hypothesis, which re-runs the hanging example
-   with no alarm left). Its report event carries ``"timeout": true``. Code that swallows even a ``BaseException``, or hangs in native code, is
-   killed from outside by the supervisor, which then starts pytest again to go on after it.
+   with no alarm left). Its report event carries ``"timeout": true``. Code that swallows even a
+   ``BaseException``, or hangs in native code, is killed from outside by the supervisor, which then
+   starts pytest again to go on after it.
 
 Everything here can be undone by code running in the same process: the probe *detects* tampering with
 pytest's results (a canary passes, or its event stream breaks the run order), it cannot prevent it.

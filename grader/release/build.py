@@ -287,7 +287,8 @@ def count_installed_tests(site: Path, packages: list[str], python: str = sys.exe
         )
     if done.returncode != 0:
         raise ReleaseError(
-            f"the installed tests do not collect (pytest exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
+            f"the installed tests do not collect (pytest exit {done.returncode}):\n"
+            f"{done.stdout[-3000:]}{done.stderr[-2000:]}"
         )
     return sum(1 for line in done.stdout.splitlines() if "::" in line)
 
@@ -346,7 +347,9 @@ def verify_release(
         site = Path(scratch) / "site"
         install_release(release, site, options.python)
         log(
-            f"  ok: the release installs ({', '.join(sorted(p.name for p in site.iterdir() if p.is_dir() and '.' not in p.name))})"
+            "  ok: the release installs ("
+            f"{', '.join(sorted(p.name for p in site.iterdir() if p.is_dir() and '.' not in p.name))}"
+            ")"
         )
         collected = count_installed_tests(site, [spec.package for spec in labs], options.python)
         expected = sum(len(lab.tests) for lab in rubric.labs)

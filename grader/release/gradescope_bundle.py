@@ -69,7 +69,7 @@ if [ ! -s "$RESULTS" ]; then
         "$status" > "$RESULTS"
 fi
 exit 0
-"""
+"""  # noqa: E501 (the printf format above is one single-quoted shell word)
 
 
 def _add_file(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None:

@@ -349,7 +349,8 @@ def run_documented_commands(
             for run, limit, failure, cpu in outcomes:
                 verdict = "FAILED" if failure else "ran" if run.kind == RUNS else "parses"
                 log(
-                    f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]}; {cpu:.1f} s CPU of {limit.cpu_s:g})"
+                    f"    {verdict} {run.command}  ({shlex.join(run.argv[1:])[-60:]}; "
+                    f"{cpu:.1f} s CPU of {limit.cpu_s:g})"
                 )
                 measured[command_key(run.argv, run.env)] = cpu
                 if failure:

@@ -51,14 +51,16 @@ addEventListener("load", () => setTimeout(() => {
   const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
       (el.className && typeof el.className === "string" ? "." + el.className.split(" ")[0] : "") +
       ' "' + (el.textContent || el.alt || "").trim().slice(0, 60) + '"';
-  if (doc.scrollWidth > width + 1) problems.push(`the page scrolls sideways: ${doc.scrollWidth}px in a ${width}px window`);
+  if (doc.scrollWidth > width + 1)
+    problems.push(`the page scrolls sideways: ${doc.scrollWidth}px in a ${width}px window`);
   const outside = new Set();
   for (const el of document.body.querySelectorAll("*")) {
     if (el.closest(".scroll") && !el.classList.contains("scroll")) continue;
     const box = el.getBoundingClientRect();
     if (box.width && box.right > width + 1) {
       outside.add(el);  // only the outermost element that sticks out is reported
-      if (!outside.has(el.parentElement)) problems.push(`sticks out of the window (${Math.round(box.right)}px > ${width}px): ${name(el)}`);
+      if (!outside.has(el.parentElement))
+        problems.push(`sticks out of the window (${Math.round(box.right)}px > ${width}px): ${name(el)}`);
     }
     const style = getComputedStyle(el);
     if (["hidden", "clip"].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1)
@@ -87,11 +89,15 @@ addEventListener("load", () => setTimeout(() => {
   const scrolling = [...document.querySelectorAll(".scroll")].filter((box) => box.scrollWidth > box.clientWidth + 1);
   const images = [...document.images].map((img) => ({alt: img.alt, loaded: img.complete && img.naturalWidth > 0,
       scale: img.naturalWidth ? img.getBoundingClientRect().width / img.naturalWidth : 0}));
-  const top = (selector) => { const el = document.querySelector(selector); return el ? el.getBoundingClientRect().top + scrollY : null; };
-  const labs = [...document.querySelectorAll("section[id]")].map((s) => s.id).filter((id) => !["summary", "students", "flagged"].includes(id));
-  const smallest = Math.min(...[...document.querySelectorAll("td, th, p, code, a")].map((el) => parseFloat(getComputedStyle(el).fontSize)));
+  const top = (selector) => { const el = document.querySelector(selector);
+      return el ? el.getBoundingClientRect().top + scrollY : null; };
+  const labs = [...document.querySelectorAll("section[id]")].map((s) => s.id).filter((id) =>
+      !["summary", "students", "flagged"].includes(id));
+  const smallest = Math.min(...[...document.querySelectorAll("td, th, p, code, a")].map((el) =>
+      parseFloat(getComputedStyle(el).fontSize)));
   const result = {width, height: doc.scrollHeight, problems, scrolling_tables: scrolling.map(name), images,
-      sections: {summary: top("#summary"), students: top("#students"), first_lab: labs.length ? top("#" + labs[0]) : null},
+      sections: {summary: top("#summary"), students: top("#students"),
+        first_lab: labs.length ? top("#" + labs[0]) : null},
       smallest_font_px: smallest, notes};
   const out = document.createElement("pre"); out.id = "RESULT_ID"; out.hidden = true;
   out.textContent = JSON.stringify(result); document.body.appendChild(out);
@@ -135,7 +141,8 @@ def _chromium(browser: str, *args: str, timeout: float = 120.0) -> subprocess.Co
 
 
 def measure_layout(browser: str, page: Path, width: int, height: int) -> dict[str, Any]:
-    """Load ``page`` (with :data:`LAYOUT_PROBE` added) in a ``width`` x ``height`` window; return the probe's findings."""
+    """Load ``page`` (with :data:`LAYOUT_PROBE` added) in a ``width`` x ``height`` window;
+    return the probe's findings."""
     with tempfile.TemporaryDirectory(prefix="report-check-") as scratch:
         probed = Path(scratch) / page.name
         probed.write_text(

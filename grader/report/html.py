@@ -30,7 +30,8 @@ import textwrap
 from typing import Any
 
 STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;
+padding:0 1em;color:#222}
 h1{margin-bottom:0.2em}h2{border-bottom:2px solid #4C72B0;margin-top:1.8em}h3{margin-bottom:0.3em}
 nav{position:sticky;top:0;background:#fff;padding:0.5em 0;border-bottom:1px solid #ddd;z-index:1;
 display:flex;flex-wrap:wrap;gap:0.2em 1em}
@@ -333,7 +334,8 @@ def lab_section(lab_id: str, lab: dict[str, Any], histogram: str) -> str:
     ]
     return (
         f"<section id='{_esc(lab_id)}'><h2>{_esc(lab_id)}: {_esc(lab['title'])}</h2>"
-        f"<p>max {lab['max_score']} · mean {_one_decimal(lab['mean'])} · median {_one_decimal(lab['median'])} · full marks "
+        f"<p>max {lab['max_score']} · mean {_one_decimal(lab['mean'])} · "
+        f"median {_one_decimal(lab['median'])} · full marks "
         f"{lab['full_marks']}/{lab['students']} · {_esc(statuses)}{split}</p>"
         f"<figure><img alt='{_esc(lab_id)} score histogram' src='data:image/png;base64,{histogram}'>"
         f"<figcaption>Score per student, {lab['students']} students.</figcaption></figure>"

@@ -302,7 +302,8 @@ def class_similarity(
 
     Args:
         labs: lab id -> its package, for the labs the class was graded on.
-        course: the course whose starter files are boilerplate (None: it could not be loaded, ``course_problem`` says why).
+        course: the course whose starter files are boilerplate (None: it could not be loaded,
+            ``course_problem`` says why).
         log: told which lab is being compared (a class of 200 takes about a minute per lab).
 
     Returns:

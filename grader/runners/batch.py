@@ -2,11 +2,11 @@
 
 ``SUBMISSIONS_DIR`` holds one entry per student: a folder (a copy of the course) or a ``.zip``; the
 entry's name (without ``.zip``) is the student's id. Every entry gets a row: one the grader cannot read
-(a ``.tar.gz``, a stray file) is a ``bad-submission`` whose reason says so. Each student is graded into ``OUT/<id>/`` by a
-*runner* (default :func:`grader.runners.local.grade_submission`), ``-j N`` at a time. Threads are enough here:
-a runner spends its time waiting on the pytest processes it started, and each submission's labs run in
-their own process groups, so students never share a process. They do share the cores: with ``-j N``
-each graded process gets ``cores // N`` PyTorch threads (:func:`share_cores`), since N pools of
+(a ``.tar.gz``, a stray file) is a ``bad-submission`` whose reason says so. Each student is graded into
+``OUT/<id>/`` by a *runner* (default :func:`grader.runners.local.grade_submission`), ``-j N`` at a time.
+Threads are enough here: a runner spends its time waiting on the pytest processes it started, and each
+submission's labs run in their own process groups, so students never share a process. They do share the cores:
+with ``-j N`` each graded process gets ``cores // N`` PyTorch threads (:func:`share_cores`), since N pools of
 every core each on one machine make PyTorch spin against itself (a test measured 200x slower).
 
 ``--container IMAGE`` swaps the runner for :class:`grader.runners.container.ContainerRunner`: each submission is

@@ -105,7 +105,8 @@ UNISOLATED_NOTE = (
 
 
 def isolation_of(setup: GradingSetup) -> Isolation:
-    """The isolation this grading uses: the one chosen, else the course's default (see :mod:`grader.execute.isolation`)."""
+    """The isolation this grading uses: the one chosen, else the course's default (see
+    :mod:`grader.execute.isolation`)."""
     from grader.execute.isolation import choose_isolation
 
     if setup.options.isolation is not None:

@@ -171,7 +171,8 @@ class Plan:
 
 
 def lab_groups(rubric: Rubric, gpu: str, gpus_per_task: int) -> dict[str, list[str]]:
-    """Which labs each array grades: labs with a GPU test in ``gpu`` (unless no GPU is asked for), the rest in ``cpu``."""
+    """Which labs each array grades: labs with a GPU test in ``gpu`` (unless no GPU is asked for),
+    the rest in ``cpu``."""
     gradable = [lab for lab in rubric.labs if lab.error is None]
     wants_gpu = gpus_per_task > 0 and gpu != "off"
     groups = {
@@ -203,7 +204,8 @@ def time_minutes(text: str) -> int:
 
 
 def task_minutes(plan: Plan, rubric: Rubric, group: str) -> int:
-    """A task's ``--time``: as asked, else the time budgets of its labs plus :data:`~grader.execute.limits.GRADING_MARGIN_S`."""
+    """A task's ``--time``: as asked, else the time budgets of its labs plus
+    :data:`~grader.execute.limits.GRADING_MARGIN_S`."""
     if plan.resources.time:
         return time_minutes(plan.resources.time)
     budget = submission_budget_s(rubric, RunLimits(**plan.limits), labs=plan.groups[group])

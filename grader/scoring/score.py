@@ -85,7 +85,8 @@ class Observed:
     """What the event log says about one test case.
 
     ``process``: which of the lab's pytest processes ran it (0: the first; more after a resume);
-    ``timed_out``: a phase hit the grader's time limit; ``killed_after_s``: the runner killed it at this limit; ``over_limit``: the resource cap it went over.
+    ``timed_out``: a phase hit the grader's time limit; ``killed_after_s``: the runner killed it at this limit;
+    ``over_limit``: the resource cap it went over.
     """
 
     started: bool = False

@@ -53,7 +53,8 @@ def main(args: argparse.Namespace) -> int:
     for row in rows:
         print(row_line(row))
     print(
-        f"graded {len(rows)} submissions in {time.monotonic() - start:.1f} s with -j {args.jobs}: {args.out}/{BATCH_FILE}"
+        f"graded {len(rows)} submissions in {time.monotonic() - start:.1f} s with -j {args.jobs}: "
+        f"{args.out}/{BATCH_FILE}"
     )
     failed = [row.student for row in rows if GRADER_FAULTS & set(row.statuses.values())]
     if failed:

@@ -12,9 +12,10 @@ written to each lab's ``reference_times.json`` (:mod:`grader.scoring.reference_r
 time limits come from: its CPU time and wall time, with the compilers' caches off (every compile from
 scratch, so a limit holds however warm a graded run's caches are) and a limit of
 ``unmeasured_test_timeout_s`` CPU seconds on every test (the old limits must not cut a recording short);
-the reference is then graded alone, so that the starter does not share its CPUs. With ``--container IMAGE`` each is graded in its own container of the course
-image (network off), which checks the image too. Labs that are not written yet (no ``lab.toml`` or ``test_lab.py``) are
-listed and skipped; the exit status is 1 only when a ready lab breaks one of the two rules.
+the reference is then graded alone, so that the starter does not share its CPUs. With ``--container IMAGE`` each is
+graded in its own container of the course image (network off), which checks the image too. Labs that are not written
+yet (no ``lab.toml`` or ``test_lab.py``) are listed and skipped; the exit status is 1 only when a ready lab breaks one
+of the two rules.
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ def _print_result(title: str, result: SubmissionResult) -> None:
     print(f"\n== {title}: {summary_line(result)}")
     for lab in result.labs:
         pending = f" (+{lab.pending} pending GPU)" if lab.pending else ""
-        split = f" (visible {lab.visible.score}/{lab.visible.max_score}, held-out {lab.heldout.score}/{lab.heldout.max_score})"
+        split = (
+            f" (visible {lab.visible.score}/{lab.visible.max_score}, "
+            f"held-out {lab.heldout.score}/{lab.heldout.max_score})"
+        )
         print(
             f"   {lab.lab} {lab.title}: {lab.score}/{lab.max_score}{pending}{split if lab.heldout.max_score else ''} "
             f"[{lab.status}] in {lab.wall_s:.1f} s"

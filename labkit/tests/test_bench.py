@@ -51,7 +51,8 @@ class FakeMachine:
 def measure(noise, *, original_s=1.3, optimized_s=1.0, repeats=21):
     machine = FakeMachine(noise)
     timings = time_interleaved(
-        {"original": machine.candidate("original", original_s), "optimized": machine.candidate("optimized", optimized_s)},
+        {"original": machine.candidate("original", original_s),
+         "optimized": machine.candidate("optimized", optimized_s)},
         warmup=0, repeats=repeats, clock=machine.clock,
     )  # fmt: skip
     return timings, paired_ratio(timings["original"], timings["optimized"])

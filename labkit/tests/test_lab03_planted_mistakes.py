@@ -39,9 +39,15 @@ SINGLE_TILE_IN_STORAGE_DTYPE = (
 )
 #: check_arguments without the three checks its docstring promises and no test used to check.
 UNCHECKED_ARGUMENTS = (
-    Mistake("op.py", '    if x.dim() == 0:\n        raise ValueError("x is 0-d: it must have at least one dimension (the normalised one)")\n', ""),
+    Mistake("op.py",
+            '    if x.dim() == 0:\n'
+            '        raise ValueError("x is 0-d: it must have at least one dimension (the normalised one)")\n',
+            ""),
     Mistake("op.py", '    if eps < 0:\n        raise ValueError(f"eps must be >= 0, got {eps}")\n', ""),
-    Mistake("op.py", '        if param.device != x.device:\n            raise ValueError(f"{name} is on {param.device} but x is on {x.device}")\n', ""),
+    Mistake("op.py",
+            '        if param.device != x.device:\n'
+            '            raise ValueError(f"{name} is on {param.device} but x is on {x.device}")\n',
+            ""),
 )  # fmt: skip
 
 
@@ -158,8 +164,10 @@ def test_a_tanh_through_exp_2z_fails_on_outliers(tmp_path):
 #: right for every LayerNorm over the last dim, but the re-check with real shapes then accepts a LayerNorm over
 #: several dims with a weight of that shape, and the kernel normalizes the last dim only.
 SEARCH_OVER_WEIGHT_SHAPE = (
-    Mistake("lowering.py", "F.layer_norm(x, (x.shape[-1],), weight, bias, eps)", "F.layer_norm(x, weight.shape, weight, bias, eps)"),
-    Mistake("lowering.py", "F.layer_norm(x, (x.shape[-1],), weight, None, eps)", "F.layer_norm(x, weight.shape, weight, None, eps)"),
+    Mistake("lowering.py", "F.layer_norm(x, (x.shape[-1],), weight, bias, eps)",
+            "F.layer_norm(x, weight.shape, weight, bias, eps)"),
+    Mistake("lowering.py", "F.layer_norm(x, (x.shape[-1],), weight, None, eps)",
+            "F.layer_norm(x, weight.shape, weight, None, eps)"),
 )  # fmt: skip
 
 

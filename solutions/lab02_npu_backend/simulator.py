@@ -329,7 +329,8 @@ class NpuSimulator:
                 elif each not in operand.dtypes:
                     allowed = ", ".join(sorted(str(d).removeprefix("torch.") for d in operand.dtypes))
                     raise fail(
-                        f"operand {operand.name!r} has dtype {str(each).removeprefix('torch.')}; {op} takes {allowed} there"
+                        f"operand {operand.name!r} has dtype {str(each).removeprefix('torch.')}; "
+                        f"{op} takes {allowed} there"
                     )
         for each in used | {dtype}:
             if not spec.supports_dtype(each):

@@ -22,7 +22,10 @@ import tokenize
 
 PACKAGE, MODULE = "labS_algorithms", "algorithms.py"
 
-HEADER = '"""Lab S: small algorithms on lists, text and graphs. Fill in each function."""\n\nfrom __future__ import annotations\n'
+HEADER = (
+    '"""Lab S: small algorithms on lists, text and graphs. Fill in each function."""\n\n'
+    "from __future__ import annotations\n"
+)
 
 #: function -> (signature, docstring) as the starter has them.
 CONTRACTS = {
@@ -32,7 +35,8 @@ CONTRACTS = {
     ),
     "histogram": (
         "def histogram(values: list[float], bins: int, low: float, high: float) -> list[int]:",
-        "Counts of values in ``bins`` equal bins over [low, high] (high goes in the last bin; others outside are dropped).",
+        "Counts of values in ``bins`` equal bins over [low, high] "
+        "(high goes in the last bin; others outside are dropped).",
     ),
     "word_counts": (
         "def word_counts(text: str) -> dict[str, int]:",

@@ -11,7 +11,8 @@ import pytest
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lab01-zoo", "lab 1's torchvision zoo")
     group.addoption("--zoo-shard", default=None, metavar="I/N",
-                    help="run shard I of N of the zoo (models dealt round-robin; other tests run in shard 0)")  # fmt: skip
+                    help="run shard I of N of the zoo (models dealt round-robin; "
+                         "other tests run in shard 0)")  # fmt: skip
     group.addoption("--zoo-results", default=None, metavar="PATH", help="write the zoo's rows as JSON to PATH")
 
 

@@ -43,8 +43,8 @@ def markdown(rows: list[dict]) -> str:
             elif not row["ok"]:
                 entries.append(f"**FAILED**: {row.get('failure')}")
             else:
-                entries.append(f"{row['batch_norms'] - row['left']}/{row['batch_norms']} BN folded" if row["batch_norms"]
-                               else "ok (no BN)")  # fmt: skip
+                entries.append(f"{row['batch_norms'] - row['left']}/{row['batch_norms']} BN folded"
+                               if row["batch_norms"] else "ok (no BN)")  # fmt: skip
         lines.append(f"| {model} | {input_size(model)} | " + " | ".join(entries) + " |")
     return "\n".join(lines) + "\n"
 

@@ -91,8 +91,9 @@ def submission(kind: str) -> types.ModuleType:
 
     def default_pipeline(example_inputs):
         manager = reference.default_pipeline(example_inputs)
-        passes = [attack_class(kind, type(p))(example_inputs) if hasattr(reference, "ParameterFreezer")
-                  and isinstance(p, reference.ParameterFreezer) else attack(kind, p) for p in manager.passes]  # fmt: skip
+        passes = [attack_class(kind, type(p))(example_inputs)
+                  if hasattr(reference, "ParameterFreezer") and isinstance(p, reference.ParameterFreezer)
+                  else attack(kind, p) for p in manager.passes]  # fmt: skip
         return reference.PassManager(passes, example_inputs=example_inputs)
 
     lab.default_pipeline = default_pipeline

@@ -217,7 +217,8 @@ def layout_sees_only_the_view_and_its_input(monkeypatch) -> None:
     from solutions.lab01_fx_passes import memory_layout
 
     monkeypatch.setattr(memory_layout, "shares_memory_with",
-                        lambda node, modules: [value for value in (node, node.args[0]) if isinstance(value, fx.Node)])  # fmt: skip
+                        lambda node, modules: [value for value in (node, node.args[0])
+                                               if isinstance(value, fx.Node)])  # fmt: skip
 
 
 def folding_sees_no_aliases(monkeypatch) -> None:
@@ -237,7 +238,8 @@ def folding_blocks_only_direct_impure_users(monkeypatch) -> None:
 
     def foldable(self) -> set[fx.Node]:
         return {node for node in self.constants
-                if not any(user.op == "output" or constant_folding.is_impure(user, self._modules) for user in node.users)}  # fmt: skip
+                if not any(user.op == "output" or constant_folding.is_impure(user, self._modules)
+                           for user in node.users)}  # fmt: skip
 
     monkeypatch.setattr(constant_folding.ConstantFolder, "_foldable", foldable)
 

@@ -25,8 +25,8 @@ def score(kind: str, scratch: Path) -> tuple[int, int, dict[str, list]]:
     """(points earned, points possible, per-test outcomes) of the ``kind`` submission."""
     scores = scratch / f"{kind}.json"
     env = {**os.environ, "LAB01_SUBMISSION": kind, "LAB01_SCORES": str(scores), "LABKIT_IMPL": "student"}
-    command = [sys.executable, "-m", "pytest", str(LAB / "test_lab.py"), str(LAB / "heldout"), "-q", "-p", "no:cacheprovider",
-               "-p", "solutions.lab01_fx_passes.tests.stale_forward", "--tb=no"]  # fmt: skip
+    command = [sys.executable, "-m", "pytest", str(LAB / "test_lab.py"), str(LAB / "heldout"), "-q",
+               "-p", "no:cacheprovider", "-p", "solutions.lab01_fx_passes.tests.stale_forward", "--tb=no"]  # fmt: skip
     subprocess.run(command, cwd=COURSE_ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
     outcomes = json.loads(scores.read_text())
     earned = sum(points for outcome, points in outcomes.values() if outcome == "passed")
