@@ -9,6 +9,8 @@ Every pass of the lab needs the same three chores, none of which is the point of
   target names (``"layer1.0.conv1.weight"``).
 - :func:`add_attribute`: give a new module, parameter or buffer a fresh top-level name on a
   ``GraphModule`` so a ``call_module`` or ``get_attr`` node can refer to it.
+- :class:`OpName`: the operator a node calls, as :func:`~lab01_fx_passes.op_names.op_name` (step 0)
+  names it: a base name and whether the call is in-place.
 - :func:`is_module_state`: whether a Dynamo placeholder holds a parameter or buffer of the compiled
   module (what the freezing step may turn into a constant), rather than an input of the call.
 - :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value a tracer recorded for a node
@@ -69,6 +71,20 @@ def call_argument(node: fx.Node, name: str, default: Any = None) -> Any:
                 return node.args[position]
             return default if parameter_default is _MISSING else parameter_default
     return default
+
+
+@dataclass(frozen=True)
+class OpName:
+    """The operator a node calls.
+
+    Attributes:
+        name: the operator's base name, lower case, without a trailing in-place underscore:
+            ``"relu"``, ``"gelu"``, ``"linear"``, ``"addmm"``, ``"conv2d"``, ``"batchnorm2d"``.
+        in_place: whether the call overwrites its input (``relu_``, ``inplace=True``).
+    """
+
+    name: str
+    in_place: bool
 
 
 #: Dynamo's mark on the placeholders of a module's parameters and buffers (``node.meta["tensor_dict"]``).

@@ -13,7 +13,8 @@ node                   example
 
 :func:`op_name` reduces all of them to ``OpName("relu", in_place=...)`` so a pass can match
 operators by name without caring which tracer produced the graph. It only *names* nodes: how to
-build a replacement in the node's own dialect is the pass's job.
+build a replacement in the node's own dialect is the pass's job. :class:`OpName` itself is given
+(``graph_tools.py``; imported here, so ``op_names.OpName`` works as before).
 
 Step 0 of the lab: ``op_replacement.py`` and ``linear_gelu.py`` use this function (and
 ``dce.py`` may). Print a few graphs first (``capture.py`` makes them; ``print(gm.graph)``) and
@@ -23,26 +24,14 @@ look at ``node.op`` and ``node.target`` in each dialect.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch  # noqa: F401  (you will need torch._ops.OpOverload)
 from torch import fx, nn
 
-from lab01_fx_passes.graph_tools import call_argument  # noqa: F401  (reads `inplace=` however it was passed)
-
-
-@dataclass(frozen=True)
-class OpName:
-    """The operator a node calls.
-
-    Attributes:
-        name: the operator's base name, lower case, without a trailing in-place underscore:
-            ``"relu"``, ``"gelu"``, ``"linear"``, ``"addmm"``, ``"conv2d"``, ``"batchnorm2d"``.
-        in_place: whether the call overwrites its input (``relu_``, ``inplace=True``).
-    """
-
-    name: str
-    in_place: bool
+from lab01_fx_passes.graph_tools import (  # noqa: F401  (OpName: given; call_argument reads `inplace=` however it was passed)
+    OpName,
+    call_argument,
+)
 
 
 def op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> OpName | None:

@@ -21,23 +21,21 @@ What a correct lowering guarantees (the tests check each):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: F401
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import counters  # noqa: F401
 from torch._inductor import config as inductor_config  # noqa: F401
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files  # noqa: F401
 from torch._inductor.pattern_matcher import Match, PatternMatcherPass, fwd_only, register_replacement  # noqa: F401
 
+from lab03_triton_lowering.interface import AFFINE_FORMS, CountingHandle  # noqa: F401  (given: the affine forms, the handle)
 from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips  # noqa: F401
 
 from .kernel import GELU_APPROXIMATIONS  # noqa: F401
 from .op import OP_NAMESPACE, SUPPORTED_DTYPES, layernorm_gelu_replacement  # noqa: F401
 
-#: Which affine parameters a LayerNorm has: nn.LayerNorm(d), nn.LayerNorm(d, bias=False), elementwise_affine=False.
-AFFINE_FORMS = ("weight_and_bias", "weight_only", "none")
 #: This pass's key in ``torch._dynamo.utils.counters["inductor"]`` (see LayerNormGeluPass and LoweringHandle).
 REPLACEMENTS_COUNTER = f"{OP_NAMESPACE}_layernorm_gelu_replacements"
 #: Files whose contents decide what the pass does: part of its cache key (see LayerNormGeluPass.uuid).
@@ -122,26 +120,13 @@ class LayerNormGeluPass(CustomGraphPass):
         raise NotImplementedError("TODO(step 5): a stable key for Inductor's FX graph cache")
 
 
-@dataclass(frozen=True)
-class LoweringHandle:
-    """What :func:`install_lowering` returns: a window on the installed pass (given: read it, keep it).
+class LoweringHandle(CountingHandle):
+    """What :func:`install_lowering` returns (given, in ``interface.py``): ``.replacements`` counts this pass's sites.
 
-    Attributes:
-        graph_pass: the installed pass.
-        counted_before: the replacement counter when the lowering was installed.
+    Build it as ``LoweringHandle(graph_pass, counted_before=...)``; it reads :data:`REPLACEMENTS_COUNTER`.
     """
 
-    graph_pass: LayerNormGeluPass
-    counted_before: int
-
-    @property
-    def replacements(self) -> int:
-        """LayerNorm+GELU sites in the graphs compiled since this lowering was installed.
-
-        Compilations served from Inductor's caches count too: their replacements are replayed into
-        the same counter. (``counters.clear()`` resets the count.)
-        """
-        return max(counters["inductor"][REPLACEMENTS_COUNTER] - self.counted_before, 0)
+    counter = REPLACEMENTS_COUNTER
 
 
 def install_lowering() -> LoweringHandle:

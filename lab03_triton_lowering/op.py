@@ -20,13 +20,13 @@ Two registrations, one per device, because the two devices need different things
 
 import torch
 
+from lab03_triton_lowering.interface import SUPPORTED_DTYPES  # noqa: F401  (given: the dtypes check_arguments accepts)
+
 from .kernel import GELU_APPROXIMATIONS, layernorm_gelu_forward  # noqa: F401
 
 #: Namespace of the operators: the package name, so the starter and the reference solution can be
 #: imported in one process without registering the same operator name twice.
 OP_NAMESPACE = __name__.rpartition(".")[0].replace(".", "_")
-#: Input dtypes the kernel supports (it computes in fp32; float64 would silently lose precision).
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # TODO(step 1): register the CPU operator (layernorm_gelu calls it). TODO(step 4): its fake implementation
 # and the CUDA operator. All at import time. Contract (the tests rely on it):

@@ -13,32 +13,18 @@ node                   example
 
 :func:`op_name` reduces all of them to ``OpName("relu", in_place=...)`` so a pass can match
 operators by name without caring which tracer produced the graph. It only *names* nodes: how to
-build a replacement in the node's own dialect is the pass's job.
+build a replacement in the node's own dialect is the pass's job. :class:`OpName` itself is given
+(``graph_tools.py``; imported here, so ``op_names.OpName`` works as before).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 from torch import fx, nn
 
-from lab01_fx_passes.graph_tools import call_argument
-
-
-@dataclass(frozen=True)
-class OpName:
-    """The operator a node calls.
-
-    Attributes:
-        name: the operator's base name, lower case, without a trailing in-place underscore:
-            ``"relu"``, ``"gelu"``, ``"linear"``, ``"addmm"``, ``"conv2d"``, ``"batchnorm2d"``.
-        in_place: whether the call overwrites its input (``relu_``, ``inplace=True``).
-    """
-
-    name: str
-    in_place: bool
+from lab01_fx_passes.graph_tools import OpName, call_argument
 
 
 def _split_in_place(name: str) -> tuple[str, bool]:

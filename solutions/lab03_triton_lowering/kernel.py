@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lab03_triton_lowering.interface import GELU_APPROXIMATIONS  # noqa: F401  (op.py and lowering.py read it here)
 from labkit.triton_env import kernel_for
 
 #: The widest block: rows up to this length are held in registers and read once; longer rows are
@@ -40,8 +41,6 @@ SINGLE_TILE_LAUNCH = {4096: (2, 8), 2048: (2, 4)}
 NARROW_BLOCK_ELEMENTS = 8192
 #: Short rows still leave enough programs to fill the GPU: 65536 rows of 100 make 4096 programs.
 MAX_ROWS_PER_PROGRAM = 16
-#: The GELU forms the kernel implements, named as ``F.gelu``'s ``approximate`` argument.
-GELU_APPROXIMATIONS = ("none", "tanh")
 
 
 @triton.jit

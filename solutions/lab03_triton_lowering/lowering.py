@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -46,13 +45,12 @@ from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._inductor.pattern_matcher import Match, PatternMatcherPass, fwd_only, register_replacement
 
+from lab03_triton_lowering.interface import AFFINE_FORMS, CountingHandle
 from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips
 
 from .kernel import GELU_APPROXIMATIONS
 from .op import OP_NAMESPACE, SUPPORTED_DTYPES, layernorm_gelu_replacement
 
-#: Which affine parameters a LayerNorm has: nn.LayerNorm(d), nn.LayerNorm(d, bias=False), elementwise_affine=False.
-AFFINE_FORMS = ("weight_and_bias", "weight_only", "none")
 #: The literal traced in place of eps; any value works as long as it is distinctive in the graph.
 _EPS_PLACEHOLDER = 1e-5
 #: This pass's key in ``torch._dynamo.utils.counters["inductor"]`` (replayed by Inductor on cache hits).
@@ -182,26 +180,13 @@ class LayerNormGeluPass(CustomGraphPass):
         return get_hash_for_files(_SOURCE_FILES, extra=extra)
 
 
-@dataclass(frozen=True)
-class LoweringHandle:
-    """What :func:`install_lowering` returns: a window on the installed pass.
+class LoweringHandle(CountingHandle):
+    """What :func:`install_lowering` returns (given, in ``interface.py``): ``.replacements`` counts this pass's sites.
 
-    Attributes:
-        graph_pass: the installed pass.
-        counted_before: the replacement counter when the lowering was installed.
+    Build it as ``LoweringHandle(graph_pass, counted_before=...)``; it reads :data:`REPLACEMENTS_COUNTER`.
     """
 
-    graph_pass: LayerNormGeluPass
-    counted_before: int
-
-    @property
-    def replacements(self) -> int:
-        """LayerNorm+GELU sites in the graphs compiled since this lowering was installed.
-
-        Compilations served from Inductor's caches count too: their replacements are replayed into
-        the same counter. (``counters.clear()`` resets the count.)
-        """
-        return max(counters["inductor"][REPLACEMENTS_COUNTER] - self.counted_before, 0)
+    counter = REPLACEMENTS_COUNTER
 
 
 _patterns: PatternMatcherPass | None = None

@@ -20,6 +20,7 @@ Two registrations, one per device, because the two devices need different things
 
 import torch
 
+from lab03_triton_lowering.interface import SUPPORTED_DTYPES
 from labkit.triton_env import traced
 
 from .kernel import GELU_APPROXIMATIONS, layernorm_gelu_forward
@@ -27,8 +28,6 @@ from .kernel import GELU_APPROXIMATIONS, layernorm_gelu_forward
 #: Namespace of the operators: the package name, so the starter and the reference solution can be
 #: imported in one process without registering the same operator name twice.
 OP_NAMESPACE = __name__.rpartition(".")[0].replace(".", "_")
-#: Input dtypes the kernel supports (it computes in fp32; float64 would silently lose precision).
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @torch.library.custom_op(f"{OP_NAMESPACE}::layernorm_gelu", mutates_args=(), device_types="cpu")
