@@ -43,8 +43,10 @@ import nox
 ROOT = Path(__file__).resolve().parent
 SHARED_ENV = ROOT / ".nox" / "course-env"
 LABS = {"lab01": "lab01_fx_passes", "lab02": "lab02_npu_backend", "lab03": "lab03_triton_lowering"}
-#: The project's own tests; lab 1's reference course tests include its torchvision zoo (marker ``zoo``, long).
-PROJECT_TESTS = ["labkit/tests", "grader/tests", "solutions/lab01_fx_passes/tests"]
+#: The project's own tests, one home each: labkit's, the grader's, the course image's, and each lab's course
+#: tests that need its reference (``solutions/<lab>/tests``: planted mistakes, benchmarks, lab 1's torchvision
+#: zoo, marker ``zoo``, long). The graded tests themselves are each lab's ``test_lab.py``.
+PROJECT_TESTS = ["labkit/tests", "grader/tests", "docker/tests", "solutions"]
 
 nox.options.sessions = ["lab01", "lab02", "lab03"]
 nox.options.error_on_missing_interpreters = True

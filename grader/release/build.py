@@ -1,9 +1,9 @@
 """Build the student distribution and prove it is safe to hand out (the ``release`` verb's work).
 
-The distribution is the course minus instructor material: no ``solutions/``, no held-out tests (each
-lab's ``heldout/`` folder), no project tests (``labkit/tests``, ``grader/tests``: they check the
-solutions), no benchmarks of the grader, no CI or container files, nothing under a folder named
-``instructor``, and every Markdown file without its instructor-only sections
+The distribution is the course minus instructor material: no ``solutions/`` (with each lab's course tests,
+``solutions/<lab>/tests``), no held-out tests (each lab's ``heldout/`` folder), no project tests
+(``labkit/tests``, ``grader/tests``, ``docker/tests``), no benchmarks of the grader, no CI or container files,
+nothing under a folder named ``instructor``, and every Markdown file without its instructor-only sections
 (:mod:`grader.release.student_docs`). The grader itself ships (without its tests) so students can check their
 standing on the visible tests with ``nox -s grade-me``.
 
@@ -75,6 +75,7 @@ INSTRUCTOR_ONLY = (
     "docker/build-base-image.sh",
     "docker/build-wheelhouse.sh",
     "docker/gradescope-local-run.sh",
+    "docker/tests",
 )
 #: Student-facing folders shipped besides the labs and the harness: the grader (``nox -s grade-me``), the
 #: Dev Container's definition and what the Dockerfile's student target installs with.

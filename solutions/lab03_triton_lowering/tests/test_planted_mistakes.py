@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from labkit.tests.planting import Mistake, planted_course, run_planted
+from solutions.planting import Mistake, planted_course, run_planted
 
 PACKAGE = "lab03_triton_lowering"
 

@@ -158,7 +158,7 @@ def test_the_release_command_leaves_out_solutions_heldout_tests_and_instructor_s
     assert {"lab03_triton_lowering/test_lab.py", "lab03_triton_lowering/kernel.py", "noxfile.py"} <= shipped
     assert not [path for path in shipped if path.split("/")[0] == "solutions"]
     assert not [path for path in shipped if HELDOUT_DIR in path.split("/")]
-    assert not [path for path in shipped if path.startswith(("labkit/tests", "grader/tests"))]
+    assert not [path for path in shipped if path.startswith(("labkit/tests", "grader/tests", "docker/tests"))]
     documents = [release / path for path in shipped if path.endswith(".md")]
     assert documents and not [path for path in documents if INSTRUCTOR_MARKER in path.read_text(encoding="utf-8")]
 
