@@ -15,7 +15,10 @@ after the run. So each process runs under `bubblewrap <https://github.com/contai
   it. ``/tmp`` is private;
 - **its own PID namespace**, which dies with it: no process it starts outlives the run;
 - **no network** (a namespace with loopback only), **no capabilities**, an unprivileged user, and a
-  clean environment (:func:`grader.execute.command.pytest_env`).
+  clean environment (:func:`grader.execute.command.pytest_env`);
+- **no kernel keyring**: a seccomp filter (:mod:`grader.execute.seccomp`, handed to bubblewrap as a
+  descriptor) makes ``add_key``, ``request_key`` and ``keyctl`` fail, so no text survives the run in the
+  keyring the kernel keeps for its uid.
 
 **Which user.** Started by a normal user, bubblewrap puts the process in a user namespace where it is
 ``nobody``: outside, it is that user (its files are theirs anyway). Started by **root** (a container's
@@ -28,8 +31,9 @@ the graded command starts: no supplementary groups, no capability (the bounding 
 private folder) is handed to that user first (:func:`hand_over`); every mount is ``nosuid``.
 
 :class:`Unisolated` runs the command as it is (its own process group only): for a student grading
-their own copy on a laptop without bubblewrap. An instructor's grading (a course with solutions or
-held-out tests) refuses to run unisolated unless asked with ``--unsafe-no-sandbox``
+their own copy on a laptop without bubblewrap, with no seccomp filter either (bubblewrap installs it;
+the process is then the student's own user, whose keyring is theirs). An instructor's grading (a course
+with solutions or held-out tests) refuses to run unisolated unless asked with ``--unsafe-no-sandbox``
 (:func:`choose_isolation`).
 
 What isolation does not do: the code under test shares its process with pytest and the grader's
@@ -56,6 +60,7 @@ import labkit
 from grader.execute.bwrap import WHEEL, BwrapProgram, candidates, system_program
 from grader.execute.cgroup import describe_support
 from grader.execute.preflight import GraderEnvironmentError
+from grader.execute.seccomp import filter_descriptor, filter_problem
 
 #: Folders every process needs (read-only): programs, libraries, configuration, the kernel's view.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc", "/opt", "/sys")
@@ -81,6 +86,28 @@ INSTALL_COMMAND = f"{sys.executable} -m pip install {WHEEL}"
 
 class IsolationError(GraderEnvironmentError):
     """Grading cannot be isolated here and was not allowed to run without it (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A graded command ready to start: its command line, its environment, and the descriptors the child
+    must inherit (``subprocess.Popen``'s ``pass_fds``), which the starter closes once it has started."""
+
+    argv: list[str]
+    env: dict[str, str]
+    pass_fds: tuple[int, ...] = ()
+
+    def close(self) -> None:
+        """Close :attr:`pass_fds` in this process (the child has its own copies)."""
+        for fd in self.pass_fds:
+            os.close(fd)
+
+    def run(self, **kwargs) -> subprocess.CompletedProcess:
+        """Run it to its end (``subprocess.run``'s keyword arguments), then :meth:`close`."""
+        try:
+            return subprocess.run(self.argv, env=self.env, pass_fds=self.pass_fds, **kwargs)
+        finally:
+            self.close()
 
 
 @dataclass(frozen=True)
@@ -118,8 +145,8 @@ class Isolation(Protocol):
         """Make the folders ``view`` lets the process write writable by the user it runs as."""
         ...
 
-    def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
-        """The command line and environment that run ``argv`` (with ``env``) isolated to ``view``."""
+    def command(self, argv: list[str], env: dict[str, str], view: View) -> Launch:
+        """What runs ``argv`` (with ``env``) isolated to ``view``; the caller starts it and closes it."""
         ...
 
     def exit_status(self, code: int) -> int:
@@ -137,8 +164,8 @@ class Unisolated:
         for folder in view.private_folders().values():
             folder.mkdir(parents=True, exist_ok=True)
 
-    def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
-        return list(argv), dict(env)
+    def command(self, argv: list[str], env: dict[str, str], view: View) -> Launch:
+        return Launch(list(argv), dict(env))
 
     def exit_status(self, code: int) -> int:
         return code
@@ -249,7 +276,7 @@ class Bubblewrap:
             for folder in [*view.writable, *([view.private] if view.private else [])]:
                 hand_over(folder, GRADED_UID)
 
-    def command(self, argv: list[str], env: dict[str, str], view: View) -> tuple[list[str], dict[str, str]]:
+    def command(self, argv: list[str], env: dict[str, str], view: View) -> Launch:
         packages = [Path(module.__file__).resolve().parent for module in (grader, labkit)]
         mounts = Mounts([self.program.path, "--die-with-parent", "--new-session", *self._user_args()])
         for name in SYSTEM_PATHS:
@@ -280,8 +307,11 @@ class Bubblewrap:
         args = [*mounts.args, "--chdir", str(view.cwd), "--clearenv"]
         for key, value in sorted(env.items()):
             args += ["--setenv", key, value]
+        pass_fds = () if filter_problem() else (filter_descriptor(),)
+        for fd in pass_fds:  # the key system calls refused (grader.execute.seccomp)
+            args += ["--seccomp", str(fd)]
         drop = [SETPRIV, *SETPRIV_ARGS, "--"] if self.as_root else []
-        return [*args, "--", *drop, *argv], {}
+        return Launch([*args, "--", *drop, *argv], {}, pass_fds)
 
     def exit_status(self, code: int) -> int:
         """bubblewrap exits with 128 + N when the process it runs was killed by signal N (as a shell does)."""
@@ -304,13 +334,13 @@ def program_problem(program: BwrapProgram) -> str | None:
     trial = Bubblewrap(sys.executable, Path("/nonexistent-course"), program)
     if trial.as_root and not Path(SETPRIV).is_file():
         return "setpriv (util-linux), which drops root to an unprivileged user inside the sandbox, is not installed"
-    argv, env = trial.command(
+    launch = trial.command(
         [sys.executable, "-E", "-c", "import os; print(os.getuid())"],
         {"PATH": "/usr/bin:/bin"},
         View((), (), (), Path("/")),
     )
     try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+        done = launch.run(capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"{program.describe()} could not start ({error})"
     if done.returncode != 0:
@@ -383,7 +413,8 @@ def choose_isolation(
         isolation = Bubblewrap(python, course_root, program)
         passed_over = f" ({'; '.join(problems)})" if problems else ""
         user = f"uid {GRADED_UID} on the host" if isolation.as_root else "nobody in a user namespace"
-        log(f"isolation: {isolation.name}{passed_over}; graded code runs as {user}")
+        keyring = filter_problem() or "the kernel keyring closed to it (seccomp)"
+        log(f"isolation: {isolation.name}{passed_over}; graded code runs as {user}; {keyring}")
         log(describe_support())
         return isolation
     problem = "; ".join(problems)

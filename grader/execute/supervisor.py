@@ -268,7 +268,7 @@ def supervise(
         str(verdict_read),
     ]
     isolation.prepare(view)
-    command, command_env = isolation.command(argv, env, view)
+    launch = isolation.command(argv, env, view)
     flooded = threading.Event()
     ended = Supervised(exit_code=None)
     cgroup = RunCgroup.make(limits)
@@ -279,14 +279,14 @@ def supervise(
     )
     try:
         process = subprocess.Popen(
-            command,
+            launch.argv,
             cwd=view.cwd,
-            env=command_env,
+            env=launch.env,
             stdin=subprocess.DEVNULL,
             stdout=output_write,
             stderr=output_write,
             start_new_session=True,
-            pass_fds=(events_write, control_read, verdict_read),
+            pass_fds=(events_write, control_read, verdict_read, *launch.pass_fds),
             preexec_fn=limit_setter(kernel, cgroup),
         )
     except BaseException:
@@ -297,6 +297,7 @@ def supervise(
     finally:
         for fd in (events_write, control_read, verdict_read, output_write):
             os.close(fd)
+        launch.close()
     payload = json.dumps(control).encode()
     threads = [
         threading.Thread(target=_send, args=(control_write, payload), daemon=True),

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from grader.execute import bwrap, isolation
-from grader.execute.isolation import (
-    INSTALL_COMMAND,
-    Bubblewrap,
-    IsolationError,
-    View,
-    choose_isolation,
-    find_bubblewrap,
-)  # fmt: skip
+from grader.execute.isolation import INSTALL_COMMAND, IsolationError, choose_isolation, find_bubblewrap
+from grader.tests.execute.sandboxed import run_isolated
 
 WHEEL = bwrap.wheel_program()
 needs_wheel = pytest.mark.skipif(WHEEL is None, reason=f"the course environment has no {bwrap.WHEEL}")
@@ -47,12 +40,7 @@ def fake_bwrap(folder: Path, version: str, works: bool) -> None:
 
 
 def runs_isolated(program: bwrap.BwrapProgram) -> str:
-    argv, env = Bubblewrap(sys.executable, Path("/nonexistent-course"), program).command(
-        [sys.executable, "-c", "import os, socket; print(os.getuid(), socket.if_nameindex())"],
-        {"PATH": "/usr/bin"},
-        View((), (), (), Path("/")),
-    )
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    return run_isolated("import os, socket; print(os.getuid(), socket.if_nameindex())", program).stdout
 
 
 @needs_wheel
