@@ -312,7 +312,11 @@ def supervise(
         thread.start()
     builders = SharedFixtureBuilders(budget)
     watch = ResourceWatch(
-        process.pid, (*view.writable, *([view.private] if view.private else [])), limits, cgroup
+        process.pid,
+        (*view.writable, *([view.private] if view.private else [])),
+        limits,
+        cgroup,
+        inside=tuple(Path(name) for name in view.private_folders()),
     ).start()
     try:
         while process.poll() is None:

@@ -11,11 +11,14 @@ import sys
 import textwrap
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from grader.evidence.layout import RAW_DIR, RUN_FILE
+from grader.execute.isolation import Bubblewrap, View
 from grader.execute.limits import RunLimits, time_limit_args
 from grader.execute.resources import ResourceWatch, disk_bytes, disk_use, kernel_limits, limit_setter, run_processes
 from grader.runners.local import grade_submission
+from grader.tests.conftest import needs_bubblewrap
 from grader.tests.corpus import starter_copy
 
 MiB = 1024**2
@@ -178,6 +181,68 @@ def test_a_memfd_and_a_file_deleted_while_open_are_counted(tmp_path):
         time.sleep(20)
     """)
     over = _watch_until(deleted, ResourceWatch(deleted.pid, (tmp_path,), SMALL))
+    assert over is not None and over.startswith("disk space in its folders:"), over
+
+
+#: Writes 300 MB to the file at ``path``, maps all of it (``mode``: shared and writable, or private and
+#: read-only), closes and unlinks it, then waits.
+MAP_AND_UNLINK = """
+import ctypes, mmap, os, time
+path = {path!r}
+with open(path, "wb") as handle:
+    for _ in range(30):
+        handle.write(b"x" * (10 * 1024 * 1024))
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+with open(path, "r+b") as handle:  # (Python's mmap.mmap would keep a descriptor of its own)
+    address = libc.mmap(None, 300 * 1024 * 1024, {mode}, handle.fileno(), 0)
+assert address not in (None, ctypes.c_void_p(-1).value)
+os.unlink(path)
+print("mapped", flush=True)
+time.sleep(20)
+"""
+SHARED_WRITABLE, PRIVATE_READ_ONLY = (
+    "mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED",
+    "mmap.PROT_READ, mmap.MAP_PRIVATE",
+)
+#: A disk cap the 300 MB file is well over.
+MAPPED_LIMITS = replace(SMALL, disk_cap_bytes=100 * MiB)
+
+
+def test_a_file_mapped_and_then_deleted_is_counted(tmp_path):
+    """Closed and unlinked, a mapped file is in no folder and no descriptor, yet holds its 300 MB."""
+    process = _start(MAP_AND_UNLINK.format(path=str(tmp_path / "mapped"), mode=SHARED_WRITABLE), MAPPED_LIMITS)
+    assert process.stdout.readline() == "mapped\n"
+    over = _watch_until(process, ResourceWatch(process.pid, (tmp_path,), MAPPED_LIMITS))
+    assert over is not None and over.startswith("disk space in its folders:"), over
+
+
+@needs_bubblewrap
+def test_a_file_mapped_read_only_in_the_sandboxes_tmp_and_deleted_is_counted(tmp_path):
+    """In the sandbox the process names its private folder ``/tmp``: the watch knows that name too, so a
+    private read-only mapping (which holds the blocks as well) is found by where the file was."""
+    view = View((), (), (), Path("/"), tmp_path / "private")
+    isolation = Bubblewrap(sys.executable, Path("/nonexistent-course"))
+    isolation.prepare(view)
+    code = MAP_AND_UNLINK.format(path="/tmp/mapped", mode=PRIVATE_READ_ONLY)
+    launch = isolation.command([sys.executable, "-c", code], {}, view)
+    kernel = kernel_limits(MAPPED_LIMITS, gpu_off=True, graded_user_is_nobody=False)
+    try:
+        process = subprocess.Popen(
+            launch.argv,
+            env=launch.env,
+            pass_fds=launch.pass_fds,
+            start_new_session=True,
+            preexec_fn=limit_setter(kernel),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        launch.close()
+    assert process.stdout.readline() == "mapped\n"
+    inside = tuple(Path(name) for name in view.private_folders())
+    over = _watch_until(process, ResourceWatch(process.pid, (view.private,), MAPPED_LIMITS, inside=inside))
     assert over is not None and over.startswith("disk space in its folders:"), over
 
 
