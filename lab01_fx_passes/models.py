@@ -4,6 +4,11 @@ Each model is built to contain the pattern a pass looks for, in a known number, 
 check that the pass fired exactly where it should. BatchNorm statistics are randomised
 (:func:`randomize_batch_norm`): with fresh statistics (mean 0, variance 1) BN in eval mode is
 almost the identity, and a wrong fold would go unnoticed.
+
+The first models are shared: several steps' tests, the held-out tests, the figures (``draw_graphs.py``)
+and the benchmark run them. The rest are one step's cases each, in step order: a graded test's model
+holds the pattern its pass must handle or must leave alone (an in-place write, a random op, a view of
+written memory...), and its docstring says which.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ def large_output_resnet50(seed: int = 0) -> nn.Module:
     return randomize_batch_norm(model, seed, **ranges).eval()
 
 
+# == Shared models ===================================================================================
 class ConvBNStack(nn.Module):
     """``conv -> bn -> relu -> conv -> bn``: two foldable Conv+BN pairs (1-D, 2-D or 3-D).
 
@@ -211,3 +217,331 @@ class TinyResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.flatten(self.pool(self.blocks(self.stem(x))), 1))
+
+
+# == One step's cases each, in step order ==========================================================
+# -- 2. Dead code elimination ----------------------------------------------------------------------
+class DeadChains(nn.Module):
+    """``chains`` unused pure computations of ``length`` ops each, next to the live result."""
+
+    def __init__(self, chains: int, length: int) -> None:
+        super().__init__()
+        self.chains, self.length = chains, length
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for chain in range(self.chains):
+            dead = x
+            for _ in range(self.length):
+                dead = torch.sin(dead) * (chain + 2)
+        return self.fc(x)
+
+
+class UnusedInPlaceOps(nn.Module):
+    """In-place ops whose results nobody reads, but whose writes the output depends on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        y.add_(1)  # call_method add_: PyTorch's own DCE deletes it
+        z = y * 2.0
+        torch.relu_(z)
+        w = z - 0.5
+        F.relu(w, inplace=True)
+        v = w * 3.0
+        self.relu(v)
+        return v
+
+
+class UnusedRandomOps(nn.Module):
+    """Random ops with no users: deleting any changes the random numbers drawn after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(0.5)  # in training mode: random
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.randn_like(x)
+        x.bernoulli()
+        F.dropout(x, 0.5)  # training=True is F.dropout's default
+        self.dropout(x)
+        F.dropout(x, 0.5, training=False)  # the identity: pure, and dead
+        return x + torch.rand_like(x)
+
+
+@torch.fx.wrap
+def record_statistics(x: torch.Tensor) -> torch.Tensor:
+    """A side effect: appends to a log. Traced as a leaf call, marked side-effectful below."""
+    STATISTICS_LOG.append(float(x.sum()))
+    return x
+
+
+STATISTICS_LOG: list[float] = []
+torch.fx.node.has_side_effect(record_statistics)
+
+
+class UnusedSideEffects(nn.Module):
+    """Side effects whose results nobody reads: a logging call (:func:`record_statistics`), an assertion,
+    and a training-mode BatchNorm, which updates its running statistics."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)  # in training mode: updates its running statistics
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        record_statistics(x)
+        torch._assert(x.shape[1] == 4, "expected 4 features")
+        self.bn(x)
+        return x * 2
+
+
+class UnusedFunctionalBatchNorm(nn.Module):
+    """A training-mode ``F.batch_norm`` with no users: it updates the buffers it is given, in place.
+    Its ``training`` flag is positional as written; Dynamo's graph keeps it so (symbolic_trace names it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        F.batch_norm(x, self.mean, self.var, None, None, True)
+        return x * 2
+
+
+# -- 3. Constant folding ---------------------------------------------------------------------------
+class ConstantSubgraphs(nn.Module):
+    """Two constant subgraphs (``table`` and ``gate``), each several ops long, feeding input-dependent ops."""
+
+    def __init__(self, n: int = 6) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(n, n))
+        self.b = nn.Parameter(torch.randn(n, n))
+        # A parameter, not a buffer: symbolic_trace would run buffer arithmetic while tracing and
+        # record only its result (a _tensor_constant), folding it before the pass could.
+        self.scale = nn.Parameter(torch.randn(n))
+
+    def constant_values(self) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [(self.a @ self.b).relu() + 1, torch.sigmoid(self.scale * 2).unsqueeze(0)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        table = (self.a @ self.b).relu() + 1
+        gate = torch.sigmoid(self.scale * 2).unsqueeze(0)
+        return (x @ table) * gate
+
+
+class ImpureConstants(nn.Module):
+    """Constants that must NOT be folded: mixed with randomness, or modified in place afterwards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # torch.rand_like(self.w) reads only a constant, but draws new numbers on every call. (A bare
+        # torch.rand(4) would not even reach the graph: symbolic_trace runs calls without proxy
+        # arguments while tracing and records one frozen sample.)
+        noisy = self.w * 2 + torch.rand_like(self.w)  # self.w * 2 is constant; the sum is not
+        offset = self.w + 1  # constant, but modified in place below: fold it and calls accumulate
+        offset.add_(x)
+        return x * noisy + offset
+
+
+class ConstantsSharingMemoryWithWrites(nn.Module):
+    """Constants that share memory with a value an in-place op writes on every call: written through a
+    view of them, or a view of the tensor written. None may be folded; ``sigmoid(self.w)`` may."""
+
+    #: What the first three outputs read, and which write makes it no constant.
+    CASES = (
+        "output 0 reads table = self.w * 2, which table.view(2, 2).add_(...) writes through a view",
+        "output 1 reads first = scale[0], a view of scale, which scale.mul_(x) writes after the view is taken",
+        "output 2 reads grid = shift.view(2, 2), a view of shift, another view of which shift[2:].add_(...) writes",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        table = self.w * 2
+        table.view(2, 2).add_(x.view(2, 2))
+        scale = self.w + 1
+        first = scale[0]
+        scale.mul_(x)
+        shift = self.w - 1
+        grid = shift.view(2, 2)
+        shift[2:].add_(x[2:])
+        gate = torch.sigmoid(self.w)  # constant, and nothing written shares its memory
+        return x * table, first * x, grid * x.view(2, 2), x * gate
+
+
+class LiteralConstants(nn.Module):
+    """Under Dynamo parameters are inputs; only values built from literals are constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(8, dtype=torch.float32) * 0.5 + 1  # constant
+        return x * positions + self.w * 2  # self.w * 2 reads a placeholder: not constant
+
+
+# -- 6. Channels-last layout -----------------------------------------------------------------------
+class ConvFeatures(nn.Module):
+    """Returns a 4-D feature map: the layout of the output is visible to the caller."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(torch.relu(self.conv1(x)))
+
+
+class ViewHead(nn.Module):
+    """Convolutions, an adaptive pool, then a flatten: VGG's and AlexNet's head, where the layout
+    crosses a view (``y.view(n, -1)``; aten graphs record ``torch.flatten`` as ``aten.view`` too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d((2, 2))
+        self.fc = nn.Linear(32, 5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.pool(torch.relu(self.conv2(torch.relu(self.conv1(x)))))
+        return self.fc(y.view(y.shape[0], -1)), torch.flatten(y, 1)
+
+
+class ViewWrittenInPlace(nn.Module):
+    """A view of the convolution's output is written in place, and the convolution's output read after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        flat = y.view(y.shape[0], -1)
+        flat.add_(1)  # writes y through the view
+        return y * 2
+
+
+class ViewsOfWrittenMemory(nn.Module):
+    """Views of convolution outputs that share their memory with a tensor written in place after the
+    view is taken, each through another alias; and VGG's classifier, whose in-place ReLU writes new
+    memory computed from a view (its convolution may change layout)."""
+
+    #: What the first four outputs read, and which write each must see (one convolution each, in order).
+    CASES = (
+        "output 0 is a.view(n, -1), then a.add_(1) writes the tensor it views",
+        "output 1 is b[:, :2].view(n, -1), then b.mul_(2) writes the tensor its slice views",
+        "output 2 is c.view(n, -1), then c[:, 0].zero_() writes another view of the tensor it views",
+        "output 3 is d, and d.view(n, -1).narrow(1, 0, 5).add_(1) writes a view of its view",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_a, self.conv_b, self.conv_c, self.conv_d, self.conv_e = (nn.Conv2d(3, 4, 3) for _ in range(5))
+        self.fc, self.act = nn.Linear(64, 5), nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = self.conv_a(x)
+        flat_a = a.view(a.shape[0], -1)
+        a.add_(1)
+        b = self.conv_b(x)
+        flat_b = b[:, :2].view(b.shape[0], -1)
+        b.mul_(2)
+        c = self.conv_c(x)
+        flat_c = c.view(c.shape[0], -1)
+        c[:, 0].zero_()
+        d = self.conv_d(x)
+        d.view(d.shape[0], -1).narrow(1, 0, 5).add_(1)
+        e = self.conv_e(x)
+        head = self.act(self.fc(e.view(e.shape[0], -1)))  # written after the view, but new memory
+        return flat_a, flat_b, flat_c, d, head
+
+
+class MaskWrittenBeforeItsView(nn.Module):
+    """Swin's attention mask: a new tensor written in place (Swin: ``mask[i] = v``), then viewed;
+    nothing writes it (or the view) after the view is taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        mask = y.new_zeros(y.shape[2], y.shape[3])
+        mask.fill_(0.5)
+        mask.narrow(0, 1, 2).fill_(1.0)
+        return y * mask.view(1, 1, y.shape[2], y.shape[3])
+
+
+# -- 10. Extension: oneDNN lowering ----------------------------------------------------------------
+class ResidualConvs(nn.Module):
+    """BatchNorm-free convolutions followed by every fusable pattern: Conv+ReLU (a module in place, and
+    ``F.relu``), Conv+add+ReLU with the convolution as the second and as the first operand (the second
+    written ``h += x``: an in-place add on the convolution's own output), and Conv+add without ReLU."""
+
+    def __init__(self, channels: int = 8, classes: int = 5) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.conv3 = nn.Conv2d(channels, channels, 1)
+        self.project = nn.Conv2d(channels, channels, 1, stride=2)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.stem(x))
+        x = self.relu(x + self.conv2(F.relu(self.conv1(x))))
+        h = self.conv3(x)
+        h += x
+        h = torch.relu(h)
+        z = self.project(h) + F.avg_pool2d(h, 2)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(z, 1), 1))
+
+
+class SharedValues(nn.Module):
+    """Three fusions that would change the program: ``conv1``'s output is read by its ReLU and by the
+    result; the sum after ``conv2`` by its ReLU and by the result; and ``r.add_(conv3(r))`` writes
+    ``r``, which is read afterwards (a fused kernel would write a new tensor instead)."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv3 = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.conv1(x)
+        a = torch.relu(y)
+        s = self.conv2(a) + a
+        r = torch.relu(s)
+        r.add_(self.conv3(r))
+        return r * 2 + y, s
+
+
+class ConvThen(nn.Module):
+    """One convolution, then nothing, a ReLU, ``+ other``, or ``relu(other + conv(x))``."""
+
+    def __init__(self, conv: nn.Conv2d, tail: str) -> None:
+        super().__init__()
+        self.conv, self.tail = conv, tail
+
+    def forward(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        if self.tail == "relu":
+            return torch.relu(y)
+        if self.tail == "add":
+            return y + other
+        if self.tail == "add_relu":
+            return torch.relu(other + y)
+        return y

@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from lab01_fx_passes.capture import capture
-from lab01_fx_passes.models import TinyResNet, randomize_batch_norm
-from lab01_fx_passes.test_lab import (
+from lab01_fx_passes.checks import (
     RANDOM_LIKE,
     assert_close,
     batch_norms,
@@ -26,6 +25,7 @@ from lab01_fx_passes.test_lab import (
     inspected,
     node_count,
 )  # fmt: skip
+from lab01_fx_passes.models import TinyResNet, randomize_batch_norm
 from lab01_fx_passes.wrong_folds import wrong_fold
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs
