@@ -16,7 +16,8 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes import test_lab
 from lab01_fx_passes.capture import ATEN_DIALECTS, capture
-from lab01_fx_passes.models import ConvBNStack
+from lab01_fx_passes.checks import ATOL, RTOL, conv_bn_model, conv_input
+from lab01_fx_passes.models import ConstantsSharingMemoryWithWrites, ConvBNStack, ViewsOfWrittenMemory
 from labkit.impl import load_lab
 from labkit.numerics import output_error
 
@@ -43,7 +44,7 @@ def forgets_eps(reference, monkeypatch):
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", *ATEN_DIALECTS])
 def test_forgetting_eps_is_off_by_hundreds_of_tolerances_in_every_dialect(forgets_eps, dialect):
     """The tests' BatchNorms have running variances of 1e-4 to 1e-3: forgetting eps (1e-5) is a 0.5%-5% error."""
-    model, x = test_lab.conv_bn_model(ConvBNStack()), test_lab.conv_input(2, 3)
+    model, x = conv_bn_model(ConvBNStack()), conv_input(2, 3)
     captured = capture(model, [x], dialect)
     expected = captured.run()
     gm = captured.graph_module
@@ -52,9 +53,7 @@ def test_forgetting_eps_is_off_by_hundreds_of_tolerances_in_every_dialect(forget
             gm = forgets_eps.freeze_parameters(gm, captured.inputs).graph_module
         fused = forgets_eps.fuse_conv_bn(gm).graph_module
     error = output_error(captured.run(fused), expected)
-    allowed = test_lab.ATOL + test_lab.RTOL * max(
-        t.abs().max().item() for t in torch.utils._pytree.tree_leaves(expected)
-    )
+    allowed = ATOL + RTOL * max(t.abs().max().item() for t in torch.utils._pytree.tree_leaves(expected))
     assert error.max_abs > 100 * allowed, f"{dialect}: forgetting eps moves the output by only {error.max_abs:.2e}"
 
 
@@ -307,7 +306,7 @@ def error_against_eager(model: nn.Module, x: torch.Tensor, dialect: str, transfo
     captured = capture(model, [x], dialect)
     transformed = transform(captured.graph_module).graph_module
     error = max(output_error(captured.run(transformed), eager).max_abs for _ in range(2))
-    return error, test_lab.ATOL + test_lab.RTOL * eager.abs().max().item()
+    return error, ATOL + RTOL * eager.abs().max().item()
 
 
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
@@ -316,9 +315,7 @@ def test_writes_to_a_views_base_missed_fail_the_layout_test(reference, monkeypat
     layout_sees_only_writes_through_the_view(monkeypatch)
     test_lab.test_channels_last_keeps_a_view_written_in_place_contiguous(reference, dialect)  # full marks before
     test_lab.test_channels_last_is_not_stopped_by_a_write_before_a_view(reference, dialect)
-    missed = test_lab.ViewsOfWrittenMemory.CASES[
-        0
-    ]  # "output 0 is a.view(n, -1), then a.add_(1) writes the tensor it views"
+    missed = ViewsOfWrittenMemory.CASES[0]  # "output 0 is a.view(n, -1), then a.add_(1) writes the tensor it views"
     with pytest.raises(AssertionError, match=re.escape(missed)) as caught:
         test_lab.test_channels_last_keeps_views_of_written_memory_contiguous(reference, dialect)
     assert "memory_layout.py" in str(caught.value) and "not only the view's own users" in str(caught.value)
@@ -330,7 +327,7 @@ def test_writes_through_other_aliases_missed_fail_the_layout_test(reference, mon
     layout_sees_only_the_view_and_its_input(monkeypatch)
     test_lab.test_channels_last_keeps_a_view_written_in_place_contiguous(reference, dialect)  # full marks before
     test_lab.test_channels_last_is_not_stopped_by_a_write_before_a_view(reference, dialect)
-    missed = test_lab.ViewsOfWrittenMemory.CASES[1]  # "output 1 is b[:, :2].view(n, -1), then b.mul_(2) writes ..."
+    missed = ViewsOfWrittenMemory.CASES[1]  # "output 1 is b[:, :2].view(n, -1), then b.mul_(2) writes ..."
     with pytest.raises(AssertionError, match=re.escape(missed)) as caught:
         test_lab.test_channels_last_keeps_views_of_written_memory_contiguous(reference, dialect)
     assert "memory_layout.py" in str(caught.value) and "follow the aliasing ops both ways" in str(caught.value)
@@ -351,7 +348,7 @@ def test_passes_blind_to_aliases_are_wrong_against_eager(
     torch.manual_seed(0)
     model, x = model_class().eval(), torch.randn(*shape)
     error, _ = error_against_eager(model, x, dialect, getattr(reference, transform))
-    assert error <= test_lab.ATOL, f"{dialect}: the reference is {error:.2e} away from eager"
+    assert error <= ATOL, f"{dialect}: the reference is {error:.2e} away from eager"
     plant(monkeypatch)
     error, allowed = error_against_eager(model, x, dialect, getattr(reference, transform))
     assert error > 1000 * allowed, f"{dialect}: {plant.__name__} moves the output by only {error:.2e}"
@@ -364,9 +361,7 @@ def test_a_folded_view_of_a_written_constant_fails_the_folding_test(reference, m
     )  # the reference passes
     folding_sees_no_aliases(monkeypatch)
     test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)  # full marks before
-    missed = test_lab.ConstantsSharingMemoryWithWrites.CASES[
-        1
-    ]  # "output 1 reads first = scale[0], a view of scale, ..."
+    missed = ConstantsSharingMemoryWithWrites.CASES[1]  # "output 1 reads first = scale[0], a view of scale, ..."
     with pytest.raises(AssertionError, match="the first call differs .*" + re.escape(missed)) as caught:
         test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)
     assert "The folded value is stale" in str(caught.value) and "constant_folding.py" in str(caught.value)
@@ -379,7 +374,7 @@ def test_a_constant_written_through_a_view_fails_the_folding_test(reference, mon
     )  # the reference passes
     folding_blocks_only_direct_impure_users(monkeypatch)
     test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)  # full marks before
-    missed = test_lab.ConstantsSharingMemoryWithWrites.CASES[0]  # "output 0 reads table = self.w * 2, which ..."
+    missed = ConstantsSharingMemoryWithWrites.CASES[0]  # "output 0 reads table = self.w * 2, which ..."
     with pytest.raises(AssertionError, match="the second call differs .*" + re.escape(missed)) as caught:
         test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)
     assert "written in place through a view of it" in str(caught.value) and "constant_folding.py" in str(caught.value)

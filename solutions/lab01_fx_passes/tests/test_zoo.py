@@ -28,7 +28,7 @@ import torch
 from torch import fx, nn
 
 from lab01_fx_passes.capture import CapturedGraph, capture
-from lab01_fx_passes.test_lab import (
+from lab01_fx_passes.checks import (
     BATCH_NORM_FUNCTIONS,
     CONVOLUTION_FUNCTIONS,
     batch_norms,
