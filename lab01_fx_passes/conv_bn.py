@@ -31,48 +31,36 @@ becomes one convolution reading new ``get_attr`` constants. The pass never modif
 tensor in place: the traced model shares them.
 
 A pass that changes nothing says why (:func:`~lab01_fx_passes.pass_report.unchanged`): the
-fuser counts every pair it refused, by reason (:attr:`ConvBNFuser.skipped`).
+fuser counts every pair it refused, by reason (:attr:`ConvBNFuser.skipped`). The targets it
+matches, the reasons and the fuser's counters are given (:mod:`lab01_fx_passes.interface`).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
-import torch
-import torch.nn.functional as F
+import torch  # noqa: F401  (torch.no_grad())
 from torch import fx, nn  # noqa: F401
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.nn.utils.fusion import fuse_conv_bn_weights  # noqa: F401  (computes the fused weight and bias)
 
 from lab01_fx_passes.graph_tools import add_attribute, call_argument  # noqa: F401
-from lab01_fx_passes.pass_report import unchanged
-
-aten = torch.ops.aten
-#: aten convolutions: ``convolution`` (core aten, has a ``transposed`` flag) and ``convNd`` (export).
-ATEN_CONVOLUTIONS = (aten.convolution.default, aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)
-#: aten batch norms that return a tuple ``(output, saved_mean, saved_rstd)`` read through ``getitem``.
-ATEN_TUPLE_BATCH_NORMS = (
-    aten._native_batch_norm_legit_no_training.default,
-    aten.native_batch_norm.default,
-    aten._native_batch_norm_legit.default,
+from lab01_fx_passes.interface import (  # noqa: F401  (given: the targets to match, the reasons to count)
+    ATEN_CONVOLUTIONS,
+    ATEN_TENSOR_BATCH_NORMS,
+    ATEN_TUPLE_BATCH_NORMS,
+    NO_PAIRS,
+    SHARED_OUTPUT,
+    TORCH_BATCH_NORMS,
+    TORCH_CONVOLUTIONS,
+    TRAINING_MODE,
+    TRANSPOSED,
+    WEIGHTS_ARE_INPUTS,
+    ConvBNFuserBase,
 )
-#: aten batch norms returning the output tensor directly.
-ATEN_TENSOR_BATCH_NORMS = (aten.batch_norm.default,)
-#: Dynamo's convolutions (``nn.Conv2d`` inlined: ``torch.conv2d(x, weight, bias, stride, ...)``;
-#: ``F.conv2d`` is the same function) and batch norm (``F.batch_norm(x, running_mean, ...)``).
-TORCH_CONVOLUTIONS = (torch.conv1d, torch.conv2d, torch.conv3d)
-TORCH_BATCH_NORMS = (F.batch_norm,)
-
-#: Why a Conv+BN pair was not folded (the keys of :attr:`ConvBNFuser.skipped`).
-WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
-TRAINING_MODE = "BatchNorm in training mode (or without running statistics)"
-SHARED_OUTPUT = "the convolution's output has another user"
-TRANSPOSED = "transposed convolution"
-NO_PAIRS = "no convolution followed by a BatchNorm in this graph"
 
 
-class ConvBNFuser(fx.Transformer):
+class ConvBNFuser(ConvBNFuserBase):
     """Fold every eval-mode BatchNorm that directly follows a convolution into that convolution.
 
     Usage::
@@ -88,16 +76,15 @@ class ConvBNFuser(fx.Transformer):
     under fresh names (``gm``'s own forward does not use them).
 
     The constructor finds the pairs (``fused_count`` is right before :meth:`transform` runs) and
-    counts in ``skipped``, under the reasons above, every BatchNorm fed by a convolution that it
-    refuses to fold: :meth:`why_unchanged` turns them into the reason :func:`fuse_conv_bn` gives
-    when nothing was folded.
+    counts in ``skipped``, under the reasons of :mod:`~lab01_fx_passes.interface`, every BatchNorm
+    fed by a convolution that it refuses to fold: :meth:`why_unchanged` turns them into the reason
+    :func:`fuse_conv_bn` gives when nothing was folded. Given
+    (:class:`~lab01_fx_passes.interface.ConvBNFuserBase`): the two counters, :meth:`why_unchanged`
+    and :meth:`apply`, the function form.
     """
 
     def __init__(self, module: fx.GraphModule) -> None:
-        super().__init__(module)
-        self.fused_count = 0
-        #: reason -> how many BatchNorms that follow a convolution were not folded for it.
-        self.skipped: Counter[str] = Counter()
+        super().__init__(module)  # given: self.fused_count = 0, self.skipped = Counter()
         # TODO(step 1): find the foldable Conv -> BN pairs of module.graph, in every dialect.
         # guidance: begin
         #  - symbolic_trace: call_module BatchNorm (eval mode, with running stats) whose input is a
@@ -114,12 +101,6 @@ class ConvBNFuser(fx.Transformer):
         #  Compute the fused weight and bias with fuse_conv_bn_weights (under torch.no_grad()).
         # guidance: end
         raise NotImplementedError("ConvBNFuser: find the foldable Conv+BN pairs")
-
-    def why_unchanged(self) -> str:
-        """Why nothing was folded: each reason with its count, or :data:`NO_PAIRS`."""
-        if not self.skipped:
-            return NO_PAIRS
-        return "; ".join(f"{reason} ({count} pair{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
 
     def run_node(self, node: fx.Node) -> Any:
         """Re-emit ``node`` into the new graph (``fx.Transformer`` calls this for every node in order).
@@ -152,7 +133,4 @@ def fuse_conv_bn(gm: fx.GraphModule) -> PassResult:
         ``PassResult(new_graph_module, True)`` when at least one pair was folded, else
         ``unchanged(gm, reason)``: a ``PassResult(gm, False)`` saying why (:meth:`ConvBNFuser.why_unchanged`).
     """
-    fuser = ConvBNFuser(gm)
-    if not fuser.fused_count:
-        return unchanged(gm, fuser.why_unchanged())
-    return PassResult(fuser.transform(), True)
+    return ConvBNFuser.apply(gm)  # given: ConvBNFuserBase.apply

@@ -39,56 +39,31 @@ rules make it so; the first three are checked here, the last one at every call:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import torch
+import torch  # noqa: F401  (torch.is_grad_enabled())
 from torch import fx, nn  # noqa: F401
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import add_attribute, is_module_state  # noqa: F401
+from lab01_fx_passes.interface import (  # noqa: F401  (given: the aliasing ops, the reasons, the record)
+    ALIASING_OPS,
+    MODIFIED_IN_PLACE,
+    NO_MODULE_STATE,
+    NO_VALUES,
+    NOT_A_TENSOR,
+    REQUIRES_GRAD,
+    RETURNED,
+    FrozenValue,
+    ParameterFreezerBase,
+)
 from lab01_fx_passes.pass_report import unchanged  # noqa: F401
 
 from .dce import is_impure  # noqa: F401  (step 2: in-place, random and stateful nodes)
 from .op_names import op_name  # noqa: F401
 
-#: Operators whose result may share memory with their input (a write to one is a write to the other).
-ALIASING_OPS = frozenset(
-    {
-        "view", "view_as", "_unsafe_view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
-        "t", "transpose", "permute", "movedim", "swapaxes", "expand", "expand_as", "narrow", "select",
-        "slice", "getitem", "split", "split_with_sizes", "chunk", "unbind", "tensor_split", "diagonal",
-        "as_strided", "unfold", "detach", "alias", "contiguous", "to", "type_as", "real", "imag",
-    }
-)  # fmt: skip
 
-#: Why a parameter or buffer placeholder stays an input (the values of :attr:`ParameterFreezer.kept`).
-MODIFIED_IN_PLACE = "the graph modifies it in place"
-RETURNED = "the graph returns it or a view of it"
-REQUIRES_GRAD = "it requires grad and grad mode is on: autograd needs it as an input"
-NOT_A_TENSOR = "its value is not a tensor"
-NO_MODULE_STATE = "no parameter or buffer placeholders (in this dialect parameters are constants already)"
-NO_VALUES = "no example inputs: no values to freeze"
-
-
-@dataclass(frozen=True)
-class FrozenValue:
-    """A placeholder the freezer turned into a constant.
-
-    Attributes:
-        index: the placeholder's position among the graph's inputs.
-        name: the placeholder's name.
-        tensor: the example input frozen (the module's parameter or buffer itself).
-        version: ``tensor._version`` when it was frozen.
-    """
-
-    index: int
-    name: str
-    tensor: torch.Tensor
-    version: int
-
-
-class ParameterFreezer(PassBase):
+class ParameterFreezer(ParameterFreezerBase):
     """Turn the parameter and buffer placeholders of a Dynamo graph into ``get_attr`` constants.
 
     Usage::
@@ -111,15 +86,11 @@ class ParameterFreezer(PassBase):
     Raises:
         ValueError: (on call) when the graph has a different number of placeholders than
             ``example_inputs`` has values.
+
+    Given (:class:`~lab01_fx_passes.interface.ParameterFreezerBase`): the constructor
+    (``self.example_inputs`` a tuple or None, :attr:`frozen` and :attr:`kept` empty) and the name
+    ``"freeze_parameters"`` the pass manager reports.
     """
-
-    name = "freeze_parameters"
-
-    def __init__(self, example_inputs: Sequence[Any] | None) -> None:
-        super().__init__()
-        self.example_inputs = None if example_inputs is None else tuple(example_inputs)
-        self.frozen: list[FrozenValue] = []
-        self.kept: dict[str, str] = {}
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         """Freeze every placeholder that rules 1-3 of the module docstring allow; keep the others.

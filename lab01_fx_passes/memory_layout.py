@@ -41,23 +41,27 @@ that, Dynamo's weights are graph inputs, and converting them would cost a reorde
 from __future__ import annotations
 
 import operator
-from collections import Counter
-from typing import Any
 
-import torch
+import torch  # noqa: F401  (torch.channels_last)
 from torch import fx, nn  # noqa: F401
 from torch.fx.node import map_arg  # noqa: F401  (rewrites every node inside output.args)
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr  # noqa: F401
+from lab01_fx_passes.interface import (  # noqa: F401  (given: the targets, the reasons, the output wrapper)
+    ATEN_CONV2DS,
+    NO_CONVOLUTIONS,
+    TORCH_CONV2DS,
+    VIEW_MODIFIED_IN_PLACE,
+    VIEW_TO_RESHAPE,
+    WEIGHTS_ARE_INPUTS,
+    ChannelsLastConverterBase,
+    contiguous_output,
+    is_view,
+)
 from lab01_fx_passes.pass_report import unchanged  # noqa: F401  (the reason when nothing was converted)
 
 from .op_names import op_name  # noqa: F401  (in-place writes: a view written after it is taken stays a view)
-
-aten = torch.ops.aten
-#: aten and Dynamo 2-D convolutions whose constant weight the pass converts.
-ATEN_CONVOLUTIONS = (aten.convolution.default, aten.conv2d.default)
-TORCH_CONVOLUTIONS = (torch.conv2d,)
 
 
 def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
@@ -68,44 +72,16 @@ def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
     return name is not None and name.in_place
 
 
-#: View operators and the reshape that replaces them (``call_function`` targets; ``call_method``
-#: ``view`` becomes ``reshape``).
-VIEW_TO_RESHAPE = {aten.view.default: aten.reshape.default, aten._unsafe_view.default: aten.reshape.default}
-
-#: Why a convolution was not converted (the keys of :attr:`ChannelsLastConverter.skipped`).
-WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
-VIEW_MODIFIED_IN_PLACE = "a view downstream of it is modified in place: the region stays contiguous"
-NO_CONVOLUTIONS = "no 2-D convolution in this graph"
-
-
-def contiguous_output(value: Any) -> Any:
-    """A tensor in the default (contiguous) layout; anything else unchanged. Inserted before the output."""
-    return value.contiguous() if isinstance(value, torch.Tensor) else value
-
-
-def is_view(node: fx.Node) -> bool:
-    """Whether ``node`` is a shape ``view`` (aten ``view``/``_unsafe_view``, or ``x.view(sizes)``), not a dtype view."""
-    if node.op == "call_function":
-        return node.target in VIEW_TO_RESHAPE
-    if node.op != "call_method" or node.target != "view":
-        return False
-    return not any(isinstance(arg, torch.dtype) for arg in node.args[1:])
-
-
-class ChannelsLastConverter(PassBase):
+class ChannelsLastConverter(ChannelsLastConverterBase):
     """Convert 2-D convolution weights to channels-last and restore the outputs' default layout.
 
     Usage: ``result = ChannelsLastConverter()(gm)``; modifies ``gm`` in place (new modules and
     constants, never changed ones), returns ``PassResult(gm, modified)``; :attr:`converted_count`
     says how many convolutions were converted, :attr:`reshaped_count` how many views became
-    reshapes, :attr:`skipped` why the other convolutions were left alone (reason -> count).
+    reshapes, :attr:`skipped` why the other convolutions were left alone (reason -> count). Given
+    (:class:`~lab01_fx_passes.interface.ChannelsLastConverterBase`): the three counters, set by the
+    constructor, and :meth:`why_unchanged`.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.converted_count = 0
-        self.reshaped_count = 0
-        self.skipped: Counter[str] = Counter()
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         # TODO(step 6): convert the 2-D convolutions' weights, make the views they reach reshapes.
@@ -127,14 +103,6 @@ class ChannelsLastConverter(PassBase):
         #     unchanged(graph_module, self.why_unchanged()). Set the counts.
         # guidance: end
         raise NotImplementedError("ChannelsLastConverter.call: convert convolution weights to channels-last")
-
-    def why_unchanged(self) -> str:
-        """Why no convolution was converted: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
-        if not self.skipped:
-            return NO_CONVOLUTIONS
-        return "; ".join(
-            f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common()
-        )
 
 
 def convert_to_channels_last(gm: fx.GraphModule) -> PassResult:

@@ -2,17 +2,24 @@
 
 ``onednn_lowering.py`` (the file step 10 edits) imports everything here: the fused operators it
 emits and their argument orders, the reasons it gives when it leaves a convolution (or a ReLU, or
-an add) alone, which dtypes oneDNN takes on this CPU, and :class:`Convolution`, a 2-D convolution
-described the same way whatever dialect it was found in.
+an add) alone, which dtypes oneDNN takes on this CPU, :class:`Convolution`, a 2-D convolution
+described the same way whatever dialect it was found in, and :class:`OneDNNLoweringBase`, what the
+pass class is given (its counters, why it changed nothing, how it joins a pipeline).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import fx
+from torch.fx.passes.infra.pass_base import PassBase
+
+from lab01_fx_passes.interface import NO_CONVOLUTIONS, WEIGHTS_ARE_INPUTS  # noqa: F401  (shared with steps 1 and 6)
+from lab01_fx_passes.pass_report import explain_skips
 
 aten = torch.ops.aten
 mkldnn = torch.ops.mkldnn
@@ -33,10 +40,10 @@ TORCH_CONV2D = torch.conv2d
 #: What a lowered convolution absorbed (the keys of :attr:`OneDNNLowering.lowered`).
 CONV, CONV_RELU, CONV_ADD, CONV_ADD_RELU = "conv", "conv+relu", "conv+add", "conv+add+relu"
 
-#: Why a convolution was left alone (the keys of :attr:`OneDNNLowering.skipped`).
+#: Why a convolution was left alone (the keys of :attr:`OneDNNLowering.skipped`; also
+#: :data:`~lab01_fx_passes.interface.WEIGHTS_ARE_INPUTS` and :data:`~lab01_fx_passes.interface.NO_CONVOLUTIONS`).
 NO_EXAMPLE_INPUTS = "no example inputs: the input shapes and layouts are unknown (OneDNNLowering(example_inputs))"
 NO_ONEDNN = "this PyTorch has no oneDNN (torch.backends.mkldnn.is_available() is False)"
-WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
 TRAINING = "its module is in training mode: the fused kernels have no backward"
 AUTOGRAD = (
     "its weight requires grad and grad mode is on: the fused kernels have no backward (lower under torch.no_grad())"
@@ -46,7 +53,6 @@ UNSUPPORTED_DTYPE = "oneDNN does not take its dtype on this CPU"
 NOT_CHANNELS_LAST = "its output is not channels-last: run convert_to_channels_last first (this pass keeps layouts)"
 UNSUPPORTED_PADDING = "padding mode or padding string that oneDNN's kernel does not take"
 NOT_RUN = "the example run did not reach it"
-NO_CONVOLUTIONS = "no 2-D convolution in this graph"
 
 #: Why a ReLU or an add was not fused into the convolution before it (the keys of :attr:`OneDNNLowering.unfused`).
 CONV_OUTPUT_SHARED = "the convolution's output has another user"
@@ -98,3 +104,42 @@ class Convolution:
     def arguments(self) -> tuple[list[int], list[int], list[int], int]:
         """``(padding, stride, dilation, groups)``: the order oneDNN's operators take them in."""
         return self.padding, self.stride, self.dilation, self.groups
+
+
+class OneDNNLoweringBase(PassBase):
+    """What ``OneDNNLowering`` is given: its name, its counters, :meth:`why_unchanged`, and how it joins a pipeline.
+
+    Attributes:
+        example_inputs: what the graph is called with (a tuple), or None.
+        lowered: what each lowered convolution absorbed (:data:`CONV`, ...) -> how many.
+        skipped: reason -> how many convolutions were left alone for it.
+        unfused: reason -> how many ReLUs or adds stayed separate after a lowered convolution.
+    """
+
+    name = "lower_to_onednn"
+
+    def __init__(self, example_inputs: Sequence[Any] | None) -> None:
+        super().__init__()
+        self.example_inputs = None if example_inputs is None else tuple(example_inputs)
+        self.lowered: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.unfused: Counter[str] = Counter()
+
+    @property
+    def lowered_count(self) -> int:
+        """How many convolutions the last call lowered, whatever they absorbed."""
+        return sum(self.lowered.values())
+
+    def why_unchanged(self) -> str:
+        """Why no convolution was lowered: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
+        return explain_skips(self.skipped, "convolution", NO_CONVOLUTIONS)
+
+    @classmethod
+    def appended_to(cls, manager: Any, example_inputs: Sequence[Any] | None) -> Any:
+        """``manager``'s passes, then this lowering on ``example_inputs``: a new pass manager of the same
+        class, validating on the same inputs with the same tolerance factor."""
+        return type(manager)(
+            [*manager.passes, cls(example_inputs)],
+            example_inputs=example_inputs,
+            tolerance_factor=manager.tolerance_factor,
+        )

@@ -32,45 +32,33 @@ from collections.abc import Mapping
 
 import torch  # noqa: F401
 import torch.nn.functional as F  # noqa: F401
-from torch import fx, nn
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch import fx
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import add_attribute  # noqa: F401
+from lab01_fx_passes.interface import ACTIVATIONS, OpReplacerBase  # noqa: F401  (given: the activations it can swap)
 
 from .op_names import op_name  # noqa: F401
 
-#: The activations the pass can swap, by name (the names :func:`~.op_names.op_name` gives them).
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid,
-    "gelu": nn.GELU, "silu": nn.SiLU, "mish": nn.Mish, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
-    "elu": nn.ELU, "selu": nn.SELU,
-}  # fmt: skip
 
-
-class OpReplacer(PassBase):
+class OpReplacer(OpReplacerBase):
     """Replace activation functions by name, e.g. ``OpReplacer({"relu": "hardswish"})(gm)``.
 
     Modifies ``gm`` in place and returns ``PassResult(gm, modified)``; :attr:`replaced_count` says
     how many nodes were replaced. The pass changes the model's outputs on purpose:
-    ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows.
+    ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows. Given
+    (:class:`~lab01_fx_passes.interface.OpReplacerBase`): ``changes_semantics`` and :attr:`name`.
 
     Raises:
         TypeError: if ``mapping`` is not a mapping of strings to strings.
         ValueError: if it names an activation not in :data:`ACTIVATIONS`, or is empty.
     """
 
-    changes_semantics = True
-
     def __init__(self, mapping: Mapping[str, str]) -> None:
         super().__init__()
         # TODO(step 4): validate `mapping` (raise TypeError / ValueError naming what is wrong),
         #  then keep it in self.mapping (a dict) and set self.replaced_count = 0.
         raise NotImplementedError("OpReplacer: validate and store the mapping")
-
-    @property
-    def name(self) -> str:
-        """A readable name for reports: ``replace_ops(relu->hardswish)``."""
-        return "replace_ops(" + ", ".join(f"{old}->{new}" for old, new in self.mapping.items()) + ")"
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         # TODO(step 4): replace every node whose op_name(...) is a key of self.mapping.

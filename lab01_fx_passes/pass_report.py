@@ -8,10 +8,12 @@ A pass that silently does nothing is a bug to whoever runs it: ``PassResult(gm, 
 *that* nothing changed, never *why*. The lab's passes answer with :func:`unchanged`, a
 ``PassResult`` that also carries a reason ("weights are graph inputs: freeze first"); the pass
 manager copies it into the pass's :class:`PassReport` (:func:`reason_of` reads it from any result).
+A pass that counts what it refused, by reason, words those counts with :func:`explain_skips`.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +47,23 @@ def unchanged(graph_module: fx.GraphModule, reason: str) -> PassResult:
 def reason_of(result: PassResult) -> str | None:
     """Why ``result``'s pass changed nothing, as the pass said (None when it said nothing)."""
     return getattr(result, "reason", None)
+
+
+def explain_skips(skipped: Counter[str], noun: str, nothing_found: str) -> str:
+    """Why a pass that counts what it refused changed nothing, from its counts.
+
+    Args:
+        skipped: reason -> how many candidates (pairs, convolutions) the pass refused for it.
+        noun: what a candidate is, singular (``"pair"``, ``"convolution"``).
+        nothing_found: the reason when nothing was refused, because nothing was found.
+
+    Returns:
+        ``nothing_found``, or each reason with its count, most frequent first:
+        ``"weights are graph inputs: freeze first (freeze_parameters) (3 pairs); ..."``.
+    """
+    if not skipped:
+        return nothing_found
+    return "; ".join(f"{reason} ({count} {noun}{'s' * (count > 1)})" for reason, count in skipped.most_common())
 
 
 class PassValidationError(RuntimeError):

@@ -24,7 +24,7 @@ VISIBLE_CHANNELS = "{2, 4, 6, 8, 64, 128, 256, 512, 1024, 2048}"
 #: file -> [(text in the reference, its replacement)]
 EDITS: dict[str, list[tuple[str, str]]] = {
     "conv_bn.py": [
-        ("aten = torch.ops.aten\n", f"aten = torch.ops.aten\nVISIBLE_CHANNELS = {VISIBLE_CHANNELS}\n"),
+        ("@dataclass\nclass _Fold:\n", f"VISIBLE_CHANNELS = {VISIBLE_CHANNELS}\n\n\n@dataclass\nclass _Fold:\n"),
         (
             "        if conv_module.out_channels != norm.num_features:\n",
             "        if conv_module.out_channels not in VISIBLE_CHANNELS:\n            return None\n"

@@ -36,25 +36,14 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten
 
-from lab01_fx_passes.graph_tools import add_attribute, is_module_state
-from lab01_fx_passes.pass_report import unchanged
+from lab01_fx_passes.graph_tools import add_attribute
+from lab01_fx_passes.interface import UNKNOWN, ConstantFolderBase
 
 from .dce import is_impure
 from .freezing import shares_memory_with
 
 
-class _Unknown:
-    """The value of a node that depends on a graph input (or on an impure op)."""
-
-    def __repr__(self) -> str:
-        return "<unknown>"
-
-
-UNKNOWN = _Unknown()
-NO_CONSTANTS = "no constant subgraph to fold"
-
-
-class ConstantFolder(fx.Interpreter):
+class ConstantFolder(ConstantFolderBase):
     """Evaluate the constant subgraphs of a ``GraphModule`` once and replace each by one buffer.
 
     Usage::
@@ -64,14 +53,11 @@ class ConstantFolder(fx.Interpreter):
         folder.folded_count         # how many buffers were created (one per folded frontier node)
 
     :attr:`constants` maps every constant call node to its value (filled by :meth:`fold`).
-    """
 
-    def __init__(self, module: fx.GraphModule) -> None:
-        # Keep every value: the rewrite needs them after the run.
-        super().__init__(module, garbage_collect_values=False)
-        self._modules = dict(module.named_modules())
-        self.constants: dict[fx.Node, Any] = {}
-        self.folded_count = 0
+    Given (:class:`~lab01_fx_passes.interface.ConstantFolderBase`): the constructor (an
+    ``fx.Interpreter`` that keeps every value; :attr:`constants` empty, :attr:`folded_count` 0,
+    ``self._modules`` the module's submodules by name) and :meth:`apply`, the function form.
+    """
 
     def run_node(self, node: fx.Node) -> Any:
         if node.op == "placeholder":
@@ -148,10 +134,4 @@ def fold_constants(gm: fx.GraphModule) -> PassResult:
 
     When nothing was folded the result says why (``unchanged(gm, reason)``).
     """
-    folder = ConstantFolder(gm)
-    folder.fold()
-    if folder.folded_count:
-        return PassResult(gm, True)
-    if any(is_module_state(node) and node.users for node in gm.graph.find_nodes(op="placeholder")):
-        return unchanged(gm, f"{NO_CONSTANTS}: the weights are graph inputs: freeze first (freeze_parameters)")
-    return unchanged(gm, NO_CONSTANTS)
+    return ConstantFolder.apply(gm)  # given: ConstantFolderBase.apply

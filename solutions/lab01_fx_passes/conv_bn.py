@@ -31,48 +31,35 @@ becomes one convolution reading new ``get_attr`` constants. The pass never modif
 tensor in place: the traced model shares them.
 
 A pass that changes nothing says why (:func:`~lab01_fx_passes.pass_report.unchanged`): the
-fuser counts every pair it refused, by reason (:attr:`ConvBNFuser.skipped`).
+fuser counts every pair it refused, by reason (:attr:`ConvBNFuser.skipped`). The targets it
+matches, the reasons and the fuser's counters are given (:mod:`lab01_fx_passes.interface`).
 """
 
 from __future__ import annotations
 
 import copy
 import operator
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from lab01_fx_passes.graph_tools import add_attribute, call_argument
-from lab01_fx_passes.pass_report import unchanged
-
-aten = torch.ops.aten
-#: aten convolutions: ``convolution`` (core aten, has a ``transposed`` flag) and ``convNd`` (export).
-ATEN_CONVOLUTIONS = (aten.convolution.default, aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)
-#: aten batch norms that return a tuple ``(output, saved_mean, saved_rstd)`` read through ``getitem``.
-ATEN_TUPLE_BATCH_NORMS = (
-    aten._native_batch_norm_legit_no_training.default,
-    aten.native_batch_norm.default,
-    aten._native_batch_norm_legit.default,
+from lab01_fx_passes.interface import (
+    ATEN_CONVOLUTIONS,
+    ATEN_TENSOR_BATCH_NORMS,
+    ATEN_TUPLE_BATCH_NORMS,
+    SHARED_OUTPUT,
+    TORCH_BATCH_NORMS,
+    TORCH_CONVOLUTIONS,
+    TRAINING_MODE,
+    TRANSPOSED,
+    WEIGHTS_ARE_INPUTS,
+    ConvBNFuserBase,
 )
-#: aten batch norms returning the output tensor directly.
-ATEN_TENSOR_BATCH_NORMS = (aten.batch_norm.default,)
-#: Dynamo's convolutions (``nn.Conv2d`` inlined: ``torch.conv2d(x, weight, bias, stride, ...)``;
-#: ``F.conv2d`` is the same function) and batch norm (``F.batch_norm(x, running_mean, ...)``).
-TORCH_CONVOLUTIONS = (torch.conv1d, torch.conv2d, torch.conv3d)
-TORCH_BATCH_NORMS = (F.batch_norm,)
-
-#: Why a Conv+BN pair was not folded (the keys of :attr:`ConvBNFuser.skipped`).
-WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
-TRAINING_MODE = "BatchNorm in training mode (or without running statistics)"
-SHARED_OUTPUT = "the convolution's output has another user"
-TRANSPOSED = "transposed convolution"
-NO_PAIRS = "no convolution followed by a BatchNorm in this graph"
 
 
 @dataclass
@@ -91,7 +78,7 @@ def _fused_weights(conv_w, conv_b, mean, var, eps, bn_w, bn_b) -> tuple[nn.Param
         return fuse_conv_bn_weights(conv_w, conv_b, mean, var, eps, bn_w, bn_b)
 
 
-class ConvBNFuser(fx.Transformer):
+class ConvBNFuser(ConvBNFuserBase):
     """Fold every eval-mode BatchNorm that directly follows a convolution into that convolution.
 
     Usage::
@@ -107,16 +94,15 @@ class ConvBNFuser(fx.Transformer):
     under fresh names (``gm``'s own forward does not use them).
 
     The constructor finds the pairs (``fused_count`` is right before :meth:`transform` runs) and
-    counts in ``skipped``, under the reasons above, every BatchNorm fed by a convolution that it
-    refuses to fold: :meth:`why_unchanged` turns them into the reason :func:`fuse_conv_bn` gives
-    when nothing was folded.
+    counts in ``skipped``, under the reasons of :mod:`~lab01_fx_passes.interface`, every BatchNorm
+    fed by a convolution that it refuses to fold: :meth:`why_unchanged` turns them into the reason
+    :func:`fuse_conv_bn` gives when nothing was folded. Given
+    (:class:`~lab01_fx_passes.interface.ConvBNFuserBase`): the two counters, :meth:`why_unchanged`
+    and :meth:`apply`, the function form.
     """
 
     def __init__(self, module: fx.GraphModule) -> None:
-        super().__init__(module)
-        self.fused_count = 0
-        #: reason -> how many BatchNorms that follow a convolution were not folded for it.
-        self.skipped: Counter[str] = Counter()
+        super().__init__(module)  # given: self.fused_count = 0, self.skipped = Counter()
         self._folds: dict[fx.Node, _Fold] = {}  # conv node -> its fold
         self._forward: dict[fx.Node, fx.Node] = {}  # folded BN -> conv, its getitem(0) -> BN
         self._skip: set[fx.Node] = set()  # nodes not re-emitted: unused getitems, dead constants
@@ -125,12 +111,6 @@ class ConvBNFuser(fx.Transformer):
             fold = self._match_module_pair(node) or self._match_function_pair(node)
             if fold is not None:
                 self._plan(fold)
-
-    def why_unchanged(self) -> str:
-        """Why nothing was folded: each reason with its count, or :data:`NO_PAIRS`."""
-        if not self.skipped:
-            return NO_PAIRS
-        return "; ".join(f"{reason} ({count} pair{'s' * (count > 1)})" for reason, count in self.skipped.most_common())
 
     # -- matching --------------------------------------------------------------------------
     def _conv_feeding(self, bn: fx.Node) -> fx.Node | None:
@@ -276,7 +256,4 @@ def fuse_conv_bn(gm: fx.GraphModule) -> PassResult:
         ``PassResult(new_graph_module, True)`` when at least one pair was folded, else
         ``unchanged(gm, reason)``: a ``PassResult(gm, False)`` saying why (:meth:`ConvBNFuser.why_unchanged`).
     """
-    fuser = ConvBNFuser(gm)
-    if not fuser.fused_count:
-        return unchanged(gm, fuser.why_unchanged())
-    return PassResult(fuser.transform(), True)
+    return ConvBNFuser.apply(gm)  # given: ConvBNFuserBase.apply

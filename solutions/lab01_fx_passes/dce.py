@@ -22,35 +22,15 @@ never evaluate an impure node, and freezing (step 8) never freezes a value an im
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 
 from torch import fx, nn
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import call_argument
-from lab01_fx_passes.pass_report import unchanged
+from lab01_fx_passes.interface import AUGMENTED_ASSIGNMENTS, RANDOM_OPS, STATEFUL_IN_TRAINING, DCEPassBase
 
 from .op_names import op_name
-
-#: Operators that draw random numbers (also as ``Tensor`` methods), in-place or not.
-RANDOM_OPS = frozenset(
-    {
-        "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
-        "normal", "poisson", "bernoulli", "multinomial", "uniform", "exponential", "geometric",
-        "cauchy", "log_normal", "random",
-        "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-        "native_dropout", "rrelu",
-    }
-)  # fmt: skip
-#: Operators that update running statistics when called with ``training=True``.
-STATEFUL_IN_TRAINING = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit", "instance_norm"})
-#: Python's augmented assignments (``x += y`` traced as a function call) mutate their first argument.
-AUGMENTED_ASSIGNMENTS = frozenset(
-    {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.ipow,
-     operator.imod, operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
-     operator.imatmul}
-)  # fmt: skip
 
 
 def _module_is_impure(module: nn.Module) -> bool:
@@ -99,16 +79,14 @@ def is_impure(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
     return False
 
 
-class DCEPass(PassBase):
+class DCEPass(DCEPassBase):
     """Remove dead pure nodes; keep impure ones (see :func:`is_impure`).
 
     Usage: ``result = DCEPass()(gm)``. Modifies ``gm`` in place and returns
-    ``PassResult(gm, modified)``; :attr:`removed_count` says how many nodes went.
+    ``PassResult(gm, modified)``; :attr:`removed_count` says how many nodes went. Given
+    (:class:`~lab01_fx_passes.interface.DCEPassBase`): :attr:`removed_count`, set to 0 by the
+    constructor, and :meth:`apply`, the function form.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.removed_count = 0
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         modules = dict(graph_module.named_modules())
@@ -126,5 +104,4 @@ def eliminate_dead_code(gm: fx.GraphModule) -> PassResult:
 
     When nothing was removed the result says so (``unchanged(gm, reason)``).
     """
-    result = DCEPass()(gm)
-    return result if result.modified else unchanged(result.graph_module, "no dead pure node")
+    return DCEPass.apply(gm)  # given: DCEPassBase.apply

@@ -40,53 +40,28 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import add_attribute, is_module_state
+from lab01_fx_passes.interface import (
+    ALIASING_OPS,
+    MODIFIED_IN_PLACE,
+    NO_MODULE_STATE,
+    NO_VALUES,
+    NOT_A_TENSOR,
+    REQUIRES_GRAD,
+    RETURNED,
+    FrozenValue,
+    ParameterFreezerBase,
+)
 from lab01_fx_passes.pass_report import unchanged
 
 from .dce import is_impure
 from .op_names import op_name
-
-#: Operators whose result may share memory with their input (a write to one is a write to the other).
-ALIASING_OPS = frozenset(
-    {
-        "view", "view_as", "_unsafe_view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze",
-        "t", "transpose", "permute", "movedim", "swapaxes", "expand", "expand_as", "narrow", "select",
-        "slice", "getitem", "split", "split_with_sizes", "chunk", "unbind", "tensor_split", "diagonal",
-        "as_strided", "unfold", "detach", "alias", "contiguous", "to", "type_as", "real", "imag",
-    }
-)  # fmt: skip
-
-#: Why a parameter or buffer placeholder stays an input (the values of :attr:`ParameterFreezer.kept`).
-MODIFIED_IN_PLACE = "the graph modifies it in place"
-RETURNED = "the graph returns it or a view of it"
-REQUIRES_GRAD = "it requires grad and grad mode is on: autograd needs it as an input"
-NOT_A_TENSOR = "its value is not a tensor"
-NO_MODULE_STATE = "no parameter or buffer placeholders (in this dialect parameters are constants already)"
-NO_VALUES = "no example inputs: no values to freeze"
-
-
-@dataclass(frozen=True)
-class FrozenValue:
-    """A placeholder the freezer turned into a constant.
-
-    Attributes:
-        index: the placeholder's position among the graph's inputs.
-        name: the placeholder's name.
-        tensor: the example input frozen (the module's parameter or buffer itself).
-        version: ``tensor._version`` when it was frozen.
-    """
-
-    index: int
-    name: str
-    tensor: torch.Tensor
-    version: int
 
 
 def _aliases(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
@@ -131,7 +106,7 @@ def shares_memory_with(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.
     return found
 
 
-class ParameterFreezer(PassBase):
+class ParameterFreezer(ParameterFreezerBase):
     """Turn the parameter and buffer placeholders of a Dynamo graph into ``get_attr`` constants.
 
     Usage::
@@ -154,15 +129,11 @@ class ParameterFreezer(PassBase):
     Raises:
         ValueError: (on call) when the graph has a different number of placeholders than
             ``example_inputs`` has values.
+
+    Given (:class:`~lab01_fx_passes.interface.ParameterFreezerBase`): the constructor
+    (``self.example_inputs`` a tuple or None, :attr:`frozen` and :attr:`kept` empty) and the name
+    ``"freeze_parameters"`` the pass manager reports.
     """
-
-    name = "freeze_parameters"
-
-    def __init__(self, example_inputs: Sequence[Any] | None) -> None:
-        super().__init__()
-        self.example_inputs = None if example_inputs is None else tuple(example_inputs)
-        self.frozen: list[FrozenValue] = []
-        self.kept: dict[str, str] = {}
 
     def _why_not(self, node: fx.Node, value: Any, modules: dict[str, nn.Module]) -> str | None:
         if not isinstance(value, torch.Tensor):

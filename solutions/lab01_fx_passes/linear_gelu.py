@@ -30,41 +30,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.fused_ops import LINEAR_GELU
 from lab01_fx_passes.graph_tools import call_argument, node_value
-from lab01_fx_passes.pass_report import unchanged
+from lab01_fx_passes.interface import LinearGeluFuserBase, LinearMatch
 
 from .op_names import op_name
 
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-
-
-@dataclass
-class LinearMatch:
-    """A Linear found in a graph, in dialect-neutral terms.
-
-    Attributes:
-        x: the node holding the Linear's input (before any flattening ``view``).
-        weight: a node ``[out, in]``, or the qualified name of a parameter (``"fc.weight"``).
-        bias: like ``weight``, or None.
-        chain: the nodes from the Linear's first op to the node the GELU reads, in order; all are
-            erased by the fusion, so each must have exactly one user.
-        leftovers: helper nodes (``aten.t``, the flattening ``view``) erased only if unused afterwards.
-    """
-
-    x: fx.Node
-    weight: fx.Node | str
-    bias: fx.Node | str | None
-    chain: list[fx.Node]
-    leftovers: list[fx.Node]
 
 
 def _aten_transposed_weight(node: Any) -> fx.Node | None:
@@ -144,16 +123,14 @@ def gelu_approximation(node: fx.Node, modules: Mapping[str, nn.Module]) -> str |
     return call_argument(node, "approximate", "none")
 
 
-class LinearGeluFuser(PassBase):
+class LinearGeluFuser(LinearGeluFuserBase):
     """Replace each safe ``Linear -> GELU`` pair by one fused-operator node.
 
     Usage: ``result = LinearGeluFuser()(gm)``; modifies ``gm`` in place, returns
-    ``PassResult(gm, modified)``; :attr:`fused_count` says how many pairs were fused.
+    ``PassResult(gm, modified)``; :attr:`fused_count` says how many pairs were fused. Given
+    (:class:`~lab01_fx_passes.interface.LinearGeluFuserBase`): :attr:`fused_count`, set to 0 by the
+    constructor, and :meth:`apply`, the function form.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fused_count = 0
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         graph = graph_module.graph
@@ -195,5 +172,4 @@ def fuse_linear_gelu(gm: fx.GraphModule) -> PassResult:
 
     When nothing was fused the result says so (``unchanged(gm, reason)``).
     """
-    result = LinearGeluFuser()(gm)
-    return result if result.modified else unchanged(result.graph_module, "no Linear -> GELU pair safe to fuse")
+    return LinearGeluFuser.apply(gm)  # given: LinearGeluFuserBase.apply

@@ -41,49 +41,30 @@ that, Dynamo's weights are graph inputs, and converting them would cost a reorde
 from __future__ import annotations
 
 import copy
-from collections import Counter
-from typing import Any
 
 import torch
 from torch import fx, nn
 from torch.fx.node import map_arg
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr
+from lab01_fx_passes.interface import (
+    ATEN_CONV2DS,
+    TORCH_CONV2DS,
+    VIEW_MODIFIED_IN_PLACE,
+    VIEW_TO_RESHAPE,
+    WEIGHTS_ARE_INPUTS,
+    ChannelsLastConverterBase,
+    contiguous_output,
+    is_view,
+)
 from lab01_fx_passes.pass_report import unchanged
 
 from .freezing import shares_memory_with, writes_in_place
 
-aten = torch.ops.aten
-#: aten and Dynamo 2-D convolutions whose constant weight the pass converts.
-ATEN_CONVOLUTIONS = (aten.convolution.default, aten.conv2d.default)
-TORCH_CONVOLUTIONS = (torch.conv2d,)
-#: View operators and the reshape that replaces them (``call_function`` targets; ``call_method``
-#: ``view`` becomes ``reshape``).
-VIEW_TO_RESHAPE = {aten.view.default: aten.reshape.default, aten._unsafe_view.default: aten.reshape.default}
-
-#: Why a convolution was not converted (the keys of :attr:`ChannelsLastConverter.skipped`).
-WEIGHTS_ARE_INPUTS = "weights are graph inputs: freeze first (freeze_parameters)"
-VIEW_MODIFIED_IN_PLACE = "a view downstream of it is modified in place: the region stays contiguous"
-NO_CONVOLUTIONS = "no 2-D convolution in this graph"
-
-
-def contiguous_output(value: Any) -> Any:
-    """A tensor in the default (contiguous) layout; anything else unchanged. Inserted before the output."""
-    return value.contiguous() if isinstance(value, torch.Tensor) else value
-
 
 def _channels_last(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().contiguous(memory_format=torch.channels_last)
-
-
-def is_view(node: fx.Node) -> bool:
-    """Whether ``node`` is a shape ``view`` (aten ``view``/``_unsafe_view``, or ``x.view(sizes)``), not a dtype view."""
-    if node.op == "call_function":
-        return node.target in VIEW_TO_RESHAPE
-    if node.op != "call_method" or node.target != "view":
-        return False
-    return not any(isinstance(arg, torch.dtype) for arg in node.args[1:])
 
 
 def _downstream(sources: list[fx.Node]) -> set[fx.Node]:
@@ -109,26 +90,22 @@ def _written_after(view: fx.Node, modules: dict[str, nn.Module]) -> bool:
     return any(order[user] > order[view] and writes_in_place(user, modules) for value in values for user in value.users)
 
 
-class ChannelsLastConverter(PassBase):
+class ChannelsLastConverter(ChannelsLastConverterBase):
     """Convert 2-D convolution weights to channels-last and restore the outputs' default layout.
 
     Usage: ``result = ChannelsLastConverter()(gm)``; modifies ``gm`` in place (new modules and
     constants, never changed ones), returns ``PassResult(gm, modified)``; :attr:`converted_count`
     says how many convolutions were converted, :attr:`reshaped_count` how many views became
-    reshapes, :attr:`skipped` why the other convolutions were left alone (reason -> count).
+    reshapes, :attr:`skipped` why the other convolutions were left alone (reason -> count). Given
+    (:class:`~lab01_fx_passes.interface.ChannelsLastConverterBase`): the three counters, set by the
+    constructor, and :meth:`why_unchanged`.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.converted_count = 0
-        self.reshaped_count = 0
-        self.skipped: Counter[str] = Counter()
 
     def _weight_node(self, gm: fx.GraphModule, node: fx.Node, modules: dict[str, nn.Module]) -> fx.Node | str | None:
         """What to convert for ``node``: its module's name, its constant weight node, or None (recorded in skipped)."""
         if node.op == "call_module":
             return node.target if isinstance(modules[node.target], nn.Conv2d) else None
-        if node.op != "call_function" or node.target not in ATEN_CONVOLUTIONS + TORCH_CONVOLUTIONS:
+        if node.op != "call_function" or node.target not in ATEN_CONV2DS + TORCH_CONV2DS:
             return None
         weight = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
         if call_argument(node, "transposed", False) or not isinstance(weight, fx.Node):
@@ -179,14 +156,6 @@ class ChannelsLastConverter(PassBase):
             graph_module.recompile()
             return PassResult(graph_module, True)
         return unchanged(graph_module, self.why_unchanged())
-
-    def why_unchanged(self) -> str:
-        """Why no convolution was converted: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
-        if not self.skipped:
-            return NO_CONVOLUTIONS
-        return "; ".join(
-            f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common()
-        )
 
     @staticmethod
     def _views_to_reshapes(graph: fx.Graph, region: set[fx.Node]) -> int:

@@ -59,13 +59,12 @@ not part of :func:`default_pipeline`: :func:`onednn_pipeline` runs it after it.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import TensorInfo, add_attribute, call_argument, fetch_attr, observe_tensors
 from lab01_fx_passes.onednn_ops import (  # noqa: F401  (the operators, reasons and record this pass uses)
@@ -95,6 +94,7 @@ from lab01_fx_passes.onednn_ops import (  # noqa: F401  (the operators, reasons 
     WEIGHTS_ARE_INPUTS,
     WRITES_OTHER_OPERAND,
     Convolution,
+    OneDNNLoweringBase,
     aten,
     mkldnn,
     onednn_dtypes,
@@ -169,7 +169,7 @@ def _is_relu_of(node: fx.Node, value: fx.Node, modules: dict[str, nn.Module]) ->
     return name is not None and name.name == "relu" and bool(node.args) and node.args[0] is value
 
 
-class OneDNNLowering(PassBase):
+class OneDNNLowering(OneDNNLoweringBase):
     """Lower each safe 2-D convolution, with the ReLU or add (+ReLU) after it, to one oneDNN kernel.
 
     Usage: ``result = OneDNNLowering(example_inputs)(gm)``; modifies ``gm`` in place (new constants,
@@ -179,29 +179,11 @@ class OneDNNLowering(PassBase):
     and device. After a call: :attr:`lowered` counts the lowered convolutions by what they absorbed
     (:data:`CONV`, :data:`CONV_RELU`, :data:`CONV_ADD`, :data:`CONV_ADD_RELU`); :attr:`skipped`
     says why other convolutions were left alone, :attr:`unfused` why a ReLU or add after a lowered
-    convolution stayed a separate node (reason -> count).
+    convolution stayed a separate node (reason -> count). Given
+    (:class:`~lab01_fx_passes.onednn_ops.OneDNNLoweringBase`): the constructor, which keeps
+    ``self.example_inputs`` (a tuple or None) and sets up the three counters, :attr:`lowered_count`,
+    :meth:`why_unchanged` and the name ``"lower_to_onednn"``.
     """
-
-    name = "lower_to_onednn"
-
-    def __init__(self, example_inputs: Sequence[Any] | None) -> None:
-        super().__init__()
-        self.example_inputs = None if example_inputs is None else tuple(example_inputs)
-        self.lowered: Counter[str] = Counter()
-        self.skipped: Counter[str] = Counter()
-        self.unfused: Counter[str] = Counter()
-
-    @property
-    def lowered_count(self) -> int:
-        return sum(self.lowered.values())
-
-    def why_unchanged(self) -> str:
-        """Why no convolution was lowered: each reason with its count, or :data:`NO_CONVOLUTIONS`."""
-        if not self.skipped:
-            return NO_CONVOLUTIONS
-        return "; ".join(
-            f"{reason} ({count} convolution{'s' * (count > 1)})" for reason, count in self.skipped.most_common()
-        )
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.lowered.clear()
@@ -338,6 +320,4 @@ def onednn_pipeline(example_inputs: Sequence[Any] | None) -> PassManager:
     Call it under ``torch.no_grad()`` (inference): with grad mode on, weights that require grad are
     not lowered. The result holds opaque oneDNN tensors (no ``deepcopy``, no ``torch.save``, CPU only).
     """
-    manager = default_pipeline(example_inputs)
-    return PassManager([*manager.passes, OneDNNLowering(example_inputs)], example_inputs=example_inputs,
-                       tolerance_factor=manager.tolerance_factor)  # fmt: skip
+    return OneDNNLowering.appended_to(default_pipeline(example_inputs), example_inputs)  # given: OneDNNLoweringBase

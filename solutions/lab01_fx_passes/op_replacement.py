@@ -34,18 +34,12 @@ from collections.abc import Callable, Mapping
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.graph_tools import add_attribute
+from lab01_fx_passes.interface import ACTIVATIONS, OpReplacerBase
 
 from .op_names import op_name
-
-#: The activations the pass can swap, by name (the names :func:`~.op_names.op_name` gives them).
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid,
-    "gelu": nn.GELU, "silu": nn.SiLU, "mish": nn.Mish, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
-    "elu": nn.ELU, "selu": nn.SELU,
-}  # fmt: skip
 
 
 def _accepts_inplace(fn: Callable) -> bool:
@@ -83,19 +77,18 @@ def _aten_op(name: str, in_place: bool) -> torch._ops.OpOverload:
     return packet.default
 
 
-class OpReplacer(PassBase):
+class OpReplacer(OpReplacerBase):
     """Replace activation functions by name, e.g. ``OpReplacer({"relu": "hardswish"})(gm)``.
 
     Modifies ``gm`` in place and returns ``PassResult(gm, modified)``; :attr:`replaced_count` says
     how many nodes were replaced. The pass changes the model's outputs on purpose:
-    ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows.
+    ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows. Given
+    (:class:`~lab01_fx_passes.interface.OpReplacerBase`): ``changes_semantics`` and :attr:`name`.
 
     Raises:
         TypeError: if ``mapping`` is not a mapping of strings to strings.
         ValueError: if it names an activation not in :data:`ACTIVATIONS`, or is empty.
     """
-
-    changes_semantics = True
 
     def __init__(self, mapping: Mapping[str, str]) -> None:
         super().__init__()
@@ -110,11 +103,6 @@ class OpReplacer(PassBase):
             raise ValueError(f"unsupported op name(s) {unknown}; supported: {', '.join(sorted(ACTIVATIONS))}")
         self.mapping = dict(mapping)
         self.replaced_count = 0
-
-    @property
-    def name(self) -> str:
-        """A readable name for reports: ``replace_ops(relu->hardswish)``."""
-        return "replace_ops(" + ", ".join(f"{old}->{new}" for old, new in self.mapping.items()) + ")"
 
     def _replacement(self, gm: fx.GraphModule, node: fx.Node, new: str, in_place: bool) -> fx.Node:
         graph = gm.graph
