@@ -18,5 +18,6 @@ pytest process per lab part, under ``execute.isolation``) -> ``evidence`` (the s
 ``results.json``); ``report`` reads many such folders.
 
 The top level holds only the entry point (``__main__``) and the tools run as ``python -m grader.X``:
-:mod:`grader.warm` (collect the rubric ahead of time), :mod:`grader.benchmark`, :mod:`grader.gpu_check`.
+:mod:`grader.warm` (collect the rubric ahead of time), :mod:`grader.benchmark`, :mod:`grader.gpu_check`, and
+:mod:`grader.synthetic` (made-up classes for the benchmark, the report's browser check and the tests).
 """

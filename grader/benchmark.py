@@ -25,7 +25,6 @@ names another course root (``--course . --lab lab01 --only isolation`` measures 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -39,12 +38,12 @@ from grader.course.labs import load_course, make_reference_submission
 from grader.execute.command import config_args, pytest_env
 from grader.execute.isolation import Bubblewrap, Isolation, Unisolated
 from grader.execute.limits import RunLimits
-from grader.report.demo_class import synthetic_rubric, write_synthetic_student
 from grader.report.summary import write_report
 from grader.runners.batch import grade_all
 from grader.runners.local import GradeOptions, GradingSetup, grade_submission
 from grader.scoring.feedback import write_outputs
 from grader.scoring.score import rescore
+from grader.synthetic.classes import roll, synthetic_rubric, write_class, write_outcomes
 from labkit.bench import benchmark_parser, paired_ratio, print_table, time_interleaved, verdict, write_json
 
 DEMO_COURSE = Path(__file__).resolve().parent / "tests" / "fixtures" / "course"
@@ -53,10 +52,8 @@ DEMO_COURSE = Path(__file__).resolve().parent / "tests" / "fixtures" / "course"
 def bench_class(students: int, scratch: Path) -> dict[str, float]:
     """Measurement 1: re-score ``students`` from disk, then build the class report."""
     rubric = synthetic_rubric()
-    rng = random.Random(0)
     graded = scratch / "class"
-    for index in range(students):
-        write_synthetic_student(graded / f"student{index:04d}", rubric, rng, skill=rng.uniform(0.2, 1.0))
+    write_class(graded, roll(students, skills=(0.2, 1.0)), lambda out, student: write_outcomes(out, rubric, student))
     folders = sorted(graded.iterdir())
     start, cpu = time.perf_counter(), time.process_time()
     results = [rescore(folder) for folder in folders]

@@ -70,7 +70,7 @@ INSTRUCTOR_ONLY = (
     "grader/tests",
     "grader/benchmark.py",
     "grader/report/browser_check.py",
-    "grader/report/demo_class.py",
+    "grader/synthetic",
     ".ci",
     "docker/build-base-image.sh",
     "docker/build-wheelhouse.sh",

@@ -5,10 +5,10 @@
 - :mod:`~grader.report.similarity`: similar submissions (copydetect's winnowing over the editable files
   each graded folder kept, the starter and the class's common code set aside);
 - :mod:`~grader.report.gradebook`: the roster and the gradebook Canvas imports (and Moodle's);
-- :mod:`~grader.report.demo_class` and :mod:`~grader.report.browser_check`: a made-up class and the
-  page looked at in headless Chromium (instructor tools, not in the student release).
+- :mod:`~grader.report.browser_check`: the page of a made-up class (:mod:`grader.synthetic`) looked at
+  in headless Chromium (an instructor tool, not in the student release).
 
 Imports: :mod:`grader.scoring`, :mod:`grader.evidence`, :mod:`grader.course` (the starter files), and
-copydetect; the browser check also :mod:`grader.execute` (it collects the demo course's rubric to
-score a demo class).
+copydetect; the browser check also :mod:`grader.execute` (it collects the real course's rubric to
+score a demo class) and :mod:`grader.synthetic`.
 """

@@ -16,7 +16,7 @@ Screenshots of each width are written next to the findings (``layout.json``) for
 
 With no report given, a demo class is made first: the real course's rubric (every test name, as
 long as they come) and random outcomes for ``--students`` students, written as ``grader run``
-would (:func:`grader.benchmark.write_synthetic_student`), a few of them with grader errors and flags.
+would (:func:`grader.synthetic.classes.write_outcomes`), a few of them with grader errors and flags.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import argparse
 import html
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -223,26 +222,26 @@ def make_demo_report(out: Path, students: int, seed: int = 0) -> Path:
     """A class of ``students`` on the real course's rubric with random outcomes; return its ``class.html``."""
     from grader.course.labs import load_course
     from grader.execute.collect import build_rubric
-    from grader.report.demo_class import write_synthetic_student
     from grader.report.summary import HTML_FILE, write_report
     from grader.scoring.feedback import write_outputs
     from grader.scoring.score import grader_error_result, rescore
+    from grader.synthetic.classes import Student, roll, write_class, write_outcomes
 
     course = load_course()
     rubric = build_rubric(course, course.select(None))
-    rng = random.Random(seed)
+
+    def write_student(folder: Path, student: Student) -> None:
+        if student.set_aside is not None:  # a grader failure: every lab grader-error, flagged
+            folder.mkdir(parents=True)
+            failure = RuntimeError("container would not start")
+            write_outputs(grader_error_result(rubric, failure, submission=folder.name), folder)
+            return
+        write_outcomes(folder, rubric, student)
+        write_outputs(rescore(folder), folder)
+
     graded = out / "graded"
     shutil.rmtree(graded, ignore_errors=True)
-    for index in range(students):
-        folder = graded / f"student{index:03d}"
-        if index % 17 == 5:  # a grader failure: every lab grader-error, flagged
-            folder.mkdir(parents=True)
-            write_outputs(
-                grader_error_result(rubric, RuntimeError("container would not start"), submission=folder.name), folder
-            )
-            continue
-        write_synthetic_student(folder, rubric, rng, skill=rng.uniform(0.1, 1.0))
-        write_outputs(rescore(folder), folder)
+    write_class(graded, roll(students, seed, (0.1, 1.0), set_aside=15), write_student)
     write_report(graded, out / "report")
     return out / "report" / HTML_FILE
 

@@ -1,6 +1,6 @@
 """The class report's similarity check: a planted near-copy is flagged, honest students are not.
 
-The class is :mod:`grader.tests.report.similarity_class`: honest students who each pick their own
+The class is :func:`grader.synthetic.classes.similarity_class`: honest students who each pick their own
 implementation of every function (one of four, the first the reference's) and write it in their own
 hand, and one student who handed in a classmate's file with every variable renamed, the functions
 reordered and comments added.
@@ -18,8 +18,9 @@ import pytest
 from grader.__main__ import main
 from grader.evidence.layout import SUBMITTED_DIR
 from grader.report.similarity import NO_FILES, Thresholds, compare_lab, lab_document
+from grader.synthetic import algorithms
+from grader.synthetic.classes import Student, honest_module, similarity_class
 from grader.tests.corpus import DEMO_COURSE
-from grader.tests.report import similarity_class as synthetic
 from grader.tests.report.graded_folders import lab, write_graded
 
 CLASS_SIZE, SEED = 20, 0
@@ -38,31 +39,31 @@ CASES = {
 
 
 def documents(modules: dict[str, str]) -> dict[str, str]:
-    return {student: lab_document({synthetic.MODULE: text}) for student, text in modules.items()}
+    return {student: lab_document({algorithms.MODULE: text}) for student, text in modules.items()}
 
 
-STARTER = lab_document({synthetic.MODULE: synthetic.starter()})
+STARTER = lab_document({algorithms.MODULE: algorithms.starter()})
 
 
 @pytest.fixture(scope="module")
 def planted_class() -> tuple[dict[str, str], str]:
     """The honest class plus ``copier``, a near-copy of the honest student who solved the most."""
-    modules = synthetic.honest_class(CLASS_SIZE, SEED)
+    modules = similarity_class(CLASS_SIZE, SEED)
     source = min(modules, key=lambda student: modules[student].count("NotImplementedError"))
-    modules["copier"] = synthetic.near_copy(modules[source], random.Random(SEED))
+    modules["copier"] = algorithms.near_copy(modules[source], random.Random(SEED))
     return modules, source
 
 
 def _run(source: str) -> dict:
     namespace: dict = {}
-    exec(compile(source, synthetic.MODULE, "exec"), namespace)  # noqa: S102 - the test's own synthetic modules
+    exec(compile(source, algorithms.MODULE, "exec"), namespace)  # noqa: S102 - the test's own synthetic modules
     return namespace
 
 
 def test_every_student_of_the_synthetic_class_computes_what_the_reference_computes(planted_class):
     """The variants are honest implementations of one contract, and the copy still works."""
     modules, _ = planted_class
-    reference = _run(synthetic.reference())
+    reference = _run(algorithms.reference())
     for student, text in modules.items():
         functions = _run(text)
         for name, cases in CASES.items():
@@ -93,7 +94,7 @@ def test_the_planted_near_copy_is_flagged_and_no_honest_pair_is(planted_class):
 def test_renamed_variables_change_nothing_and_reordered_functions_little(planted_class):
     modules, source = planted_class
     original = modules[source]
-    renamed = synthetic.rename_locals(original, random.Random(1))
+    renamed = algorithms.rename_locals(original, random.Random(1))
     assert renamed != original
     others = {student: text for student, text in modules.items() if student not in (source, "copier")}
 
@@ -102,7 +103,9 @@ def test_renamed_variables_change_nothing_and_reordered_functions_little(planted
         return next(pair.score for pair in result.pairs if {pair.first, pair.second} == {"copy", "original"})
 
     assert score(renamed) == 1.0
-    assert score(synthetic.near_copy(original, random.Random(1))) >= 0.9, "only code across a function boundary changes"
+    assert score(algorithms.near_copy(original, random.Random(1))) >= 0.9, (
+        "only code across a function boundary changes"
+    )
 
 
 def test_code_much_of_the_class_shares_is_not_evidence():
@@ -140,7 +143,8 @@ def check_table(rows: list[list[float]]) -> None:
                 raise TypeError(f"cell ({index}, {column}) is not a number: {cell!r}")
 """
     rng = random.Random(3)
-    modules = {f"student{k:02d}": synthetic.honest_module(rng, 0.3) + helper for k in range(12)}
+    students = [Student(f"student{k:02d}", 0.3, rng) for k in range(12)]
+    modules = {student.name: honest_module(student) + helper for student in students}
     kept = compare_lab(documents(modules), STARTER)
     assert kept.flagged(Thresholds()) == []
     without_rule = Thresholds(common_students=len(modules) + 1, common_fraction=1.0)
@@ -151,8 +155,8 @@ def check_table(rows: list[list[float]]) -> None:
 
 def test_a_student_who_changed_nothing_is_not_compared():
     """The starter's code is set aside even where the class is too small for any code to be common."""
-    modules = synthetic.honest_class(3, seed=5)
-    modules["idle"] = synthetic.starter()
+    modules = similarity_class(3, seed=5)
+    modules["idle"] = algorithms.starter()
     result = compare_lab(documents(modules), STARTER)
     assert result.unchanged == ("idle",)
     assert all("idle" not in (pair.first, pair.second) for pair in result.pairs)
@@ -163,14 +167,14 @@ def test_a_student_who_changed_nothing_is_not_compared():
 
 def write_course(root):
     """A course of one lab, ``labS``, whose starter is the synthetic class's."""
-    package = root / synthetic.PACKAGE
+    package = root / algorithms.PACKAGE
     package.mkdir(parents=True)
     (package / "lab.toml").write_text(
-        f'[lab]\nid = "labS"\npackage = "{synthetic.PACKAGE}"\n'
-        f'title = "Small algorithms"\neditable = ["{synthetic.MODULE}"]\n'
+        f'[lab]\nid = "labS"\npackage = "{algorithms.PACKAGE}"\n'
+        f'title = "Small algorithms"\neditable = ["{algorithms.MODULE}"]\n'
     )
     (package / "test_lab.py").write_text("def test_nothing():\n    pass\n")
-    (package / synthetic.MODULE).write_text(synthetic.starter())
+    (package / algorithms.MODULE).write_text(algorithms.starter())
     return root
 
 
@@ -180,8 +184,8 @@ def test_the_report_lists_the_flagged_pair_with_its_side_by_side_page(planted_cl
         write_graded(
             tmp_path / "graded",
             student,
-            [lab("labS", 5, package=synthetic.PACKAGE)],
-            {f"{synthetic.PACKAGE}/{synthetic.MODULE}": text},
+            [lab("labS", 5, package=algorithms.PACKAGE)],
+            {f"{algorithms.PACKAGE}/{algorithms.MODULE}": text},
         )
     course = write_course(tmp_path / "course")
     assert main(["report", str(tmp_path / "graded"), "--out", str(tmp_path / "report"), "--course", str(course)]) == 0
@@ -210,7 +214,7 @@ def test_a_lab_missing_from_the_course_is_reported_not_compared(tmp_path, capsys
             tmp_path / "graded",
             student,
             [lab("labS", 5, package="labS_elsewhere")],
-            {"labS_elsewhere/algorithms.py": synthetic.reference()},
+            {"labS_elsewhere/algorithms.py": algorithms.reference()},
         )
     assert (
         main(

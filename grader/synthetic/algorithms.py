@@ -1,16 +1,16 @@
-"""A synthetic class for the similarity check: honest students, and one near-copy planted among them.
+"""The similarity lab, ``labS``: one editable module of nine small functions, and the ways to write it.
 
-The lab (``labS``, one editable module) asks for nine small functions whose starter is a signature, a
-docstring and ``raise NotImplementedError``. For each function :data:`VARIANTS` holds four honest
-implementations of the same contract: the first is the reference, the others are the ways students
-write it (another algorithm, another loop, another library call). An honest student solves each
-function with probability ``skill`` and picks one variant per function on their own, names their
-variables their own way, and may keep the functions in another order. Two honest students therefore
-share a function's code exactly when they happened to pick the same variant (one time in four), as
-students writing the same short function independently often do.
+The starter of each function is a signature, a docstring and ``raise NotImplementedError``. For each
+function :data:`VARIANTS` holds four honest implementations of the same contract: the first is the
+reference, the others are the ways students write it (another algorithm, another loop, another library
+call). Two honest students therefore share a function's code exactly when they happened to pick the same
+variant (one time in four), as students writing the same short function independently often do.
 
-:func:`near_copy` is what a copier does to a classmate's file: rename every local variable, reorder
-the functions, add comments; the code is otherwise the same.
+Besides that material, the source transforms a synthetic student applies, each drawing from the random
+stream it is given: :func:`rewrite_lines` (the same algorithm in one's own hand), :func:`rename_locals`
+(one's own variable names) and :func:`near_copy`, what a copier does to a classmate's file (every local
+variable renamed, the functions reordered, comments added; the code otherwise the same). Who solves
+what is decided in :mod:`grader.synthetic.classes` (:func:`~grader.synthetic.classes.honest_module`).
 """
 
 from __future__ import annotations
@@ -626,27 +626,36 @@ def rewrite_lines(source: str, rng: random.Random) -> str:
 
 
 def stub(function: str) -> str:
+    """``function`` as the starter has it: signature, docstring, ``raise NotImplementedError``."""
     signature, doc = CONTRACTS[function]
     return f'{signature}\n    """{doc}"""\n    raise NotImplementedError("TODO: {function}")\n'
 
 
 def solved(function: str, variant: int) -> str:
+    """``function`` implemented as :data:`VARIANTS` ``[function][variant]`` (its imports left out)."""
     signature, doc = CONTRACTS[function]
     return f'{signature}\n    """{doc}"""' + VARIANTS[function][variant][1].rstrip() + "\n"
 
 
 def module(functions: list[str], bodies: dict[str, str], imports: set[str]) -> str:
+    """The lab's module: :data:`HEADER`, the lines of ``imports`` sorted, then ``bodies`` in ``functions``' order."""
     lines = sorted(line for block in imports for line in block.splitlines() if line)
     head = HEADER + ("\n" + "\n".join(lines) + "\n" if lines else "")
     return head + "".join("\n\n" + bodies[function] for function in functions)
 
 
 def starter() -> str:
+    """The module as students receive it: every function a stub."""
     return module(list(CONTRACTS), {function: stub(function) for function in CONTRACTS}, set())
 
 
 def reference() -> str:
-    return honest_module(random.Random(0), skill=1.0, variants={f: 0 for f in CONTRACTS}, rename=False)
+    """The module with every function in its first (the reference's) variant, as written, in order."""
+    return module(
+        list(CONTRACTS),
+        {function: solved(function, 0) for function in CONTRACTS},
+        {VARIANTS[function][0][0] for function in CONTRACTS},
+    )
 
 
 def rename_locals(source: str, rng: random.Random, share: float = 1.0) -> str:
@@ -668,25 +677,6 @@ def rename_locals(source: str, rng: random.Random, share: float = 1.0) -> str:
     return tokenize.untokenize(renamed)
 
 
-def honest_module(
-    rng: random.Random, skill: float, *, variants: dict[str, int] | None = None, rename: bool = True
-) -> str:
-    """One honest student's module: each function solved with probability ``skill``, its variant their own."""
-    bodies, imports = {}, set()
-    for function in CONTRACTS:
-        if rng.random() < skill:
-            variant = variants[function] if variants else rng.randrange(len(VARIANTS[function]))
-            bodies[function] = rewrite_lines(solved(function, variant), rng) if rename else solved(function, variant)
-            imports.add(VARIANTS[function][variant][0])
-        else:
-            bodies[function] = stub(function)
-    order = list(CONTRACTS)
-    if rename and rng.random() < 0.3:
-        rng.shuffle(order)
-    text = module(order, bodies, imports)
-    return rename_locals(text, rng, share=0.5) if rename else text
-
-
 def near_copy(source: str, rng: random.Random) -> str:
     """What a copier hands in: ``source`` with every local variable renamed, the functions reordered, comments added."""
     renamed = rename_locals(source, rng)
@@ -696,9 +686,3 @@ def near_copy(source: str, rng: random.Random) -> str:
         re.sub(r"\n(    \w+ = )", r"\n    # keep track of this\n\1", function, count=1) for function in functions
     ]
     return header + "".join("\n\n\n" + function for function in commented)
-
-
-def honest_class(size: int, seed: int = 0) -> dict[str, str]:
-    """``size`` honest students' modules (``student01``...), skills between 0.4 and 1."""
-    rng = random.Random(seed)
-    return {f"student{index + 1:02d}": honest_module(rng, rng.uniform(0.4, 1.0)) for index in range(size)}
