@@ -10,7 +10,8 @@ Every pass of the lab needs the same three chores, none of which is the point of
 - :func:`add_attribute`: give a new module, parameter or buffer a fresh top-level name on a
   ``GraphModule`` so a ``call_module`` or ``get_attr`` node can refer to it.
 - :class:`OpName`: the operator a node calls, as :func:`~lab01_fx_passes.op_names.op_name` (step 0)
-  names it: a base name and whether the call is in-place.
+  names it: a base name and whether the call is in-place; :func:`writes_in_place` reads it (and
+  ``x[i] = v``) to say whether a node writes its input.
 - :func:`is_module_state`: whether a Dynamo placeholder holds a parameter or buffer of the compiled
   module (what the freezing step may turn into a constant), rather than an input of the call.
 - :func:`node_value` (from :mod:`labkit.fx_nodes`): the example value a tracer recorded for a node
@@ -23,6 +24,7 @@ Every pass of the lab needs the same three chores, none of which is the point of
 from __future__ import annotations
 
 import inspect
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +87,19 @@ class OpName:
 
     name: str
     in_place: bool
+
+
+def writes_in_place(node: fx.Node, op: OpName | None) -> bool:
+    """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``).
+
+    Args:
+        node: any node.
+        op: what ``op_name(node, modules)`` (step 0) calls it: pass its answer, which this given
+            module cannot compute for you.
+    """
+    if node.op == "call_function" and node.target is operator.setitem:
+        return True
+    return op is not None and op.in_place
 
 
 #: Dynamo's mark on the placeholders of a module's parameters and buffers (``node.meta["tensor_dict"]``).

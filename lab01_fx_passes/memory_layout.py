@@ -40,14 +40,17 @@ that, Dynamo's weights are graph inputs, and converting them would cost a reorde
 
 from __future__ import annotations
 
-import operator
-
 import torch  # noqa: F401  (torch.channels_last)
 from torch import fx, nn  # noqa: F401
 from torch.fx.node import map_arg  # noqa: F401  (rewrites every node inside output.args)
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr  # noqa: F401
+from lab01_fx_passes.graph_tools import (  # noqa: F401  (writes_in_place(node, op_name(node, modules)))
+    add_attribute,
+    call_argument,
+    fetch_attr,
+    writes_in_place,
+)
 from lab01_fx_passes.interface import (  # noqa: F401  (given: the targets, the reasons, the output wrapper)
     ATEN_CONV2DS,
     NO_CONVOLUTIONS,
@@ -62,14 +65,6 @@ from lab01_fx_passes.interface import (  # noqa: F401  (given: the targets, the 
 from lab01_fx_passes.pass_report import unchanged  # noqa: F401  (the reason when nothing was converted)
 
 from .op_names import op_name  # noqa: F401  (in-place writes: a view written after it is taken stays a view)
-
-
-def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``)."""
-    if node.op == "call_function" and node.target is operator.setitem:
-        return True
-    name = op_name(node, modules)
-    return name is not None and name.in_place
 
 
 class ChannelsLastConverter(ChannelsLastConverterBase):
@@ -95,9 +90,10 @@ class ChannelsLastConverter(ChannelsLastConverterBase):
         #     channels-last: replace each view among them (is_view) by a reshape with the same
         #     arguments (VIEW_TO_RESHAPE, or call_method "reshape"). Before converting, leave out
         #     (VIEW_MODIFIED_IN_PLACE) every convolution upstream of a view that is written in place
-        #     (writes_in_place) after the view is taken, through the view or anything sharing its
-        #     memory (the tensor it views, its other views, views of the view: follow ALIASING_OPS,
-        #     from .freezing, up and down): a reshape may copy, and a copy misses the write;
+        #     (writes_in_place(node, op_name(node, modules))) after the view is taken, through the
+        #     view or anything sharing its memory (the tensor it views, its other views, views of
+        #     the view: follow ALIASING_OPS, from interface.py, up and down): a reshape may copy,
+        #     and a copy misses the write;
         #  3. if anything changed, wrap every graph output in a call_function to contiguous_output
         #     (once: a second run must not wrap them again), lint, recompile; else return
         #     unchanged(graph_module, self.why_unchanged()). Set the counts.

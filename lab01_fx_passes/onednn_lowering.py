@@ -102,13 +102,14 @@ from lab01_fx_passes.onednn_ops import (  # noqa: F401  (the operators, reasons 
     Convolution,
     OneDNNLoweringBase,
     aten,
+    is_relu_of,
     mkldnn,
     onednn_dtypes,
     pair,
 )
 from lab01_fx_passes.pass_report import unchanged  # noqa: F401  (the reason when nothing was lowered)
 
-from .op_names import op_name
+from .op_names import op_name  # noqa: F401  (step 0's: is_relu_of and the add check read its answer)
 from .pass_manager import PassManager
 from .pipeline import default_pipeline
 
@@ -141,12 +142,6 @@ def match_convolution(gm: fx.GraphModule, node: fx.Node, modules: dict[str, nn.M
     raise NotImplementedError("match_convolution: recognise a 2-D convolution in every dialect")
 
 
-def _is_relu_of(node: fx.Node, value: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` applies ReLU (in any dialect, in place or not) to ``value``."""
-    name = op_name(node, modules)
-    return name is not None and name.name == "relu" and bool(node.args) and node.args[0] is value
-
-
 class OneDNNLowering(OneDNNLoweringBase):
     """Lower each safe 2-D convolution, with the ReLU or add (+ReLU) after it, to one oneDNN kernel.
 
@@ -176,8 +171,9 @@ class OneDNNLowering(OneDNNLoweringBase):
         #  - tensors = observe_tensors(graph_module, self.example_inputs): node -> TensorInfo;
         #  - for each node (in graph order, over a copy of the node list): conv = match_convolution(...);
         #    a reason (a str), or self.refusal(conv, tensors), goes into self.skipped; else lower it:
-        #  - choose what it absorbs. Its only user a ReLU of it (op_name(...).name == "relu", in place
-        #    or not): CONV_RELU. Its only user an add of it and another node (op_name "add" or
+        #  - choose what it absorbs. Its only user a ReLU of it, in place or not
+        #    (is_relu_of(user, conv.node, op_name(user, modules))): CONV_RELU. Its only user an add
+        #    of it and another node (op_name "add" or
         #    "iadd"; two positional operands, no alpha other than 1; the other operand a tensor of
         #    the convolution's output shape, dtype and device in `tensors`; an in-place add (add_,
         #    iadd) only when the convolution's output is the operand written, args[0]): CONV_ADD,

@@ -3,7 +3,7 @@
 ``onednn_lowering.py`` (the file step 10 edits) imports everything here: the fused operators it
 emits and their argument orders, the reasons it gives when it leaves a convolution (or a ReLU, or
 an add) alone, which dtypes oneDNN takes on this CPU, :class:`Convolution`, a 2-D convolution
-described the same way whatever dialect it was found in, and :class:`OneDNNLoweringBase`, what the
+described the same way whatever dialect it was found in, :func:`is_relu_of`, and :class:`OneDNNLoweringBase`, what the
 pass class is given (its counters, why it changed nothing, how it joins a pipeline).
 """
 
@@ -18,6 +18,7 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassBase
 
+from lab01_fx_passes.graph_tools import OpName
 from lab01_fx_passes.interface import NO_CONVOLUTIONS, WEIGHTS_ARE_INPUTS  # noqa: F401  (shared with steps 1 and 6)
 from lab01_fx_passes.pass_report import explain_skips
 
@@ -69,6 +70,16 @@ def onednn_dtypes() -> tuple[torch.dtype, ...]:
     if mkldnn._is_mkldnn_fp16_supported():
         dtypes.append(torch.float16)
     return tuple(dtypes)
+
+
+def is_relu_of(node: fx.Node, value: fx.Node, op: OpName | None) -> bool:
+    """Whether ``node`` applies ReLU (in any dialect, in place or not) to ``value``.
+
+    Args:
+        node, value: two nodes of the graph.
+        op: what ``op_name(node, modules)`` (step 0) calls ``node``: pass its answer.
+    """
+    return op is not None and op.name == "relu" and bool(node.args) and node.args[0] is value
 
 
 def pair(value: Any) -> list[int]:

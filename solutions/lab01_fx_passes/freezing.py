@@ -38,7 +38,6 @@ rules make it so; the first three are checked here, the last one at every call:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +45,7 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import add_attribute, is_module_state
+from lab01_fx_passes.graph_tools import add_attribute, is_module_state, writes_in_place
 from lab01_fx_passes.interface import (
     ALIASING_OPS,
     MODIFIED_IN_PLACE,
@@ -76,14 +75,6 @@ def _aliases(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
     return found
 
 
-def writes_in_place(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` writes its first argument in place (``x.add_(1)``, ``relu_``, ``x[i] = v``)."""
-    if node.op == "call_function" and node.target is operator.setitem:
-        return True
-    name = op_name(node, modules)
-    return name is not None and name.in_place
-
-
 def shares_memory_with(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
     """``node`` and every node that may share its memory: up to the tensor it is a view of (through
     :data:`ALIASING_OPS` and in-place ops, which return their input), then down through
@@ -91,7 +82,7 @@ def shares_memory_with(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.
 
     def aliases_input(user: fx.Node) -> bool:
         name = op_name(user, modules)
-        return name is not None and (name.name in ALIASING_OPS or writes_in_place(user, modules))
+        return name is not None and (name.name in ALIASING_OPS or writes_in_place(user, name))
 
     root = node
     while aliases_input(root) and root.args and isinstance(root.args[0], fx.Node):

@@ -47,7 +47,7 @@ from torch import fx, nn
 from torch.fx.node import map_arg
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr
+from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr, writes_in_place
 from lab01_fx_passes.interface import (
     ATEN_CONV2DS,
     TORCH_CONV2DS,
@@ -60,7 +60,8 @@ from lab01_fx_passes.interface import (
 )
 from lab01_fx_passes.pass_report import unchanged
 
-from .freezing import shares_memory_with, writes_in_place
+from .freezing import shares_memory_with
+from .op_names import op_name
 
 
 def _channels_last(weight: torch.Tensor) -> torch.Tensor:
@@ -87,7 +88,11 @@ def _written_after(view: fx.Node, modules: dict[str, nn.Module]) -> bool:
     """
     order = {node: index for index, node in enumerate(view.graph.nodes)}
     values = shares_memory_with(view, modules)
-    return any(order[user] > order[view] and writes_in_place(user, modules) for value in values for user in value.users)
+    return any(
+        order[user] > order[view] and writes_in_place(user, op_name(user, modules))
+        for value in values
+        for user in value.users
+    )
 
 
 class ChannelsLastConverter(ChannelsLastConverterBase):

@@ -96,6 +96,7 @@ from lab01_fx_passes.onednn_ops import (  # noqa: F401  (the operators, reasons 
     Convolution,
     OneDNNLoweringBase,
     aten,
+    is_relu_of,
     mkldnn,
     onednn_dtypes,
     pair,
@@ -161,12 +162,6 @@ def match_convolution(gm: fx.GraphModule, node: fx.Node, modules: dict[str, nn.M
     if node.op == "call_function":
         return _function_convolution(gm, node)
     return None
-
-
-def _is_relu_of(node: fx.Node, value: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` applies ReLU (in any dialect, in place or not) to ``value``."""
-    name = op_name(node, modules)
-    return name is not None and name.name == "relu" and bool(node.args) and node.args[0] is value
 
 
 class OneDNNLowering(OneDNNLoweringBase):
@@ -265,15 +260,15 @@ class OneDNNLowering(OneDNNLoweringBase):
         users = list(conv.node.users)
         # What the fused node replaces, from the convolution to the node whose value it computes.
         absorbed, form, other = [conv.node], CONV, None
-        if len(users) == 1 and _is_relu_of(users[0], conv.node, modules):
+        if len(users) == 1 and is_relu_of(users[0], conv.node, op_name(users[0], modules)):
             absorbed, form = [conv.node, users[0]], CONV_RELU
         elif len(users) == 1 and (found := self._sum_after(conv, modules, tensors)) is not None:
             add, other = found
             absorbed, form = [conv.node, add], CONV_ADD
             add_users = list(add.users)
-            if len(add_users) == 1 and _is_relu_of(add_users[0], add, modules):
+            if len(add_users) == 1 and is_relu_of(add_users[0], add, op_name(add_users[0], modules)):
                 absorbed, form = [conv.node, add, add_users[0]], CONV_ADD_RELU
-            elif any(_is_relu_of(user, add, modules) for user in add_users):
+            elif any(is_relu_of(user, add, op_name(user, modules)) for user in add_users):
                 self.unfused[SUM_SHARED] += 1
         elif len(users) > 1:
             self.unfused[CONV_OUTPUT_SHARED] += 1
