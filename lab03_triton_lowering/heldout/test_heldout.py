@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch._inductor import config as inductor_config
 
+from lab03_triton_lowering.checks import HALF_TOLERANCE, TOLERANCE, reference
 from labkit.numerics import output_error, outputs_close
 
-TOLERANCE = 1e-4
 KERNEL = "kernel: other row lengths, eps values and affine parameters"
 HALF = "kernel: half precision at other shapes"
 LOWERING = "Inductor lowering: another model"
 GPU = "GPU kernel: other shapes and dtypes"
-
-
-def reference(x, weight, bias, eps, approximate):
-    return F.gelu(F.layer_norm(x, (x.shape[-1],), weight, bias, eps), approximate=approximate)
 
 
 def inputs(shape, seed, dtype=torch.float32, device="cpu", scale=1.5, offset=-0.3):
@@ -68,8 +63,7 @@ def test_half_precision_on_an_odd_three_dimensional_shape(lab, dtype):
     out = lab.layernorm_gelu(x, weight, bias, eps=1e-6, approximate="none")
     assert out.dtype == dtype
     expected = reference(x.float(), weight.float(), bias.float(), 1e-6, "none").to(dtype)
-    tolerance = {torch.float16: dict(rtol=2e-3, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5)}[dtype]
-    assert outputs_close(out, expected, **tolerance), output_error(out, expected)
+    assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), output_error(out, expected)
 
 
 class ResidualBlock(nn.Module):
@@ -123,4 +117,5 @@ def test_gpu_kernel_on_other_shapes(lab, shape):
         if dtype == torch.float32:
             assert output_error(out, expected).max_abs <= TOLERANCE
         else:
-            assert outputs_close(out, expected.to(dtype), rtol=1.6e-2, atol=1e-5), output_error(out, expected.to(dtype))
+            expected = expected.to(dtype)
+            assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), output_error(out, expected)
