@@ -150,8 +150,16 @@ def _attributes_restored(owners: list[Any], *, keep_added: tuple[Any, ...] = ())
     """Record every attribute of ``owners`` (modules, classes); afterwards restore changed ones, delete added ones.
 
     Attributes added to the owners in ``keep_added`` stay: the interpreter adds its own globals to a
-    kernel's module when it first rewrites the kernel, and reuses that rewrite later.
+    kernel's module when it first rewrites the kernel, and reuses that rewrite later. The interpreter's
+    globals stay wherever they were added, ``triton.language``'s modules included: it adds them to the
+    module of every ``@triton.jit`` function it rewrites (``tl.max``'s, ``triton.language.standard``),
+    caches the rewrite for the whole process, and the next launch's call of that rewrite reads them
+    there (``NameError: name 'interpreter_semantic' is not defined`` when deleted). They shadow
+    nothing: the interpreter adds only names the module did not have.
     """
+    from triton.runtime import interpreter
+
+    interpreter_globals = vars(interpreter)
     recorded = [(owner, dict(vars(owner))) for owner in owners]
     try:
         yield
@@ -159,7 +167,8 @@ def _attributes_restored(owners: list[Any], *, keep_added: tuple[Any, ...] = ())
         for owner, before in recorded:
             if not any(owner is kept for kept in keep_added):
                 for name in [name for name in vars(owner) if name not in before]:
-                    delattr(owner, name)
+                    if interpreter_globals.get(name, _MISSING) is not vars(owner)[name]:
+                        delattr(owner, name)
             for name, value in before.items():
                 if vars(owner).get(name, _MISSING) is not value:
                     setattr(owner, name, value)

@@ -82,6 +82,29 @@ def test_a_compiled_launch_after_an_interpreted_one_in_the_same_process(tmp_path
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
 
 
+def test_a_kernel_calling_tl_max_runs_interpreted_twice(tmp_path):
+    # tl.max (triton.language.standard) reads the interpreter's globals, which the interpreter adds to
+    # that module when it first rewrites tl.max and caches the rewrite: restoring the module after the
+    # first launch must not delete them, or the second launch fails with a NameError.
+    result = run_script(
+        tmp_path,
+        """
+        @triton.jit
+        def row_maxima(x_ptr, out_ptr, N: tl.constexpr):
+            row = tl.program_id(0).to(tl.int64)
+            x = tl.load(x_ptr + row * N + tl.arange(0, N))
+            tl.store(out_ptr + row, tl.max(x, axis=0))
+
+        x = torch.randn(4, 16); out = torch.empty(4)
+        for launch in range(2):
+            kernel_for(row_maxima, x.device)[(4,)](x, out, N=16)
+            torch.testing.assert_close(out, x.amax(1))
+        print("ok")
+    """,
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
 def test_cuda_launches_are_wrapped_for_tracers_only():
     # wrap_triton makes a launch traceable; run eagerly its wrapper costs ~0.1 ms of host time per call.
     import triton
