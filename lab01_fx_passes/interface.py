@@ -1,7 +1,7 @@
 """What the passes of steps 1 to 8 agree on with their callers and tests (harness: do not edit).
 
-Each file you write imports its part of this module, so every name here is also reachable where
-it was first defined (``conv_bn.TRAINING_MODE``, ``dce.RANDOM_OPS``, ``freezing.FrozenValue``):
+Each file you write imports the part of this module it needs, so the names you use read as before
+(``conv_bn.TRAINING_MODE``, ``dce.RANDOM_OPS``, ``freezing.FrozenValue`` still work). It holds:
 
 - the operators a pass looks for, per dialect (:data:`ATEN_CONVOLUTIONS`, :data:`RANDOM_OPS`,
   :data:`ALIASING_OPS`, ...);
