@@ -2,6 +2,7 @@
 
 - :mod:`~grader.execute.sandbox`: the folder a submission is graded in (pristine course + editable files);
 - :mod:`~grader.execute.isolation`: what a graded process may see and reach (bubblewrap, or nothing);
+- :mod:`~grader.execute.seccomp`: the system calls refused in the sandbox (the kernel keyring's), as a BPF program;
 - :mod:`~grader.execute.limits`: time and size limits, derived from the reference's recorded times;
 - :mod:`~grader.execute.command`: the pytest command line and environment of a graded process;
 - :mod:`~grader.execute.probe`: the pytest plugin inside the graded process (events, canaries, alarms);

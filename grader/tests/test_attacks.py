@@ -30,7 +30,7 @@ from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
 from grader.execute import supervisor
 from grader.execute.cgroup import cgroup_support
 from grader.execute.collect import build_rubric, cache_problem, rubric_key
-from grader.execute.isolation import GRADED_UID, Bubblewrap, Isolation, Unisolated, View
+from grader.execute.isolation import GRADED_UID, SETPRIV, Bubblewrap, Isolation, Unisolated, View
 from grader.runners.local import GradingSetup, grade_submission, own_grader_problem
 from grader.scoring.results import SubmissionResult
 from grader.scoring.score import rescore
@@ -79,6 +79,7 @@ def test_every_attack_class_of_the_corpus_is_there():
         "attack_carries_heldout",
         "attack_reads_test_frames",
         "attack_escalates_as_root",
+        "attack_keeps_keyring",
     } <= set(ATTACKS)
 
 
@@ -290,6 +291,64 @@ def test_with_one_writable_state_for_every_process_the_heldout_tests_leak(demo_s
     out = tmp_path / "graded"
     grade_submission(materialize("attack_carries_heldout", tmp_path / "sub"), out, demo_setup)
     assert [line for line in _heldout_lines() if line in student_facing(out)], "the attack is real"
+
+
+#: Removes attack_keeps_keyring's key from the running user's keyring (a key outlives every process) and
+#: prints whether there was one (x86_64's ``keyctl`` number: search, then invalidate).
+REMOVE_KEPT_KEY = """
+import ctypes
+KEYCTL, KEYCTL_SEARCH, KEYCTL_INVALIDATE, KEY_SPEC_USER_KEYRING = 250, 10, 21, -4
+libc = ctypes.CDLL(None)
+libc.syscall.restype = ctypes.c_long
+key = libc.syscall(ctypes.c_long(KEYCTL), ctypes.c_long(KEYCTL_SEARCH), ctypes.c_long(KEY_SPEC_USER_KEYRING),
+                   b"user", b"course-notes", ctypes.c_long(0))
+if key > 0:
+    libc.syscall(ctypes.c_long(KEYCTL), ctypes.c_long(KEYCTL_INVALIDATE), ctypes.c_long(key))
+print(key > 0)
+"""
+needs_x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the key's cleanup uses x86_64's numbers")
+
+
+def _remove_kept_key(graded_user: bool) -> bool:
+    """Remove the key from the grader's user's keyring, or (``graded_user``) from :data:`GRADED_UID`'s."""
+    drop = [SETPRIV, f"--reuid={GRADED_UID}", f"--regid={GRADED_UID}", "--clear-groups"] if graded_user else []
+    done = subprocess.run([*drop, sys.executable, "-c", REMOVE_KEPT_KEY], capture_output=True, text=True, check=True)
+    return done.stdout.strip() == "True"
+
+
+def _keyring_attack(setup: GradingSetup, out: Path, graded_user: bool) -> tuple[str, bool]:
+    """Grade attack_keeps_keyring under ``setup``: what its student reads, and whether it left its key."""
+    _remove_kept_key(graded_user)
+    try:
+        grade_submission(materialize("attack_keeps_keyring", out / "sub"), out / "graded", setup)
+    finally:
+        left = _remove_kept_key(graded_user)
+    return student_facing(out / "graded"), left
+
+
+@needs_bubblewrap
+def test_a_heldout_process_leaves_nothing_in_the_kernel_keyring(graded_corpus):
+    text = student_facing(graded_corpus / "attack_keeps_keyring")
+    assert "KEY-CARRIED: nothing (errno 38)" in text, "lab B's visible tests found no key (ENOSYS: refused)"
+    assert not [line for line in _heldout_lines() if line in text]
+
+
+@needs_x86_64
+def test_unisolated_the_keyring_carries_the_heldout_tests_to_a_later_process(demo_setup, tmp_path):
+    text, left = _keyring_attack(unisolated(demo_setup), tmp_path, graded_user=False)
+    assert left, "the unisolated held-out process left its key in this user's keyring"
+    assert [line for line in _heldout_lines() if line in text], "the attack is real: lab B prints the key"
+
+
+@needs_x86_64
+@needs_bubblewrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="graded by root, every run is the host's uid 65534")
+def test_without_the_seccomp_filter_the_graded_users_keyring_carries_them(demo_setup, tmp_path, monkeypatch):
+    """The control of the filter itself: the grader's isolation, every other guarantee kept."""
+    monkeypatch.setattr("grader.execute.isolation.filter_problem", lambda: "the control: no filter")
+    text, left = _keyring_attack(demo_setup, tmp_path, graded_user=True)
+    assert left, f"uid {GRADED_UID}'s keyring kept the held-out process's key"
+    assert [line for line in _heldout_lines() if line in text], "and a later process of that uid read it"
 
 
 def _grader_environ() -> bytes:
