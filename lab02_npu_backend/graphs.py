@@ -11,6 +11,8 @@
   that does arithmetic counts), while the graph runs on fake tensors (nothing is computed).
 - :func:`capture_graphs`: the graphs a backend receives for a model, in both dialects, from one trace.
 - :func:`fake_node_values`: every node's output value on fake tensors of given input shapes.
+- :func:`node_arg`, :func:`is_number`, :func:`tensors_in`: reading a node's arguments and values
+  (an argument given by position or by keyword, a constant number, the tensors inside a value).
 """
 
 from __future__ import annotations
@@ -42,12 +44,29 @@ def target_name(node: fx.Node) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def _has_tensor(value: Any) -> bool:
+def node_arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``index`` (positional) or ``name`` (keyword) of a node, or ``default``.
+
+    A call records an argument where the caller wrote it: ``torch.pow(x, 3)`` and
+    ``torch.pow(x, exponent=3)`` are the same call with the exponent in ``args`` or in ``kwargs``.
+    """
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a constant Python number (``int`` or ``float``; ``bool`` is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors inside a node's example value (a tensor, or a tuple/list holding some), in order."""
     if isinstance(value, torch.Tensor):
-        return True
+        return [value]
     if isinstance(value, (tuple, list)):
-        return any(_has_tensor(v) for v in value)
-    return False
+        return [t for v in value for t in tensors_in(v)]
+    return []
 
 
 def is_tuple_unpack(node: fx.Node) -> bool:
@@ -81,7 +100,7 @@ def is_compute_node(node: fx.Node) -> bool:
     value = node_value(node)
     if value is None:
         return not records_values(node.graph)
-    return _has_tensor(value)
+    return bool(tensors_in(value))
 
 
 def compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:

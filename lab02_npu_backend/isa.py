@@ -8,17 +8,27 @@ hardware is a change of one file.
 A broken ISA file must never half-load: :func:`load_isa` validates it against ``isa.schema.json``
 (JSON Schema) and a few rules the schema cannot express, and raises :class:`IsaError` naming the
 file and the problem.
+
+The simulator's side of the contract: a :data:`Kernel` gives one op its meaning;
+:func:`resolve_isa` turns what a user passes (an ``Isa``, a path, or nothing) into a loaded ISA, and
+:func:`missing_kernels` lists the ISA's ops a kernel table leaves out.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+#: A simulator kernel: (operands, attributes with every default filled in) -> result tensor. Operands
+#: follow the op's operand list in isa.json: tensors, Python numbers (``tensor_or_scalar``), a list of
+#: tensors (``tensor_list``) or None (an omitted optional operand).
+Kernel = Callable[[Sequence[Any], dict[str, Any]], torch.Tensor]
 
 #: The ISA shipped with the lab, and its schema.
 ISA_PATH = Path(__file__).with_name("isa.json")
@@ -215,3 +225,21 @@ def load_isa(path: str | Path | None = None) -> Isa:
 def default_isa() -> Isa:
     """The lab's ISA, loaded once per process."""
     return load_isa()
+
+
+def resolve_isa(isa: Isa | str | Path | None = None) -> Isa:
+    """``isa`` itself when it is loaded, the ISA at a path (loaded and validated now), or the lab's.
+
+    Raises:
+        IsaError: the file at the path is missing or invalid (:func:`load_isa` does the checking).
+    """
+    if isa is None:
+        return default_isa()
+    if isinstance(isa, Isa):
+        return isa
+    return load_isa(isa)
+
+
+def missing_kernels(isa: Isa, kernels: Mapping[str, Kernel]) -> list[str]:
+    """The ops of ``isa`` that ``kernels`` has no kernel for, sorted (empty: the table is complete)."""
+    return sorted(set(isa.ops) - set(kernels))

@@ -22,8 +22,9 @@ Shapes come from running the partition once on *fake* tensors of the real input 
 program is specialised to one set of input shapes (the backend caches one program per shape).
 
 Given: :class:`Ref` and :class:`ProgramBuilder` (in :mod:`lab02_npu_backend.program_builder`; the
-builder infers each result's shape by running your simulator kernel on meta tensors), the
-:data:`LOWERINGS` registry and a few example rules.
+builder infers each result's shape by running your simulator kernel on meta tensors), with the rule
+type :data:`LowerFn`, :class:`RmsNormChain` and :func:`rule_registrar`, which makes the decorator
+:func:`lowers` of the :data:`LOWERINGS` registry; a few example rules.
 You write the other rules, the RMSNorm chain finder and the driver :func:`lower_to_program`.
 """
 
@@ -33,42 +34,33 @@ from __future__ import annotations
 # you write your code.
 import math  # noqa: F401
 import operator
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import fx
 
-from lab02_npu_backend.graphs import fake_node_values, target_name  # noqa: F401
+from lab02_npu_backend.graphs import fake_node_values, is_number, target_name  # noqa: F401
 from lab02_npu_backend.ir import Program
-from lab02_npu_backend.program_builder import LoweringError, ProgramBuilder, Ref  # noqa: F401
+from lab02_npu_backend.program_builder import (  # noqa: F401
+    LowerFn,
+    LoweringError,
+    ProgramBuilder,
+    Ref,
+    RmsNormChain,
+    rule_registrar,
+)
 
 from .simulator import KERNELS  # noqa: F401
 
 aten = torch.ops.aten
 
 
-#: A lowering rule: (builder, the node's fake output value, *args, **kwargs) -> Ref or tuple.
-LowerFn = Callable[..., Any]
 #: Every lowering rule, for both dialects (their targets never collide).
 LOWERINGS: dict[Any, LowerFn] = {}
-
-
-def lowers(*targets: Any) -> Callable[[LowerFn], LowerFn]:
-    """Register a lowering rule for ``targets``."""
-
-    def register(rule: LowerFn) -> LowerFn:
-        for target in targets:
-            LOWERINGS[target] = rule
-        return rule
-
-    return register
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+#: ``@lowers(target, ...)``: register the rule below it in :data:`LOWERINGS` for every target named.
+lowers = rule_registrar(LOWERINGS)
 
 
 # ------------------------------------------------------------------ example rules
@@ -116,25 +108,6 @@ def _identity(b, out, input, *_, **__):
 #   tensor is that tensor), and the identities of your tables (clone, .to / .float / .type /
 #   .type_as / aten._to_copy that keep the dtype: add them to _identity).
 # guidance: end
-
-
-@dataclass(frozen=True)
-class RmsNormChain:
-    """``x * rsqrt(mean(x**2, -1, keepdim=True) + eps) [* weight]``, found in a graph.
-
-    Attributes:
-        x: the normalised input node.
-        weight: the 1-D weight node multiplied last, or None.
-        eps: the constant added to the mean.
-        result: the node whose value the chain computes (emit ``rmsnorm`` there).
-        inner: the other chain nodes (emit nothing for them).
-    """
-
-    x: fx.Node
-    weight: fx.Node | None
-    eps: float
-    result: fx.Node
-    inner: tuple[fx.Node, ...]
 
 
 def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:

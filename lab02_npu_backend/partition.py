@@ -16,6 +16,10 @@ partitioning twin of lab 1's single-user check: a node may move into a partition
 reader can see the difference. :mod:`lab02_npu_backend.mutation` (given) finds every write, the
 nodes whose value is the written tensor or a view of it, and whether anyone else can observe the
 write (``private``).
+
+Given (:mod:`lab02_npu_backend.partition_tools`): the result type :class:`NpuPartitioning`, the
+submodule prefix :data:`NPU_SUBMODULE_PREFIX`, the predicate :data:`calls_only` and
+:func:`retarget_tensor_indexing` (a PyTorch quirk, not the lesson).
 """
 
 from __future__ import annotations
@@ -23,13 +27,12 @@ from __future__ import annotations
 # These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
 # you write your code.
 import bisect  # noqa: F401
-import operator
+import operator  # noqa: F401
 import warnings  # noqa: F401
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import torch
+import torch  # noqa: F401
 from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition  # noqa: F401
 from torch.fx.passes.operator_support import OperatorSupportBase, chain, create_op_support  # noqa: F401
@@ -37,48 +40,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase, chain, create_
 from lab02_npu_backend.coverage import GraphCoverage, NodeDecision, NpuCoverageWarning, collecting  # noqa: F401
 from lab02_npu_backend.graphs import compute_nodes, graph_dialect, is_tuple_unpack, node_flops, target_name  # noqa: F401
 from lab02_npu_backend.mutation import TensorWrite, find_tensor_writes  # noqa: F401
-
-#: Name prefix ``CapabilityBasedPartitioner.fuse_partitions`` gives the fused NPU submodules.
-NPU_SUBMODULE_PREFIX = "fused_"
-
-#: Only calls may join a partition: a predicate that said yes to a placeholder or the output
-#: would pull graph inputs into the partition and break the fused module.
-_calls_only = create_op_support(lambda submodules, node: node.op in ("call_function", "call_method"))
-
-
-@dataclass
-class NpuPartitioning:
-    """The result of :func:`partition_for_npu`.
-
-    Attributes:
-        graph_module: the graph with every NPU partition fused into a ``call_module`` submodule.
-        npu_submodules: names of those submodules (attributes of ``graph_module``).
-        coverage: where every compute node of the *original* graph runs, and why.
-    """
-
-    graph_module: fx.GraphModule
-    npu_submodules: list[str]
-    coverage: GraphCoverage
-
-
-def retarget_tensor_indexing(gm: fx.GraphModule) -> int:
-    """Point tensor-indexing ``operator.getitem`` nodes at ``torch.Tensor.__getitem__`` (same meaning).
-
-    (Given: a PyTorch quirk, not the lesson.) ``CapabilityBasedPartitioner`` assumes that a node whose
-    users are all ``getitem`` returns a tuple, and moves those getitems into the producer's partition,
-    or to CPU when the producer is a placeholder. For ``x[:, :4]`` on a graph input that would
-    silently move a supported slice to the CPU. Call this *after* classifying the nodes (the support
-    table knows ``operator.getitem``; your lowering must then accept ``torch.Tensor.__getitem__`` too).
-    Returns how many nodes were retargeted.
-    """
-    count = 0
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is operator.getitem and not is_tuple_unpack(node):
-            node.target = torch.Tensor.__getitem__
-            count += 1
-    if count:
-        gm.recompile()
-    return count
+from lab02_npu_backend.partition_tools import (  # noqa: F401
+    NPU_SUBMODULE_PREFIX,
+    NpuPartitioning,
+    calls_only,
+    retarget_tensor_indexing,
+)
 
 
 def pin_cpu_writes(
@@ -158,7 +125,7 @@ def partition_for_npu(
     #    and its elision reason); then ``find_tensor_writes(gm)`` and ``pin_cpu_writes``: a pinned
     #    node's reason replaces the support's;
     # 2. ``retarget_tensor_indexing(gm)``;
-    # 3. ``CapabilityBasedPartitioner(gm, chain(_calls_only, <your verdicts>), allows_single_node_partition=True)``,
+    # 3. ``CapabilityBasedPartitioner(gm, chain(calls_only, <your verdicts>), allows_single_node_partition=True)``,
     #    ``propose_partitions()``; then ``split_at_writes`` with the writes that are in no partition;
     #    a node is on the NPU when it is in some partition's ``nodes``;
     # 4. build the coverage, warn if nothing is on the NPU;

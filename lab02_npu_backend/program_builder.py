@@ -4,6 +4,10 @@ A :class:`ProgramBuilder` declares the program's tensors (unique names, shapes, 
 instructions, and infers each result's shape and dtype by running the op's simulator kernel on
 ``meta`` tensors (no data is touched). A :class:`Ref` is the handle a lowering rule receives and
 returns for a program tensor. :class:`LoweringError` names the node a lowering failed on.
+
+The lowering's registry is built from pieces given here too: :data:`LowerFn` (the type of a rule),
+:func:`rule_registrar` (the ``@lowers(target, ...)`` decorator that fills a registry), and
+:class:`RmsNormChain` (what the RMSNorm chain finder returns).
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import fx
 
 from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program
-from lab02_npu_backend.isa import DTYPE_NAMES, default_isa
+from lab02_npu_backend.isa import DTYPE_NAMES, Kernel, default_isa
 
-#: A simulator kernel: (input tensors, attributes) -> result tensor.
-Kernel = Callable[[Sequence[Any], dict[str, Any]], torch.Tensor]
+#: A lowering rule: (builder, the node's fake output value, *args, **kwargs) -> Ref or tuple.
+LowerFn = Callable[..., Any]
 
 
 class LoweringError(RuntimeError):
@@ -107,3 +112,41 @@ class ProgramBuilder:
             "outputs": [ref.name for ref in outputs],
             "instructions": self.instructions,
         }
+
+
+def rule_registrar(registry: dict[Any, LowerFn]) -> Callable[..., Callable[[LowerFn], LowerFn]]:
+    """The decorator factory that registers lowering rules in ``registry``.
+
+    ``lowers = rule_registrar(LOWERINGS)``; then ``@lowers(torch.neg, "neg", aten.neg.default)``
+    above a rule makes it the rule of every target it names (a later registration of the same
+    target replaces the earlier one) and returns the rule unchanged.
+    """
+
+    def lowers(*targets: Any) -> Callable[[LowerFn], LowerFn]:
+        def register(rule: LowerFn) -> LowerFn:
+            for target in targets:
+                registry[target] = rule
+            return rule
+
+        return register
+
+    return lowers
+
+
+@dataclass(frozen=True)
+class RmsNormChain:
+    """``x * rsqrt(mean(x**2, -1, keepdim=True) + eps) [* weight]``, found in a graph.
+
+    Attributes:
+        x: the normalised input node.
+        weight: the 1-D weight node multiplied last, or None.
+        eps: the constant added to the mean.
+        result: the node whose value the chain computes (emit ``rmsnorm`` there).
+        inner: the other chain nodes (emit nothing for them).
+    """
+
+    x: fx.Node
+    weight: fx.Node | None
+    eps: float
+    result: fx.Node
+    inner: tuple[fx.Node, ...]

@@ -25,14 +25,19 @@ import torch
 import torch.nn.functional as F  # noqa: F401
 
 from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label  # noqa: F401
-from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, MissingKernelsError, default_isa, load_isa  # noqa: F401
+from lab02_npu_backend.isa import (  # noqa: F401
+    ATTRIBUTE_TYPES,
+    DTYPES,
+    Isa,
+    Kernel,
+    MissingKernelsError,
+    OpSpec,
+    missing_kernels,
+    resolve_isa,
+)
 
-#: A kernel: (operands, attributes with every default filled in) -> result tensor. Operands follow
-#: the op's operand list in isa.json: tensors, Python numbers (``tensor_or_scalar``), a list of
-#: tensors (``tensor_list``) or None (an omitted optional operand).
-Kernel = Callable[[list[Any], dict[str, Any]], torch.Tensor]
-
-#: The meaning of every ISA op (read "semantics" in isa.json).
+#: The meaning of every ISA op (read "semantics" in isa.json): one :data:`~lab02_npu_backend.isa.Kernel`
+#: each, which says what a kernel receives (operands, attributes) and returns.
 KERNELS: dict[str, Kernel] = {
     "matmul": lambda ops, a: torch.matmul(ops[0], ops[1]),
     "add": lambda ops, a: torch.add(ops[0], ops[1]),
@@ -67,14 +72,10 @@ class NpuSimulator:
     """
 
     def __init__(self, isa: Isa | str | Path | None = None) -> None:
-        if isa is None:
-            isa = default_isa()
-        elif not isinstance(isa, Isa):
-            isa = load_isa(isa)
-        missing = sorted(set(isa.ops) - set(KERNELS))
+        self.isa = resolve_isa(isa)
+        missing = missing_kernels(self.isa, KERNELS)
         if missing:
             raise MissingKernelsError(f"the simulator has no kernel for ISA ops {missing}: add them to KERNELS")
-        self.isa = isa
 
     def load(self, program: Any) -> Callable[..., list[torch.Tensor]]:
         """Validate ``program`` and return a callable ``loaded(*input_tensors) -> list of outputs``.

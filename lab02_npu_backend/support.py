@@ -23,6 +23,11 @@ To see which targets a model produces, print its graphs::
     from lab02_npu_backend.graphs import capture_graphs
     captured = capture_graphs(model, *inputs)
     print(captured.torch[0].graph); print(captured.aten[0].graph)
+
+Given (:mod:`lab02_npu_backend.support_tools`): the table types :data:`Target` and
+:data:`SupportTable`, the check type :data:`Constraint`, ``pow``'s check (:func:`pow_check`) and
+:func:`only_first_output_used` for multi-output aten ops; :mod:`lab02_npu_backend.graphs` reads
+arguments and values (:func:`node_arg`, :func:`is_number`, :func:`tensors_in`, :func:`node_value`).
 """
 
 from __future__ import annotations
@@ -30,8 +35,7 @@ from __future__ import annotations
 # These are the imports the finished module uses; the ones marked `noqa: F401` stay unused until
 # you write your code.
 import operator
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F  # noqa: F401
@@ -39,15 +43,17 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true  # noqa: F401
 from torch.fx.passes.operator_support import OperatorSupport
 
-from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name  # noqa: F401
+from lab02_npu_backend.graphs import is_number, is_tuple_unpack, node_arg, node_value, target_name, tensors_in  # noqa: F401
 from lab02_npu_backend.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa  # noqa: F401
+from lab02_npu_backend.support_tools import (  # noqa: F401
+    Constraint,
+    SupportTable,
+    Target,
+    only_first_output_used,
+    pow_check,
+)
 
 aten = torch.ops.aten
-
-#: A node target: a callable (torch dialect), an ``OpOverload`` (aten) or a method name (``call_method``).
-Target = Any
-#: A support table: target -> the ISA ops its lowering emits (``()`` for an identity, e.g. eval dropout).
-SupportTable = Mapping[Target, tuple[str, ...]]
 
 #: Dynamo's torch-level targets.
 TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
@@ -84,60 +90,20 @@ ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
 TABLES: dict[str, SupportTable] = {"torch": TORCH_SUPPORT, "aten": ATEN_SUPPORT}
 
 
-def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
-    """Argument ``index`` (positional) or ``name`` (keyword) of a node, or ``default``."""
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _only_first_output_used(node: fx.Node) -> str | None:
-    """For multi-output aten ops (native_layer_norm, sdpa): the NPU computes only output 0."""
-    for user in node.users:
-        if not (user.target is operator.getitem and user.args[1] == 0):
-            return "only its first output can run on the NPU (the others are saved for backward)"
-    return None
-
-
-#: The largest integer exponent ``pow`` lowers to multiplications (square-and-multiply: at most 4).
-MAX_POW_EXPONENT = 8
-
-
-def _pow_check(node: fx.Node) -> str | None:
-    exponent = _arg(node, 1, "exponent")
-    integral = _is_number(exponent) and float(exponent).is_integer() and 2 <= exponent <= MAX_POW_EXPONENT
-    if isinstance(node.args[0], fx.Node) and integral:
-        return None
-    return f"only pow(x, n) with an integer n from 2 to {MAX_POW_EXPONENT} lowers to the NPU (as multiplications)"
-
-
 #: Argument constraints: target -> check(node) returning None (fine) or why the NPU cannot run it.
-CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
-    **{t: _pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
+CONSTRAINTS: dict[Target, Constraint] = {
+    **{t: pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
     # TODO: a check for every target whose arguments decide whether the NPU can run it.
     # guidance: begin
     # Division only by a constant; mean only over explicit dims; batch norm and dropout only in eval
     # mode; attention without dropout (and a mask only as a tensor, never with is_causal); getitem
     # without tensor indices (a constant list of ints, x[..., [-2], :], is slices); multi-output aten
-    # ops only when output 0 alone is used (_only_first_output_used); addmm without beta/alpha;
+    # ops only when output 0 alone is used (only_first_output_used); addmm without beta/alpha;
     # clamp/hardtanh only to constant bounds; split/chunk only with constant sizes; .to/.float/.type/
     # .type_as/_to_copy only when they keep the dtype and the device (say "converts dtype A to B"
     # when they do not: the ISA has no conversion op); ...
     # guidance: end
 }
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors inside a node's example value (a tensor, or a tuple/list holding some)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 class NpuOperatorSupport(OperatorSupport):

@@ -26,42 +26,33 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import fx
 
-from lab02_npu_backend.graphs import fake_node_values, target_name
+from lab02_npu_backend.graphs import fake_node_values, is_number, target_name
 from lab02_npu_backend.ir import Program
-from lab02_npu_backend.program_builder import LoweringError, ProgramBuilder, Ref  # noqa: F401
+from lab02_npu_backend.program_builder import (  # noqa: F401
+    LowerFn,
+    LoweringError,
+    ProgramBuilder,
+    Ref,
+    RmsNormChain,
+    rule_registrar,
+)
 
 from .simulator import KERNELS
 
 aten = torch.ops.aten
 
 
-#: A lowering rule: (builder, the node's fake output value, *args, **kwargs) -> Ref or tuple.
-LowerFn = Callable[..., Any]
 #: Every lowering rule, for both dialects (their targets never collide).
 LOWERINGS: dict[Any, LowerFn] = {}
-
-
-def lowers(*targets: Any) -> Callable[[LowerFn], LowerFn]:
-    """Register a lowering rule for ``targets``."""
-
-    def register(rule: LowerFn) -> LowerFn:
-        for target in targets:
-            LOWERINGS[target] = rule
-        return rule
-
-    return register
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+#: ``@lowers(target, ...)``: register the rule below it in :data:`LOWERINGS` for every target named.
+lowers = rule_registrar(LOWERINGS)
 
 
 # ------------------------------------------------------------------ matrix products
@@ -113,14 +104,14 @@ def _add(b, out, input, other, alpha=1):
     if not isinstance(input, Ref):  # 2 + x == x + 2
         input, other = other, input
     if alpha != 1:
-        other = other * alpha if _is_number(other) else b.emit("mul", [other, alpha])
+        other = other * alpha if is_number(other) else b.emit("mul", [other, alpha])
     return b.emit("add", [input, other])
 
 
 @lowers(operator.sub, operator.isub, torch.sub, "sub", aten.sub.Tensor)
 def _sub(b, out, input, other, alpha=1):
     if isinstance(input, Ref):  # x - y == x + (-alpha * y)
-        negated = -alpha * other if _is_number(other) else b.emit("mul", [other, -alpha])
+        negated = -alpha * other if is_number(other) else b.emit("mul", [other, -alpha])
         return b.emit("add", [input, negated])
     return b.emit("add", [b.emit("mul", [other, -alpha]), input])  # c - y == (-alpha * y) + c
 
@@ -505,17 +496,6 @@ def _other_operand(node: fx.Node, known: Any) -> Any:
     return b if a is known else a if b is known else None
 
 
-@dataclass(frozen=True)
-class RmsNormChain:
-    """``x * rsqrt(mean(x**2, -1, keepdim=True) + eps) [* weight]``, found in a graph."""
-
-    x: fx.Node
-    weight: fx.Node | None
-    eps: float
-    result: fx.Node
-    inner: tuple[fx.Node, ...]
-
-
 def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
     """Every RMSNorm chain whose intermediate values are used only by the chain (so fusing is safe)."""
     chains = []
@@ -523,7 +503,7 @@ def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
         if not _single_use(rsqrt, _RSQRT):
             continue
         add = rsqrt.args[0]
-        if not (_single_use(add, _ADD) and _is_number(add.args[1]) and not add.kwargs):
+        if not (_single_use(add, _ADD) and is_number(add.args[1]) and not add.kwargs):
             continue
         mean = add.args[0]
         if not _single_use(mean, _MEAN) or not _is_last_dim_keepdim(mean):

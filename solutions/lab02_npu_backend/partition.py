@@ -29,7 +29,6 @@ import bisect
 import operator
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,28 +39,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase, chain, create_
 from lab02_npu_backend.coverage import GraphCoverage, NodeDecision, NpuCoverageWarning, collecting
 from lab02_npu_backend.graphs import compute_nodes, graph_dialect, is_tuple_unpack, node_flops, target_name
 from lab02_npu_backend.mutation import TensorWrite, find_tensor_writes
-
-#: Name prefix ``CapabilityBasedPartitioner.fuse_partitions`` gives the fused NPU submodules.
-NPU_SUBMODULE_PREFIX = "fused_"
-
-#: Only calls may join a partition: a predicate that said yes to a placeholder or the output
-#: would pull graph inputs into the partition and break the fused module.
-_calls_only = create_op_support(lambda submodules, node: node.op in ("call_function", "call_method"))
-
-
-@dataclass
-class NpuPartitioning:
-    """The result of :func:`partition_for_npu`.
-
-    Attributes:
-        graph_module: the graph with every NPU partition fused into a ``call_module`` submodule.
-        npu_submodules: names of those submodules (attributes of ``graph_module``).
-        coverage: where every compute node of the *original* graph runs, and why.
-    """
-
-    graph_module: fx.GraphModule
-    npu_submodules: list[str]
-    coverage: GraphCoverage
+from lab02_npu_backend.partition_tools import (
+    NPU_SUBMODULE_PREFIX,
+    NpuPartitioning,
+    calls_only,
+    retarget_tensor_indexing,
+)
 
 
 def partition_for_npu(
@@ -111,7 +94,7 @@ def partition_for_npu(
         return source in reasons and reasons[source] is None
 
     decided = create_op_support(verdict)
-    partitioner = CapabilityBasedPartitioner(gm, chain(_calls_only, decided), allows_single_node_partition=True)
+    partitioner = CapabilityBasedPartitioner(gm, chain(calls_only, decided), allows_single_node_partition=True)
     proposed = partitioner.propose_partitions()
     placed = {node for partition in proposed for node in partition.nodes}
     partitions = split_at_writes(proposed, [write.node for write in writes if write.node not in placed], order)
@@ -186,24 +169,6 @@ def split_at_writes(
             source = node.args[0] if is_tuple_unpack(node) else node
             pieces.setdefault((index, bisect.bisect(cuts, order[source])), []).append(node)
     return [Partition(id=i, nodes=nodes) for i, nodes in enumerate(pieces.values())]
-
-
-def retarget_tensor_indexing(gm: fx.GraphModule) -> int:
-    """Point tensor-indexing ``operator.getitem`` nodes at ``torch.Tensor.__getitem__`` (same meaning).
-
-    ``CapabilityBasedPartitioner`` assumes that a node whose users are all ``getitem`` returns a
-    tuple, and moves those getitems into the producer's partition, or to CPU when the producer is a
-    placeholder. For ``x[:, :4]`` on a graph input that would silently move a supported slice to the
-    CPU. Returns how many nodes were retargeted.
-    """
-    count = 0
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is operator.getitem and not is_tuple_unpack(node):
-            node.target = torch.Tensor.__getitem__
-            count += 1
-    if count:
-        gm.recompile()
-    return count
 
 
 def _warn_no_npu_nodes(gm: fx.GraphModule, support: OperatorSupportBase, dialect: str, nodes: list[fx.Node]) -> None:

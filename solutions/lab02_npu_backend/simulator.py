@@ -25,10 +25,16 @@ import torch
 import torch.nn.functional as F
 
 from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label
-from lab02_npu_backend.isa import ATTRIBUTE_TYPES, DTYPES, Isa, MissingKernelsError, OpSpec, default_isa, load_isa
-
-#: A kernel: (operands, attributes with defaults filled in) -> result tensor.
-Kernel = Callable[[Sequence[Any], dict[str, Any]], torch.Tensor]
+from lab02_npu_backend.isa import (
+    ATTRIBUTE_TYPES,
+    DTYPES,
+    Isa,
+    Kernel,
+    MissingKernelsError,
+    OpSpec,
+    missing_kernels,
+    resolve_isa,
+)
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu,
@@ -254,14 +260,10 @@ class NpuSimulator:
     """
 
     def __init__(self, isa: Isa | str | Path | None = None) -> None:
-        if isa is None:
-            isa = default_isa()
-        elif not isinstance(isa, Isa):
-            isa = load_isa(isa)
-        missing = sorted(set(isa.ops) - set(KERNELS))
+        self.isa = resolve_isa(isa)
+        missing = missing_kernels(self.isa, KERNELS)
         if missing:
             raise MissingKernelsError(f"the simulator has no kernel for ISA ops {missing}: add them to KERNELS")
-        self.isa = isa
 
     def validate(self, program: Any) -> None:
         """Raise ``ProgramError`` (naming the instruction) unless ``program`` is a valid program."""

@@ -22,8 +22,7 @@ coverage report lists them as *elided*, outside the NPU fraction, so identities 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -31,15 +30,11 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.passes.operator_support import OperatorSupport
 
-from lab02_npu_backend.graphs import is_tuple_unpack, node_value, target_name
+from lab02_npu_backend.graphs import is_number, is_tuple_unpack, node_arg, node_value, target_name, tensors_in
 from lab02_npu_backend.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa
+from lab02_npu_backend.support_tools import Constraint, SupportTable, Target, only_first_output_used, pow_check
 
 aten = torch.ops.aten
-
-#: A node target: a callable (torch dialect), an ``OpOverload`` (aten) or a method name (``call_method``).
-Target = Any
-#: A support table: target -> the ISA ops its lowering emits (``()`` for an identity, e.g. eval dropout).
-SupportTable = Mapping[Target, tuple[str, ...]]
 
 _LINEAR = ("permute", "matmul", "add")
 _ADDMM = ("matmul", "add")
@@ -204,45 +199,15 @@ TABLES: dict[str, SupportTable] = {"torch": TORCH_SUPPORT, "aten": ATEN_SUPPORT}
 # ----------------------------------------------------------------------------------------------
 
 
-def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
-    """Argument ``index`` (positional) or ``name`` (keyword) of a node, or ``default``."""
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _only_first_output_used(node: fx.Node) -> str | None:
-    for user in node.users:
-        if not (user.target is operator.getitem and user.args[1] == 0):
-            return "only its first output can run on the NPU (the others are saved for backward)"
-    return None
-
-
-#: The largest integer exponent ``pow`` lowers to multiplications (square-and-multiply: at most 4).
-MAX_POW_EXPONENT = 8
-
-
-def _pow_check(node: fx.Node) -> str | None:
-    exponent = _arg(node, 1, "exponent")
-    integral = _is_number(exponent) and float(exponent).is_integer() and 2 <= exponent <= MAX_POW_EXPONENT
-    if isinstance(node.args[0], fx.Node) and integral:
-        return None
-    return f"only pow(x, n) with an integer n from 2 to {MAX_POW_EXPONENT} lowers to the NPU (as multiplications)"
-
-
 def _clamp_check(node: fx.Node) -> str | None:
     """clamp/clip/hardtanh/relu6 become the activation unit's clamp: constant bounds only."""
     if node.target is F.relu6:
         return None
     if node.target in (F.hardtanh, aten.hardtanh.default):
-        bounds = (_arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0))
+        bounds = (node_arg(node, 1, "min_val", -1.0), node_arg(node, 2, "max_val", 1.0))
     else:
-        bounds = (_arg(node, 1, "min"), _arg(node, 2, "max"))
-    if all(b is None or _is_number(b) for b in bounds) and any(b is not None for b in bounds):
+        bounds = (node_arg(node, 1, "min"), node_arg(node, 2, "max"))
+    if all(b is None or is_number(b) for b in bounds) and any(b is not None for b in bounds):
         return None
     return "only clamping to constant bounds lowers to the NPU (the activation unit's clamp)"
 
@@ -276,7 +241,7 @@ def _split_check(node: fx.Node) -> str | None:
             None,
         )
     )
-    dim = _arg(node, 2, "dim", 0)
+    dim = node_arg(node, 2, "dim", 0)
     sizes = sizes if isinstance(sizes, (list, tuple)) else [sizes]
     if all(isinstance(v, int) for v in (*sizes, dim)):
         return None
@@ -284,62 +249,62 @@ def _split_check(node: fx.Node) -> str | None:
 
 
 def _div_check(node: fx.Node) -> str | None:
-    ok = isinstance(node.args[0], fx.Node) and _is_number(_arg(node, 1, "other"))
-    if ok and _arg(node, 2, "rounding_mode") is None:
+    ok = isinstance(node.args[0], fx.Node) and is_number(node_arg(node, 1, "other"))
+    if ok and node_arg(node, 2, "rounding_mode") is None:
         return None
     return "only division of a tensor by a constant lowers to the NPU (as mul by its reciprocal)"
 
 
 def _mean_check(node: fx.Node) -> str | None:
-    dims = _arg(node, 1, "dim")
-    if dims is None or _arg(node, 3, "dtype") is not None:
+    dims = node_arg(node, 1, "dim")
+    if dims is None or node_arg(node, 3, "dtype") is not None:
         return "only mean over explicit dimensions, without dtype conversion"
     return None
 
 
 def _adaptive_pool_check(node: fx.Node) -> str | None:
-    size = _arg(node, 1, "output_size")
+    size = node_arg(node, 1, "output_size")
     return None if size in (1, (1, 1), [1, 1]) else "only adaptive_avg_pool2d to 1x1 lowers (as a mean)"
 
 
 def _batch_norm_check(node: fx.Node) -> str | None:
-    return "batch norm in training mode needs batch statistics" if _arg(node, 5, "training", False) else None
+    return "batch norm in training mode needs batch statistics" if node_arg(node, 5, "training", False) else None
 
 
 def _dropout_check(node: fx.Node) -> str | None:
-    active = _arg(node, 2, "training", True) and _arg(node, 1, "p", 0.5) != 0
+    active = node_arg(node, 2, "training", True) and node_arg(node, 1, "p", 0.5) != 0
     return "active dropout needs a random number generator" if active else None
 
 
 def _softmax_check(node: fx.Node) -> str | None:
-    dtype = _arg(node, 3 if node.target is F.softmax else 2, "dtype")
+    dtype = node_arg(node, 3 if node.target is F.softmax else 2, "dtype")
     return "softmax with a dtype conversion" if dtype is not None else None
 
 
 def _gelu_check(node: fx.Node) -> str | None:
-    return None if _arg(node, 1, "approximate", "none") in ("none", "tanh") else "unknown gelu approximation"
+    return None if node_arg(node, 1, "approximate", "none") in ("none", "tanh") else "unknown gelu approximation"
 
 
 def _sdpa_check(node: fx.Node) -> str | None:
     """Float masks are added to the scores; a boolean mask is the softmax unit's ``mask`` operand."""
-    mask = _arg(node, 3, "attn_mask")
-    if _arg(node, 4, "dropout_p", 0.0) != 0.0:
+    mask = node_arg(node, 3, "attn_mask")
+    if node_arg(node, 4, "dropout_p", 0.0) != 0.0:
         return "attention dropout needs a random number generator"
     if mask is not None and not isinstance(mask, fx.Node):
         return "attn_mask must be a tensor"
-    if mask is not None and _arg(node, 5, "is_causal", False):
+    if mask is not None and node_arg(node, 5, "is_causal", False):
         return "attn_mask together with is_causal"
     return None
 
 
 def _aten_sdpa_check(node: fx.Node) -> str | None:
     # AOTAutograd hands a boolean mask over as a float one (where(mask, 0, -inf)): the same additive mask.
-    if _arg(node, 3, "dropout_p", 0.0) != 0.0:
+    if node_arg(node, 3, "dropout_p", 0.0) != 0.0:
         return "attention dropout needs a random number generator"
     mask = node.kwargs.get("attn_mask")
-    if mask is not None and (not isinstance(mask, fx.Node) or _arg(node, 4, "is_causal", False)):
+    if mask is not None and (not isinstance(mask, fx.Node) or node_arg(node, 4, "is_causal", False)):
         return "attn_mask must be a tensor, without is_causal"
-    return _only_first_output_used(node)
+    return only_first_output_used(node)
 
 
 def boolean_mask_inputs(node: fx.Node) -> set[fx.Node]:
@@ -347,7 +312,7 @@ def boolean_mask_inputs(node: fx.Node) -> set[fx.Node]:
     ``mask`` operand, so they are outside the rule that a node's tensors share one dtype."""
     if node.target is not F.scaled_dot_product_attention:
         return set()
-    mask = _arg(node, 3, "attn_mask")
+    mask = node_arg(node, 3, "attn_mask")
     is_bool = isinstance(mask, fx.Node) and getattr(node_value(mask), "dtype", None) == torch.bool
     return {mask} if is_bool else set()
 
@@ -426,7 +391,7 @@ def _has_list_index(node: fx.Node) -> bool:
 
 
 def _alpha_check(node: fx.Node) -> str | None:
-    return None if _is_number(node.kwargs.get("alpha", 1)) else "alpha must be a constant"
+    return None if is_number(node.kwargs.get("alpha", 1)) else "alpha must be a constant"
 
 
 def _addmm_check(node: fx.Node) -> str | None:
@@ -441,15 +406,15 @@ def _convolution_check(node: fx.Node) -> str | None:
 
 
 def _conv2d_check(node: fx.Node) -> str | None:
-    return "string padding ('same'/'valid')" if isinstance(_arg(node, 4, "padding", 0), str) else None
+    return "string padding ('same'/'valid')" if isinstance(node_arg(node, 4, "padding", 0), str) else None
 
 
 def _layer_norm_check(node: fx.Node) -> str | None:
-    return _only_first_output_used(node)
+    return only_first_output_used(node)
 
 
-CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
-    **{t: _pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
+CONSTRAINTS: dict[Target, Constraint] = {
+    **{t: pow_check for t in (operator.pow, torch.pow, "pow", aten.pow.Tensor_Scalar)},
     **{t: _div_check for t in (operator.truediv, torch.div, "div", aten.div.Tensor)},
     **{t: _mean_check for t in (torch.mean, "mean")},
     **{t: _alpha_check for t in (torch.add, "add", torch.sub, "sub", aten.add.Tensor, aten.sub.Tensor)},
@@ -488,14 +453,6 @@ CONSTRAINTS: dict[Target, Callable[[fx.Node], str | None]] = {
     aten._native_batch_norm_legit_no_training.default: _layer_norm_check,
     aten._softmax.default: lambda node: "softmax with half_to_float" if node.args[2] else None,
 }
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 def _is_empty(tensor: torch.Tensor) -> bool:
@@ -552,11 +509,11 @@ class NpuOperatorSupport(OperatorSupport):
             return problem
         if is_tuple_unpack(node):
             return None
-        outputs = _tensors(node_value(node))
+        outputs = tensors_in(node_value(node))
         if not outputs:
             return "produces no tensor (size arithmetic stays on the host)"
         masks = boolean_mask_inputs(node)
-        inputs = [t for arg in node.all_input_nodes if arg not in masks for t in _tensors(node_value(arg))]
+        inputs = [t for arg in node.all_input_nodes if arg not in masks for t in tensors_in(node_value(arg))]
         dtypes = {t.dtype for t in outputs + inputs}
         if len(dtypes) > 1:
             names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
@@ -587,7 +544,7 @@ class NpuOperatorSupport(OperatorSupport):
         """
         if node.op not in ("call_function", "call_method") or is_tuple_unpack(node):
             return None
-        outputs = _tensors(node_value(node))
+        outputs = tensors_in(node_value(node))
         if outputs and all(_is_empty(t) for t in outputs):
             return "produces an empty tensor: nothing to compute"
         isa_ops = self._isa_ops(node)
@@ -596,7 +553,7 @@ class NpuOperatorSupport(OperatorSupport):
             return None
         if not isa_ops:
             return "returns its input unchanged: no instruction"
-        inputs = [t for arg in node.all_input_nodes for t in _tensors(node_value(arg)) if not _is_empty(t)]
+        inputs = [t for arg in node.all_input_nodes for t in tensors_in(node_value(arg)) if not _is_empty(t)]
         if _has_list_index(node):  # a gather can reorder elements without changing the shape
             return None
         if set(isa_ops) <= SHAPE_ONLY_OPS and len(outputs) == 1 and len(inputs) == 1:
