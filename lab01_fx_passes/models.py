@@ -5,8 +5,8 @@ check that the pass fired exactly where it should. BatchNorm statistics are rand
 (:func:`randomize_batch_norm`): with fresh statistics (mean 0, variance 1) BN in eval mode is
 almost the identity, and a wrong fold would go unnoticed.
 
-The first models are shared: several steps' tests, the held-out tests, the figures (``draw_graphs.py``)
-and the benchmark run them. The rest are one step's cases each, in step order: a graded test's model
+The first models are shared: several steps' tests, the held-out tests and the figures
+(``draw_graphs.py``) run them. The rest are one step's cases each, in step order: a graded test's model
 holds the pattern its pass must handle or must leave alone (an in-place write, a random op, a view of
 written memory...), and its docstring says which.
 """
