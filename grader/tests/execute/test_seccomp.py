@@ -1,5 +1,6 @@
 """The seccomp filter (:mod:`grader.execute.seccomp`): under the grader's isolation the kernel keyring is
-closed (``add_key`` fails with ENOSYS), while the same call outside the sandbox works (the control)."""
+closed (``add_key`` fails with ENOSYS), while the same call outside the sandbox works (the control); and
+the program's verdict for every ABI it knows or refuses, on an interpreter (no aarch64 machine needed)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ import sys
 import pytest
 
 from grader.execute.seccomp import (
+    ARCH_OFFSET,
+    AUDIT_ARCH_AARCH64,
+    AUDIT_ARCH_X86_64,
     INSTRUCTION,
     JUMP_AT_LEAST,
     JUMP_EQUAL,
+    LOAD_WORD,
+    NR_OFFSET,
     REFUSAL_ERRNO,
+    RET_ALLOW,
     RET_ERRNO,
     RETURN,
+    X32_SYSCALL_BIT,
     filter_problem,
     key_filter,
 )
@@ -55,12 +63,42 @@ def test_outside_the_sandbox_the_same_call_adds_a_key():
     assert key > 0 and failure == 0, "the control: the kernel has keyrings and the call is right"
 
 
-def test_the_filter_is_whole_instructions_ending_in_a_verdict_with_jumps_inside_it():
+def verdict(program: bytes, arch: int, nr: int) -> int:
+    """What the kernel would answer a call ``nr`` through ``arch``: the program run on a tiny interpreter
+    of the four instructions it uses."""
+    instructions, pc, loaded = list(INSTRUCTION.iter_unpack(program)), 0, 0
+    while True:
+        code, if_true, if_false, value = instructions[pc]
+        if code == RETURN:
+            return value
+        if code == LOAD_WORD:
+            loaded, pc = {ARCH_OFFSET: arch, NR_OFFSET: nr}[value], pc + 1
+            continue
+        taken = loaded == value if code == JUMP_EQUAL else loaded >= value
+        assert code in (JUMP_EQUAL, JUMP_AT_LEAST), f"instruction {pc}: unknown code {code:#x}"
+        pc += 1 + (if_true if taken else if_false)
+
+
+REFUSED = RET_ERRNO | REFUSAL_ERRNO
+AUDIT_ARCH_I386 = 0x40000003
+
+
+@pytest.mark.parametrize(
+    "arch, nr, want",
+    [
+        *[(AUDIT_ARCH_X86_64, nr, REFUSED) for nr in (248, 249, 250)],
+        *[(AUDIT_ARCH_X86_64, nr, RET_ALLOW) for nr in (0, 39, 247, 251)],  # read, getpid, the neighbours
+        *[(AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | nr, REFUSED) for nr in (39, 248)],  # x32: a bypass otherwise
+        *[(AUDIT_ARCH_AARCH64, nr, REFUSED) for nr in (217, 218, 219)],
+        *[(AUDIT_ARCH_AARCH64, nr, RET_ALLOW) for nr in (63, 172, 248)],  # read, getpid, x86_64's add_key
+        *[(AUDIT_ARCH_I386, nr, REFUSED) for nr in (20, 286)],  # int 0x80: any other ABI, every call
+    ],
+)
+def test_the_filter_refuses_the_key_calls_of_each_abi_and_every_call_of_others(arch, nr, want):
+    assert verdict(key_filter(), arch, nr) == want
+
+
+def test_the_filter_is_whole_instructions_and_only_known_machines_get_it():
     program = key_filter()
-    instructions = list(INSTRUCTION.iter_unpack(program))
-    assert len(program) == len(instructions) * INSTRUCTION.size and len(instructions) <= 4096  # BPF_MAXINSNS
-    for index, (code, if_true, if_false, _value) in enumerate(instructions):
-        if code == JUMP_EQUAL or code == JUMP_AT_LEAST:
-            assert index + 1 + max(if_true, if_false) < len(instructions), f"instruction {index} jumps past the end"
-    assert instructions[-1] == (RETURN, 0, 0, RET_ERRNO | REFUSAL_ERRNO)
+    assert len(program) % INSTRUCTION.size == 0 and len(program) // INSTRUCTION.size <= 4096  # BPF_MAXINSNS
     assert filter_problem("ppc64le") is not None and filter_problem("x86_64") is None
