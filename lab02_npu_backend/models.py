@@ -24,14 +24,20 @@ The Hugging Face models are called the way their users call them, ``model(input_
 the library's defaults (SDPA attention, a ``DynamicCache`` even for a single forward pass).
 Dropout is 0 in the models that have it, so that a training-mode call is deterministic and can be
 compared with eager; in eval mode dropout is the identity whatever its probability.
+
+After the standard models come the small ones of ``test_lab.py``'s cases, by handout step: each
+isolates one thing a backend must get right (writes in place, a decomposition, a dtype the NPU
+cannot hold, a graph break), so a failing case names it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from lab02_npu_backend.llama_tiny import LlamaConfig, LlamaTiny
@@ -176,3 +182,142 @@ def build_model(name: str, *, batch: int | None = None, seq: int | None = None) 
     model = make_model().eval()
     inputs = make_inputs(batch or default_batch, seq or default_seq)
     return ModelCase(name, model, inputs)
+
+
+# ----------------------------------------------------- writes in place (step 3; compiled in step 5)
+class ShiftRight(nn.Module):
+    """An encoder-decoder's decoder input, as transformers' BART builds it (``shift_tokens_right``): the ids
+    shifted right by writes in place, then embedded and projected. ``setitem`` returns nothing, so no edge of
+    the graph tells the partitioner that the embedding must run after the writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.project = nn.Embedding(32, 8), nn.Linear(8, 8)
+
+    def forward(self, input_ids):
+        shifted = input_ids.new_zeros(input_ids.shape)
+        shifted[:, 1:] = input_ids[:, :-1].clone()
+        shifted[:, 0] = 2  # the decoder's start token
+        shifted.masked_fill_(shifted == -100, 1)  # labels' -100 become padding
+        return self.project(self.embed(shifted))
+
+
+def clone_then_write(h):
+    """A slice of x, computed before the write, written back into x; then x is read again."""
+    x = h.clone()
+    y = x[:, :-1] * 2
+    x[:, 1:] = y
+    return x * 3 + 1
+
+
+def add_in_place_read_around(h):
+    """An intermediate read before its in-place add and after it."""
+    t = h * 2
+    before = t + 1
+    t.add_(1)
+    return before * t
+
+
+# -------------------------------------------------------------------------- lowering cases (step 4)
+class RMSNormChain(nn.Module):
+    """RMSNorm written out, as Llama-style code spells it: ``weight * (x * rsqrt(mean(x**2) + eps))``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def causal_attention(q, k, v):
+    """Attention with ``is_causal``: the softmax's causal flag, no mask tensor."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def grouped_attention_with_boolean_mask(q, k, v, mask):
+    """Grouped-query attention with a per-batch boolean mask, as transformers' Falcon hands it to SDPA."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+def attention_with_float_mask(q, k, v, bias):
+    """An additive float mask of shape [L, S], like T5's relative-position bias."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def boolean_mask_inputs():
+    """Inputs of :func:`grouped_attention_with_boolean_mask`: 4 query heads, 2 key/value heads, a mask per batch."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    mask = torch.rand(2, 1, 6, 6, generator=generator) > 0.5
+    mask |= torch.eye(6, dtype=torch.bool)  # every query keeps at least one key
+    return q, k, v, mask
+
+
+def neg_sub_div(x, y):
+    """Negation, subtraction and division by a constant: none in the ISA, each exact as add and mul."""
+    return (-x - y) / 4
+
+
+class Gpt2Mlp(nn.Module):
+    """GPT-2's first MLP layer as transformers writes it: ``Conv1D`` (an addmm) and GELU spelled out with tanh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.randn(8, 16)), nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        h = torch.addmm(self.bias, x.view(-1, 8), self.weight).view(2, 5, 16)
+        return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+
+
+def split_heads(x):
+    """q, k and v split from one projection, as GPT-2 does: a slice per piece."""
+    query, key, value = x.split(4, dim=-1)
+    return query * key + value
+
+
+def clamps(x):
+    """ReLU6, hardtanh and clamp (the activation unit's clamp), and a sigmoid."""
+    return torch.sigmoid(F.relu6(x)) + F.hardtanh(x) + x.clamp(min=0.5)
+
+
+def identities(x):
+    """Ops that do no work: eval dropout, ``.float()``/``.to()`` that keep the dtype, ``contiguous``,
+    a view to the same shape."""
+    return F.dropout(x.float().to(torch.float32).contiguous().view(x.shape), 0.5, training=False) * 3
+
+
+# -------------------------------------------- dtypes the NPU cannot run, and a graph break (step 5)
+def int_and_float(a, b, x):
+    """An int64 matmul (no int64 matmul on the NPU) beside float32 work."""
+    return (a @ b) + 1, torch.relu(x @ x)
+
+
+def complex_and_float(z, x):
+    """A complex64 matmul (the NPU holds no complex dtype) beside float32 work."""
+    return z @ z, torch.relu(x) * 2
+
+
+def float64_and_float(d, x):
+    """A float64 GELU (the NPU holds no float64) beside float32 work."""
+    return torch.nn.functional.gelu(d), x - 1
+
+
+def conversion_and_float(x):
+    """A float32 to float16 conversion (the ISA has no conversion op) beside float32 work."""
+    return (x * 2).to(torch.float16) + 1, torch.relu(x.float())
+
+
+class WithGraphBreak(nn.Module):
+    """A graph break in the middle, an op outside the ISA (max pooling), and a dropout (eval: no work)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second, self.dropout = nn.Linear(16, 16), nn.Linear(16, 8), nn.Dropout(0.1)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool1d(torch.relu(self.first(x)), 1)
+        torch._dynamo.graph_break()
+        return self.dropout(self.second(x)).softmax(-1)
