@@ -5,6 +5,9 @@ Public API (the same in the starter and the reference solution):
 - :func:`layernorm_gelu`: ``F.gelu(F.layer_norm(x, ...))`` in one Triton kernel.
 - :func:`install_lowering` / :func:`uninstall_lowering`: make Inductor replace LayerNorm -> GELU
   with the kernel in every model it compiles; the handle counts the sites replaced.
+
+Extension (optional, step 7, its points shown apart): :func:`fused_attention`,
+``F.scaled_dot_product_attention`` (causal or not) in one Triton kernel with an online softmax.
 """
 
 # First, before torch: run from a Python without the course's packages, say which interpreter to use.
@@ -12,7 +15,8 @@ from labkit.environment import require_course_environment
 
 require_course_environment()
 
+from .attention import fused_attention  # noqa: E402
 from .lowering import LoweringHandle, install_lowering, uninstall_lowering  # noqa: E402
 from .op import layernorm_gelu  # noqa: E402
 
-__all__ = ["LoweringHandle", "install_lowering", "layernorm_gelu", "uninstall_lowering"]
+__all__ = ["LoweringHandle", "fused_attention", "install_lowering", "layernorm_gelu", "uninstall_lowering"]

@@ -4,17 +4,22 @@
 test reads as what it proves:
 
 - step 1: :func:`reference` (what the kernel must compute), :func:`make_inputs`,
-  :func:`assert_matches_reference` (fp32, within :data:`TOLERANCE`) and :func:`assert_rounds_once`
-  (half precision, within :data:`HALF_TOLERANCE`);
+  :func:`assert_matches_reference` (fp32, within :data:`TOLERANCE`), :func:`assert_rounds_once`
+  (half precision, within :data:`HALF_TOLERANCE`) and :func:`assert_raises_as_promised` (the errors
+  a docstring promises; step 7's too);
 - step 2: :func:`with_outliers`, data a well-behaved ``randn`` row hides;
 - steps 2, 3 and 6: :func:`run_python` / :func:`run_simulated_gpu_check`, a check in a fresh process;
 - step 4: :func:`the_custom_operator`, the operator ``layernorm_gelu`` dispatches to;
 - step 5: :func:`compile_with_lowering` and its :class:`CompiledRun` (what Inductor generated, and
   each fused call's ``eps``, which names the site), :func:`layer_norm_affine_forms`, and two
-  stand-ins for someone else's post-grad pass (:class:`SentinelPass`, :class:`RecordingPass`).
+  stand-ins for someone else's post-grad pass (:class:`SentinelPass`, :class:`RecordingPass`);
+- step 7 (the optional extension): :data:`ATTENTION_SHAPES`, :func:`attention_inputs`,
+  :func:`attention_reference` (``scaled_dot_product_attention`` in fp32) and
+  :func:`assert_attention_matches` (within :data:`ATTENTION_TOLERANCE`; a causal result that a wrong
+  mask explains, :data:`CAUSAL_MISTAKES`, is named in the message).
 
-Every function that needs the implementation under test takes it as ``lab`` (the ``lab`` fixture:
-the student's package, or the reference with ``--impl=solution``).
+Every function that needs the implementation under test takes it as ``lab`` (the ``lab`` fixture: the
+package the tests grade).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -108,6 +115,25 @@ def assert_rounds_once(lab: ModuleType, shape: tuple[int, ...], dtype: torch.dty
         f"{dtype}: convert every load to fp32 and accumulate in fp32 (the sums, the "
         "statistics, the GELU); round to the output dtype once, on the store"
     )
+
+
+def assert_raises_as_promised(
+    call: Callable[[], object], case: str, error: type[Exception], words: list[str], promiser: str
+) -> None:
+    """``call()`` raises ``error`` whose message holds each of ``words`` (as words), as ``promiser``'s
+    docstring promises. A starter's ``NotImplementedError`` goes through: reported as not implemented."""
+    promise = f"{promiser}'s docstring promises a {error.__name__} naming {' and '.join(map(repr, words))}"
+    try:
+        call()
+    except NotImplementedError:
+        raise  # a TODO of the starter: reported as not implemented
+    except error as raised:
+        missing = [word for word in words if not re.search(rf"\b{re.escape(word)}\b", str(raised))]
+        assert not missing, f"{case}: the {error.__name__} does not name {missing}: {raised!r}"
+    except Exception as other:
+        pytest.fail(f"{case}: {type(other).__name__}: {other}; {promise}")
+    else:
+        pytest.fail(f"{case}: no error; {promise}")
 
 
 # -- step 2: data that finds bugs ----------------------------------------------------------------
@@ -258,3 +284,138 @@ class RecordingPass(SentinelPass):
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         self.graphs.append(graph)
+
+
+# -- step 7 (extension): attention in one kernel, against scaled_dot_product_attention --------------
+
+#: How far ``fused_attention`` may be from SDPA computed in fp32 on the same inputs. float32: the online
+#: softmax reorders sums and exponentials (measured ~1e-6 on outputs of order one), 10x that allowed.
+#: float16: the probabilities are rounded to half for the second product and the output once on the
+#: store, about two half-precision units at the outputs' magnitude (measured below 1e-3).
+ATTENTION_TOLERANCE = {torch.float32: dict(rtol=0.0, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3)}
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """``q: [batch, heads, queries, head_dim]``, ``k, v: [batch, heads, keys, head_dim]``."""
+
+    batch: int
+    heads: int
+    queries: int
+    keys: int
+    head_dim: int
+
+    def describe(self) -> str:
+        return f"q [{self.batch}, {self.heads}, {self.queries}, {self.head_dim}], k and v with {self.keys} keys"
+
+
+#: Sequence lengths and head dims on either side of the block sizes a kernel picks (16, 32, 64, 128),
+#: queries and keys of different lengths (where the causal mask's alignment shows), and keys that no
+#: block of a reasonable kernel holds at once (the online softmax's rescaling across blocks).
+ATTENTION_SHAPES = {
+    "one_token": AttentionShape(1, 1, 1, 1, 16),
+    "seq_31_head_40": AttentionShape(1, 2, 31, 31, 40),
+    "seq_64_head_64": AttentionShape(1, 2, 64, 64, 64),
+    "seq_65_head_128": AttentionShape(1, 1, 65, 65, 128),
+    "seq_33_head_8": AttentionShape(2, 1, 33, 33, 8),
+    "queries_17_keys_70": AttentionShape(2, 1, 17, 70, 32),
+    "queries_70_keys_17": AttentionShape(1, 2, 70, 17, 32),
+    "queries_8_keys_520": AttentionShape(1, 1, 8, 520, 16),
+}
+
+
+def attention_inputs(
+    shape: AttentionShape, dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0, spread: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q, k, v)`` of ``shape``: q and k ~ N(0, spread^2) (spread 4 makes scores of several hundred),
+    v ~ N(0.5, 1) (a mean away from zero, so a missing normalisation shows)."""
+    generator = torch.Generator().manual_seed(seed)
+    size = lambda n: (shape.batch, shape.heads, n, shape.head_dim)  # noqa: E731
+    q = torch.randn(size(shape.queries), generator=generator) * spread
+    k = torch.randn(size(shape.keys), generator=generator) * spread
+    v = torch.randn(size(shape.keys), generator=generator) + 0.5
+    return tuple(t.to(device=device, dtype=dtype) for t in (q, k, v))
+
+
+def attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None
+) -> torch.Tensor:
+    """What ``fused_attention`` must compute: PyTorch's ``scaled_dot_product_attention``, in fp32."""
+    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=scale)
+
+
+def _masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float | None):
+    """SDPA in fp32 with an explicit ``[queries, keys]`` mask (True: the query sees the key)."""
+    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=visible, scale=scale)
+
+
+#: The causal masks students write instead of SDPA's ``is_causal`` (keys ``j <= i``, aligned top left):
+#: ``(what is wrong, mask(queries, keys))``. The diagonal masked out leaves query 0 no key, so rows from 1 on
+#: are compared.
+CAUSAL_MISTAKES = (
+    (
+        "the diagonal is masked out: causal attention keeps keys j <= i, a query attends to its own key "
+        "(mask keys > query, not keys >= query)",
+        lambda m, n: torch.ones(m, n, dtype=torch.bool).tril(-1),
+    ),
+    (
+        "the mask is aligned bottom right (key j visible to query i when j <= i + keys - queries); "
+        "is_causal aligns it top left: j <= i",
+        lambda m, n: torch.ones(m, n, dtype=torch.bool).tril(n - m),
+    ),
+    ("no causal mask is applied: every query sees every key", lambda m, n: torch.ones(m, n, dtype=torch.bool)),
+)
+
+
+def _causal_mistake(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> str:
+    """Which of :data:`CAUSAL_MISTAKES` ``out`` computes (compared from query 1 on), or ``""``."""
+    tolerance = ATTENTION_TOLERANCE[q.dtype]
+    m, n = q.shape[2], k.shape[2]
+    for mistake, mask in CAUSAL_MISTAKES:
+        visible = mask(m, n)
+        if torch.equal(visible, torch.ones(m, n, dtype=torch.bool).tril()):
+            continue  # this shape cannot tell the mistake from the contract
+        wrong = _masked_attention(q, k, v, visible.to(q.device), scale)
+        if m > 1 and outputs_close(out[:, :, 1:].float(), wrong[:, :, 1:], **tolerance):
+            return f"; {mistake}"
+    return ""
+
+
+def assert_attention_matches(
+    lab: ModuleType,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float | None = None,
+    data: str = "",
+    tolerance: dict[str, float] | None = None,
+) -> None:
+    """``fused_attention`` returns SDPA's shape, dtype and device, within ``tolerance`` (by default
+    :data:`ATTENTION_TOLERANCE`) of its values.
+
+    A causal result that another mask explains says which (:data:`CAUSAL_MISTAKES`).
+    """
+    tolerance = tolerance or ATTENTION_TOLERANCE[q.dtype]
+    out = lab.fused_attention(q, k, v, causal=causal, scale=scale)
+    where = f"{data + ', ' if data else ''}{q.dtype} q {list(q.shape)}, k {list(k.shape)}, causal={causal}"
+    where += f", scale={scale}" if scale is not None else ""
+    expected_shape = (*q.shape[:3], v.shape[-1])
+    assert tuple(out.shape) == expected_shape and out.dtype == q.dtype and out.device == q.device, (
+        f"{where}: returned {list(out.shape)} {out.dtype} on {out.device}; expected {list(expected_shape)} "
+        f"{q.dtype} on {q.device}"
+    )
+    expected = attention_reference(q, k, v, causal, scale)
+    if outputs_close(out.float(), expected, **tolerance):
+        return
+    error = output_error(out.float(), expected)
+    mistake = _causal_mistake(out, q, k, v, scale) if causal else ""
+    bad_rows = (~torch.isfinite(out.float())).flatten(end_dim=1).any(dim=(0, 2)).nonzero().flatten().tolist()
+    if bad_rows:
+        mistake += (
+            f"; NaN or inf at queries {bad_rows[:5]}{'...' if len(bad_rows) > 5 else ''}: every query sees at "
+            "least key 0 (causal attention keeps the diagonal), so it is a 0/0 or an exp that overflowed"
+        )
+    raise AssertionError(
+        f"{where}: max |error| {error.max_abs:.3g} next to scaled_dot_product_attention (allowed: {tolerance}){mistake}"
+    )

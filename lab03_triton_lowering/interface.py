@@ -7,6 +7,8 @@ also reachable where it was first defined (``kernel.GELU_APPROXIMATIONS``, ``op.
 - :data:`GELU_APPROXIMATIONS`, :data:`SUPPORTED_DTYPES`, :data:`AFFINE_FORMS`: the GELU forms, input
   dtypes and LayerNorm affine forms the kernel implements, the operators accept and the lowering
   matches;
+- :data:`ATTENTION_DTYPES`, :data:`MAX_HEAD_DIM`: what the optional extension's ``fused_attention``
+  (``attention.py``) accepts;
 - :class:`CountingHandle`: what ``install_lowering`` returns, a window on the installed pass that
   counts its replacements in ``torch._dynamo.utils.counters["inductor"]``. ``lowering.py`` names its
   own counter key (:attr:`CountingHandle.counter`), which holds the package's operator namespace:
@@ -28,6 +30,13 @@ GELU_APPROXIMATIONS = ("none", "tanh")
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Which affine parameters a LayerNorm has: nn.LayerNorm(d), nn.LayerNorm(d, bias=False), elementwise_affine=False.
 AFFINE_FORMS = ("weight_and_bias", "weight_only", "none")
+
+#: The extension's attention dtypes: float32 and float16 (Triton's interpreter has no bfloat16 arithmetic, so a
+#: bfloat16 kernel could not be checked on CPU).
+ATTENTION_DTYPES = (torch.float32, torch.float16)
+#: The largest head dimension ``fused_attention`` takes: one program holds its query block, ``BLOCK_M x head_dim``,
+#: and one key and one value block in registers.
+MAX_HEAD_DIM = 128
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,12 @@ GPU they run the real thing instead.
     code. Real GPU: the model is compiled and run on CUDA. Either way the check reads that code:
     every site must launch your Triton kernel (compiled *by Inductor*), not call an opaque operator.
 
+``attention``
+    The optional extension's kernel (step 7), as ``kernel`` does the lab's: simulated, every launch
+    ``fused_attention`` makes for :data:`ATTENTION_CASES` (both dtypes, causal or not, head dims on
+    either side of a power of two) is compiled for sm_90; on a real GPU the cases run on CUDA and must
+    match ``scaled_dot_product_attention``.
+
 ``cpu``
     The kernel on CPU tensors in a process that has a GPU (simulated: PyTorch reports a CUDA device,
     and any compiled launch raises). A GPU machine still runs the CPU tests, so CPU launches must
@@ -30,6 +36,7 @@ Usage::
     python -m lab03_triton_lowering.simulated_gpu kernel
     python -m lab03_triton_lowering.simulated_gpu inductor
     python -m lab03_triton_lowering.simulated_gpu cpu
+    python -m lab03_triton_lowering.simulated_gpu attention
 
 Each prints what it found and exits 1 on failure; on an unfinished starter, one line naming the
 handout step to finish first, and exit status 3 (:mod:`labkit.unfinished`). The simulation reaches
@@ -69,7 +76,7 @@ DEVICE_PROPERTIES = types.SimpleNamespace(
     memory_clock_rate=2619000,
     memory_bus_width=5120,
 )
-CHECKS = ("kernel", "inductor", "cpu")
+CHECKS = ("kernel", "inductor", "cpu", "attention")
 PACKAGE = "lab03_triton_lowering"
 #: What an unfinished starter stops (:func:`labkit.unfinished.stop_if_unfinished`: one line, exit 3).
 CHECK_NEEDS = "the simulated GPU check"
@@ -241,6 +248,14 @@ def _run_cases(lab, cases: tuple[Case, ...], device: str) -> bool:
     return failures == 0
 
 
+def _print_failure(case: str, error: Exception) -> None:
+    """Print a case that raised, with the error indented under it; a starter's TODO stops the check instead
+    (one line naming the step, exit 3)."""
+    stop_if_unfinished(error, PACKAGE, CHECK_NEEDS)
+    detail = str(error).strip() or repr(error)
+    print(f"FAILED  {case}: {type(error).__name__}:\n        " + detail.replace("\n", "\n        "))
+
+
 def check_kernel(lab) -> bool:
     """Compile every launch ``layernorm_gelu`` makes for :data:`KERNEL_CASES`; True if all compiled."""
     from labkit import triton_env
@@ -255,10 +270,8 @@ def check_kernel(lab) -> bool:
         try:
             lab.layernorm_gelu(*_inputs(case), eps=1e-5, approximate=case.approximate)
         except Exception as error:  # report every case, then fail (a starter TODO: one line, exit 3)
-            stop_if_unfinished(error, PACKAGE, CHECK_NEEDS)
             failures += 1
-            detail = str(error).strip() or repr(error)
-            print(f"FAILED  {case.describe()}: {type(error).__name__}:\n        " + detail.replace("\n", "\n        "))
+            _print_failure(case.describe(), error)
             continue
         if len(launches) == before:
             failures += 1
@@ -288,6 +301,53 @@ def check_cpu(lab, simulated: bool) -> bool:
     where = "a simulated" if simulated else "this"
     print(f"running {lab.__name__}'s kernel on CPU tensors in a process with {where} GPU")
     return _run_cases(lab, CPU_CASES, "cpu")
+
+
+#: The extension's launches to compile (simulated) or run (real GPU): ``(dtype, shape name in
+#: checks.ATTENTION_SHAPES, causal)``.
+ATTENTION_CASES = (
+    ("float32", "seq_31_head_40", False),
+    ("float16", "seq_65_head_128", True),
+    ("float16", "queries_17_keys_70", False),
+    ("float32", "queries_70_keys_17", True),
+)
+
+
+def check_attention(lab, simulated: bool) -> bool:
+    """Compile (simulated) or run (real GPU) every :data:`ATTENTION_CASES` launch; True if all compiled or matched."""
+    import torch
+
+    from lab03_triton_lowering.checks import ATTENTION_SHAPES, assert_attention_matches, attention_inputs
+    from labkit import triton_env
+
+    launches: list[str] = []
+    if simulated:
+        compile_instead_of_launching(launches)
+        triton_env.cpu_launches = "compiled"  # the CPU tensors stand in for the simulated GPU's
+    where = f"{TARGET[0]} sm_{TARGET[1]}" if simulated else torch.cuda.get_device_name()
+    print(f"{'compiling' if simulated else 'running'} {lab.__name__}'s fused_attention launches on {where}")
+    failures = 0
+    for dtype, shape, causal in ATTENTION_CASES:
+        case = f"{dtype:<8} {shape:<20} causal={causal!s:<5}"
+        q, k, v = attention_inputs(ATTENTION_SHAPES[shape], getattr(torch, dtype), "cpu" if simulated else "cuda")
+        before = len(launches)
+        try:
+            if simulated:
+                lab.fused_attention(q, k, v, causal=causal)
+            else:
+                assert_attention_matches(lab, q, k, v, causal)
+        except Exception as error:  # report every case, then fail (a starter TODO: one line, exit 3)
+            failures += 1
+            _print_failure(case, error)
+            continue
+        if simulated and len(launches) == before:
+            failures += 1
+            print(f"FAILED  {case}: no Triton kernel was launched")
+            continue
+        print(f"ok      {case}" + "".join(f": {launch}" for launch in launches[before:]))
+    verdict = f"compiled for sm_{TARGET[1]}" if simulated else "match scaled_dot_product_attention"
+    print(f"{len(ATTENTION_CASES) - failures}/{len(ATTENTION_CASES)} cases {verdict}")
+    return failures == 0
 
 
 def _fake_cuda_model(dtype):
@@ -423,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lab03_triton_lowering.simulated_gpu",
         description="Check the lab's kernel (kernel), Inductor's code with the lowering "
-        "(inductor) and CPU launches beside a GPU (cpu): on a simulated sm_90 "
+        "(inductor), CPU launches beside a GPU (cpu) and the extension's attention kernel "
+        "(attention): on a simulated sm_90 "
         "GPU, or for real where CUDA is present.",
     )
     parser.add_argument("check", choices=CHECKS)
@@ -446,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         passed = check_kernel(lab) if simulated else check_kernel_on_gpu(lab)
     elif argv[0] == "inductor":
         passed = check_inductor(lab, simulated)
+    elif argv[0] == "attention":
+        passed = check_attention(lab, simulated)
     else:
         passed = check_cpu(lab, simulated)
     return 0 if passed else 1  # a starter TODO has exited 3 already, with one line naming the step

@@ -12,13 +12,22 @@ import torch
 from torch import nn
 from torch._inductor import config as inductor_config
 
-from lab03_triton_lowering.checks import HALF_TOLERANCE, TOLERANCE, reference
+from lab03_triton_lowering.checks import (
+    HALF_TOLERANCE,
+    TOLERANCE,
+    AttentionShape,
+    assert_attention_matches,
+    attention_inputs,
+    reference,
+)
+from lab03_triton_lowering.interface import ATTENTION_DTYPES
 from labkit.numerics import output_error, outputs_close
 
 KERNEL = "kernel: other row lengths, eps values and affine parameters"
 HALF = "kernel: half precision at other shapes"
 LOWERING = "Inductor lowering: another model"
 GPU = "GPU kernel: other shapes and dtypes"
+ATTENTION = "extension: attention at other shapes, head dims and scales"
 
 
 def inputs(shape, seed, dtype=torch.float32, device="cpu", scale=1.5, offset=-0.3):
@@ -119,3 +128,22 @@ def test_gpu_kernel_on_other_shapes(lab, shape):
         else:
             expected = expected.to(dtype)
             assert outputs_close(out, expected, **HALF_TOLERANCE[dtype]), output_error(out, expected)
+
+
+#: Shapes and scales the visible attention tests do not use: ``(shape, causal, scale)``.
+ATTENTION_CASES = {
+    "seq_100_head_96_causal_scale_0.3": (AttentionShape(1, 3, 100, 100, 96), True, 0.3),
+    "queries_50_keys_130_head_72": (AttentionShape(2, 1, 50, 130, 72), False, None),
+    "queries_90_keys_48_head_20_causal": (AttentionShape(1, 2, 90, 48, 20), True, None),
+}
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.area(ATTENTION)
+@pytest.mark.parametrize("case", list(ATTENTION_CASES), ids=list(ATTENTION_CASES))
+def test_attention_on_other_shapes_and_scales(lab, case):
+    shape, causal, scale = ATTENTION_CASES[case]
+    for dtype in ATTENTION_DTYPES:
+        q, k, v = attention_inputs(shape, dtype, seed=35)
+        assert_attention_matches(lab, q, k, v, causal, scale=scale, data=case)

@@ -184,3 +184,22 @@ def test_a_pattern_over_the_weights_shape_fails_on_layernorms_over_several_dims(
             "normalized_shape=(4, 8)" in message
             and "must not fire where normalized_shape spans several dims" in message
         ), message
+
+
+#: The extension's trap, the causal mask's diagonal: keys < query masked in, where is_causal keeps keys <= query.
+DIAGONAL_MASKED_OUT = (Mistake("attention.py", "(keys[None, :] <= rows[:, None])", "(keys[None, :] < rows[:, None])"),)
+
+
+def test_a_causal_mask_without_the_diagonal_fails_naming_the_diagonal(tmp_path):
+    from lab03_triton_lowering.checks import ATTENTION_SHAPES
+
+    run = run_with(tmp_path, DIAGONAL_MASKED_OUT, "keeps_the_diagonal or around_block_boundaries")
+    assert sorted(run.failed) == sorted(
+        [f"test_attention_matches_sdpa_around_block_boundaries[{shape}-causal]" for shape in ATTENTION_SHAPES]
+        + [f"test_causal_attention_keeps_the_diagonal[{dtype}]" for dtype in ("float16", "float32")]
+    ), run.output[-3000:]
+    assert len(run.passed) == len(ATTENTION_SHAPES), "attention without a mask is untouched by the mistake"
+    for test, message in run.failed.items():
+        # One query and one key: only the NaN it leaves can tell; every longer sequence is named as the mistake.
+        named = "causal attention keeps the diagonal" if "one_token" in test else "the diagonal is masked out"
+        assert named in message, message
