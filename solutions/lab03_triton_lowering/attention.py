@@ -176,7 +176,7 @@ def fused_attention(
         scale: the scores' factor; None means ``1 / sqrt(head_dim)``.
 
     Returns:
-        a new contiguous ``[batch, heads, M, head_dim]`` tensor of q's dtype and device.
+        a new contiguous ``[batch, heads, M, head_dim]`` tensor of q's dtype and device; M == 0 launches nothing.
 
     Raises:
         TypeError: q, k or v not a tensor, not of one dtype of ``ATTENTION_DTYPES``; causal not a bool.
