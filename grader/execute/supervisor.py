@@ -274,8 +274,8 @@ def supervise(
     cgroup = RunCgroup.make(limits)
     kernel = kernel_limits(
         limits,
-        gpu_off=gpu_off,  # with a pids cgroup, no per-uid count shared by every run
-        graded_user_is_nobody=isolation.runs_as_graded_uid and cgroup is None,
+        gpu_off=gpu_off,
+        uid_of_its_own=isolation.runs_as_graded_uid,  # the kernel's count of this process's own tasks
     )
     try:
         process = subprocess.Popen(

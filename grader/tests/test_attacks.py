@@ -30,7 +30,7 @@ from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
 from grader.execute import supervisor
 from grader.execute.cgroup import cgroup_support
 from grader.execute.collect import build_rubric, cache_problem, rubric_key
-from grader.execute.isolation import GRADED_UID, SETPRIV, Bubblewrap, Isolation, Unisolated, View
+from grader.execute.isolation import GRADED_UIDS, NOBODY, SETPRIV, Bubblewrap, Isolation, Unisolated, View
 from grader.runners.local import GradingSetup, grade_submission, own_grader_problem
 from grader.scoring.results import SubmissionResult
 from grader.scoring.score import rescore
@@ -310,8 +310,9 @@ needs_x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the ke
 
 
 def _remove_kept_key(graded_user: bool) -> bool:
-    """Remove the key from the grader's user's keyring, or (``graded_user``) from :data:`GRADED_UID`'s."""
-    drop = [SETPRIV, f"--reuid={GRADED_UID}", f"--regid={GRADED_UID}", "--clear-groups"] if graded_user else []
+    """Remove the key from the grader's user's keyring, or (``graded_user``) from :data:`NOBODY`'s (the
+    one uid the controls below give every graded process)."""
+    drop = [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] if graded_user else []
     done = subprocess.run([*drop, sys.executable, "-c", REMOVE_KEPT_KEY], capture_output=True, text=True, check=True)
     return done.stdout.strip() == "True"
 
@@ -342,12 +343,26 @@ def test_unisolated_the_keyring_carries_the_heldout_tests_to_a_later_process(dem
 
 @needs_x86_64
 @needs_bubblewrap
-@pytest.mark.skipif(os.geteuid() != 0, reason="graded by root, every run is the host's uid 65534")
-def test_without_the_seccomp_filter_the_graded_users_keyring_carries_them(demo_setup, tmp_path, monkeypatch):
-    """The control of the filter itself: the grader's isolation, every other guarantee kept."""
+@pytest.mark.skipif(os.geteuid() != 0, reason="graded by root, each graded process is a host uid of its own")
+def test_without_the_seccomp_filter_a_uid_per_process_still_carries_nothing(demo_setup, tmp_path, monkeypatch):
+    """The second wall alone: the filter off, the held-out process's keyring is its own uid's, which no
+    later process has."""
     monkeypatch.setattr("grader.execute.isolation.filter_problem", lambda: "the control: no filter")
+    text, _left = _keyring_attack(demo_setup, tmp_path, graded_user=True)
+    assert "KEY-CARRIED: nothing (errno 126)" in text, "lab B's visible tests found no key (ENOKEY: not theirs)"
+    assert not [line for line in _heldout_lines() if line in text]
+
+
+@needs_x86_64
+@needs_bubblewrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="graded by root, each graded process is a host uid of its own")
+def test_with_one_shared_uid_and_no_filter_the_keyring_carries_them(demo_setup, tmp_path, monkeypatch):
+    """The control of both walls: no filter, and every graded process the same host uid (nobody, as the
+    grader once did), every other guarantee kept."""
+    monkeypatch.setattr("grader.execute.isolation.filter_problem", lambda: "the control: no filter")
+    monkeypatch.setattr("grader.execute.isolation.fresh_graded_uid", lambda: NOBODY)
     text, left = _keyring_attack(demo_setup, tmp_path, graded_user=True)
-    assert left, f"uid {GRADED_UID}'s keyring kept the held-out process's key"
+    assert left, f"uid {NOBODY}'s keyring kept the held-out process's key"
     assert [line for line in _heldout_lines() if line in text], "and a later process of that uid read it"
 
 
@@ -489,7 +504,8 @@ def test_graded_by_root_the_code_is_an_unprivileged_host_user(demo_setup, tmp_pa
     # student-facing text names no path of the grader's machine: /etc/shadow is shown as .../shadow
     assert re.search(r"DENIED (/etc|\.\.\.)/shadow: Permission denied", text), text[:2000]
     assert "DENIED ROOT-ONLY-SECRET: Permission denied" in text
-    assert f"UID {GRADED_UID} EUID {GRADED_UID} GROUPS []" in text
+    uid, euid = map(int, re.search(r"UID (\d+) EUID (\d+) GROUPS \[\]", text).groups())
+    assert uid == euid and uid in GRADED_UIDS, f"a host uid of its own, no groups: {uid}, {euid}"
     assert "CHOWNED-TO-ROOT" not in text
     mount = text.split("HOME-MOUNT ", 1)[1].split(" ", 1)[0]
     assert "nosuid" in mount.split(","), f"its writable folders are mounted nosuid: {mount}"
@@ -497,7 +513,8 @@ def test_graded_by_root_the_code_is_an_unprivileged_host_user(demo_setup, tmp_pa
     assert {path.name for path in made} == {"setuid-python", "left-in-tmp"}, (
         f"the attack left: {sorted(isolation.left)}"
     )
-    assert all(info.st_uid == GRADED_UID and info.st_gid == GRADED_UID for info in made.values()), made
+    # each process's own uid (the lab's visible and held-out processes have two): never root, never an account's
+    assert all(info.st_uid in GRADED_UIDS and info.st_gid == info.st_uid for info in made.values()), made
     setuid = next(info for path, info in made.items() if path.name == "setuid-python")
     assert setuid.st_mode & stat.S_ISUID, "the setuid bit is set, and harmless: nobody's, on a nosuid mount"
     root_owned = [path for path, info in isolation.left.items() if info.st_uid == 0 and not stat.S_ISDIR(info.st_mode)]

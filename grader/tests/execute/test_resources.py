@@ -29,7 +29,7 @@ def _start(code: str, limits: RunLimits = SMALL) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         start_new_session=True,
-        preexec_fn=limit_setter(kernel_limits(limits, gpu_off=True, graded_user_is_nobody=False)),
+        preexec_fn=limit_setter(kernel_limits(limits, gpu_off=True, uid_of_its_own=False)),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -227,7 +227,7 @@ def test_a_file_mapped_read_only_in_the_sandboxes_tmp_and_deleted_is_counted(tmp
     isolation.prepare(view)
     code = MAP_AND_UNLINK.format(path="/tmp/mapped", mode=PRIVATE_READ_ONLY)
     launch = isolation.command([sys.executable, "-c", code], {}, view)
-    kernel = kernel_limits(MAPPED_LIMITS, gpu_off=True, graded_user_is_nobody=False)
+    kernel = kernel_limits(MAPPED_LIMITS, gpu_off=True, uid_of_its_own=False)
     try:
         process = subprocess.Popen(
             launch.argv,
