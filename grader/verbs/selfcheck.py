@@ -12,7 +12,11 @@ written to each lab's ``reference_times.json`` (:mod:`grader.scoring.reference_r
 time limits come from: its CPU time and wall time, with the compilers' caches off (every compile from
 scratch, so a limit holds however warm a graded run's caches are) and a limit of
 ``unmeasured_test_timeout_s`` CPU seconds on every test (the old limits must not cut a recording short);
-the reference is then graded alone, so that the starter does not share its CPUs. With ``--container IMAGE`` each is
+the reference is then graded alone, so that the starter does not share its CPUs. With ``--repeat N`` the
+reference is graded N times (each grading a fresh process per part, with fresh canary seeds and places, ``-j`` at
+once), and every one of them must earn every CPU point: a grader that costs a correct submission points at random
+(a canary, a time limit, a fixture built in the wrong test) shows here, and the rounds that lost points are named
+with the tests that failed. With ``--container IMAGE`` each is
 graded in its own container of the course image (network off), which checks the image too. Labs that are not written
 yet (no ``lab.toml`` or ``test_lab.py``) are listed and skipped; the exit status is 1 only when a ready lab breaks one
 of the two rules.
@@ -100,6 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="grade the two submissions at once (default: 2, or 1 on a machine with one core)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="grade the reference N times; every grading must keep every point (default: 1)",
+    )
+    parser.add_argument(
         "--record-times",
         action="store_true",
         help="write each lab's reference_times.json from the reference's run (time limits derive from it)",
@@ -108,7 +119,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_container_options(parser)
 
 
+def reference_names(repeat: int) -> list[str]:
+    """The graded folders' names of ``repeat`` gradings of the reference (one: just ``reference``)."""
+    return [REFERENCE] if repeat == 1 else [f"{REFERENCE}-{round_:02d}" for round_ in range(1, repeat + 1)]
+
+
+def repeat_problems(results: dict[str, SubmissionResult], starter: SubmissionResult) -> list[str]:
+    """:func:`problems_of` for every grading of the reference, each problem under its round's name."""
+    problems = [f"{name}: {problem}" for name, result in results.items() for problem in problems_of(result, starter)]
+    return sorted(set(problems)) if len(results) == 1 else problems
+
+
+def _print_rounds(results: dict[str, SubmissionResult]) -> None:
+    print(f"\n== the reference graded {len(results)} times:")
+    for name, result in results.items():
+        labs = ", ".join(
+            f"{lab.lab} {lab.score}/{lab.max_score}" + (f" (+{lab.pending} pending GPU)" if lab.pending else "")
+            for lab in result.labs
+        )
+        print(f"   {name}: {labs}")
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.repeat < 1 or (args.repeat > 1 and args.record_times):
+        print("grader selfcheck: --repeat takes a count of 1 or more, and not with --record-times", file=sys.stderr)
+        return 2
     try:
         setup = prepare(args, check_environment=not args.container, isolate=not args.container)
     except CourseError as error:
@@ -128,20 +163,24 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="grader-selfcheck-") as scratch:
         out = args.out or Path(scratch) / "graded"
         reference = make_reference_submission(setup.course, Path(scratch) / REFERENCE)
-        submissions = [(REFERENCE, reference), (STARTER, setup.course.root)]
+        rounds = reference_names(args.repeat)
+        submissions = [*((name, reference) for name in rounds), (STARTER, setup.course.root)]
         jobs = 1 if args.record_times else args.jobs
         grade_all(submissions, out, setup, jobs=jobs, runner=runner)
         results = {name: rescore(out / name) for name, _ in submissions}
         if args.record_times:
             print("\nreference times:")
             record_times(setup.course, setup.rubric, out / REFERENCE, setup.options.gpu)
-    _print_result("reference solutions", results[REFERENCE])
+    _print_result("reference solutions", results[rounds[0]])
+    if len(rounds) > 1:
+        _print_rounds({name: results[name] for name in rounds})
     _print_result("untouched starters", results[STARTER])
     for package, why in setup.course.not_ready.items():
         print(f"\nnote: {package} was skipped: {why}")
-    problems = problems_of(results[REFERENCE], results[STARTER])
+    problems = repeat_problems({name: results[name] for name in rounds}, results[STARTER])
     if problems:
         print("\nPROBLEMS:\n  " + "\n  ".join(problems))
         return 1
-    print("\nok: the reference earns every CPU point and the untouched starters score 0")
+    every = f" in each of {len(rounds)} gradings" if len(rounds) > 1 else ""
+    print(f"\nok: the reference earns every CPU point{every} and the untouched starters score 0")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 import zipfile
@@ -165,3 +166,30 @@ def test_selfcheck_grades_reference_and_starter(capsys, demo_args):
     printed = capsys.readouterr().out
     assert "reference: 23/26 (+3 pending GPU) [visible 14/17 (+3 pending GPU) · held-out 9/9]" in printed
     assert "starter: 0/26" in printed
+
+
+def test_selfcheck_repeat_grades_the_reference_again_and_names_a_round_that_lost_a_point(
+    capsys, demo_args, monkeypatch
+):
+    from grader.verbs import selfcheck
+
+    assert main(["selfcheck", "--repeat", "2", *demo_args]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "the reference graded 2 times:" in printed and "reference-02: labA 16/16, labB 7/10 (+3 pending GPU)" in printed
+    ), printed
+    assert "every CPU point in each of 2 gradings" in printed
+    real_rescore = selfcheck.rescore
+
+    def second_round_loses_a_point(folder):
+        result = real_rescore(folder)
+        if folder.name != "reference-02":
+            return result
+        first = dataclasses.replace(result.labs[0], score=result.labs[0].score - 1)
+        return dataclasses.replace(result, labs=[first, *result.labs[1:]])
+
+    monkeypatch.setattr(selfcheck, "rescore", second_round_loses_a_point)
+    assert main(["selfcheck", "--repeat", "2", *demo_args]) == 1
+    printed = capsys.readouterr().out
+    assert "reference-02: labA: the reference scores 15/16" in printed, printed
+    assert "reference-01: labA" not in printed.split("PROBLEMS:", 1)[1]
