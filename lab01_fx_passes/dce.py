@@ -5,6 +5,9 @@ A node is *dead* when it has no users. Removing a dead node is safe only when th
 
 - **in-place ops** change a tensor someone else reads: ``x.add_(1)`` (``call_method``),
   ``torch.relu_(x)``, ``F.relu(x, inplace=True)``, ``nn.ReLU(inplace=True)``, ``aten.add_``;
+- **writes through** ``out=``: ``torch.mul(x, 4.0, out=buf)`` writes ``buf``, whose later readers
+  depend on it, whether or not anyone uses the call's own value (``aten.mul.out`` says so in its
+  schema; a torch-level call only by its ``out`` keyword);
 - **random ops** advance the random number generator, so deleting one changes every random
   number drawn after it: ``torch.rand``, ``torch.bernoulli``, ``x.bernoulli()``,
   ``F.dropout`` / ``nn.Dropout`` in training mode;

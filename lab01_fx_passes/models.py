@@ -253,7 +253,9 @@ class UnusedInPlaceOps(nn.Module):
         F.relu(w, inplace=True)
         v = w * 3.0
         self.relu(v)
-        return v
+        u = v * 0.5
+        torch.mul(v, 4.0, out=u)  # a write through out=: the call's value unused, u overwritten
+        return u
 
 
 class UnusedRandomOps(nn.Module):

@@ -196,6 +196,22 @@ def test_a_positional_training_flag_read_as_pure_fails_the_dce_test_naming_dce(t
         test_lab.test_dce_keeps_side_effects(training_from_keywords_only)
 
 
+@pytest.fixture
+def out_writes_read_as_pure(reference, monkeypatch):
+    """An impurity test that knows in-place ops but not writes through ``out=``: DCE deletes
+    ``torch.mul(v, 4.0, out=u)``, whose value nobody uses, and ``u`` keeps its old value."""
+    from solutions.lab01_fx_passes import dce
+
+    real = dce.is_impure
+    monkeypatch.setattr(dce, "is_impure", lambda node, modules: "out" not in node.kwargs and real(node, modules))
+    return reference
+
+
+def test_a_write_through_out_read_as_pure_fails_the_dce_test_naming_dce(out_writes_read_as_pure):
+    with pytest.raises(AssertionError, match=r"write through out=.*dce\.py's is_impure"):
+        test_lab.test_dce_keeps_in_place_ops_without_users(out_writes_read_as_pure, "symbolic_trace")
+
+
 # -- Views of written memory: the layout pass (step 6) and constant folding (step 3) -----------------
 # Each mistake below earns full marks on the tests that existed before views of written memory were
 # graded (each test re-runs one of them on the mutant to show it), is wrong against eager on the
