@@ -14,12 +14,16 @@ names a construct that lets code reach outside its own computation:
   ``socket``, ``signal``, ``multiprocessing``, ``importlib``, ``builtins``;
 - **calls and attributes**: ``sys._getframe``, ``sys.settrace``/``setprofile``, ``sys.modules``,
   ``sys.meta_path``, ``sys.addaudithook``, ``inspect.currentframe``/``stack``, ``os.fork``,
-  ``os.setsid``, ``os.kill``, ``os.system``, ``os.exec*``/``spawn*``, ``os._exit``, ``os.environ``;
+  ``os.setsid``, ``os.kill``, ``os.system``, ``os.exec*``/``spawn*``, ``os._exit``, ``os.environ``, ``sys.argv``,
+  ``atexit.register``;
   frame and code internals (``f_back``, ``f_globals``, ``tb_frame``, ``gi_frame``, ``__globals__``,
   ``__code__``, ``__subclasses__``, ``__builtins__``);
+- **builtins that reach code by a name made at run time**: ``__import__``, ``eval``, ``exec``, ``compile``;
 - **pytest hooks**: a function named ``pytest_*`` or a ``pytest_plugins`` list in a lab file;
 - **strings** naming the grader's world: ``/proc/``, ``report.json``, ``json-report``, ``heldout``,
-  ``solutions``, ``grader`` (docstrings excepted: prose may name them).
+  ``solutions``, ``grader``, and a string that is the dotted name of a module above (``"_pytest.reports"``,
+  which ``__import__`` or ``importlib`` would import without an import statement) (docstrings excepted:
+  prose may name them).
 
 A flag costs no points: the score stands, and the class report lists flagged submissions for a TA to
 read. A file that does not parse gets no flag here (its tests fail to collect, which says so).
@@ -30,6 +34,7 @@ solutions and starters get no flag while every attack of the grader's corpus doe
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -67,6 +72,8 @@ ATTRIBUTES = {
     ("os", "popen"): "runs a shell",
     ("os", "_exit"): "ends the process without pytest's report",
     ("os", "environ"): "reads the environment",
+    ("sys", "argv"): "reads the grader's command line (which process this is)",
+    ("atexit", "register"): "runs code after the tests have ended",
 }
 #: ``os`` functions by prefix: ``os.execv``, ``os.spawnl``...
 OS_PREFIXES = {"exec": "replaces the process with a program", "spawn": "starts programs"}
@@ -86,8 +93,17 @@ INTERNALS = {
     "__builtins__",
     "co_code",
 }
+#: Builtins a lab file never calls: each reaches code or modules by a name made at run time.
+BUILTINS = {
+    "__import__": "imports a module by name at run time",
+    "eval": "runs code from a string",
+    "exec": "runs code from a string",
+    "compile": "compiles code from a string",
+}
 #: Text that names the grader's world (a path it reads, its report, what students must not see).
 STRINGS = ("/proc/", "report.json", "json-report", "heldout", "solutions", "grader")
+#: A string that could be a module's dotted name (``"_pytest.reports"``).
+MODULE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 #: Most flags of one file (the rest are counted in the last).
 MAX_FLAGS_PER_FILE = 6
 
@@ -150,10 +166,15 @@ def findings(source: str) -> list[tuple[int, str]]:
             found.append((node.lineno, f"defines {node.name}: a pytest hook in a lab file"))
         elif isinstance(node, ast.Name) and node.id in ("pytest_plugins", "__builtins__"):
             found.append((node.lineno, f"uses {node.id}"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BUILTINS:
+            found.append((node.lineno, f"calls {node.func.id}: {BUILTINS[node.func.id]}"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             named = [text for text in STRINGS if text in node.value]
+            module = _module_name(node.value) if MODULE_PATH.fullmatch(node.value) else None
             if named:
                 found.append((node.lineno, f"a string naming {named[0]!r}"))
+            elif module:  # "_pytest.reports": a module named by a string reaches it without an import
+                found.append((node.lineno, f"a string naming the module {node.value!r}: {MODULES[module]}"))
     return sorted(set(found))
 
 

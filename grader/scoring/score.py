@@ -351,6 +351,15 @@ def _part(
     return status, reason, results, wall
 
 
+#: What a student reads when the held-out tests' process left a JSON report the supervisor would not take.
+#: Fixed text: the problem's own words (a parse error's line and column, a size, a key) are what the
+#: process chose, so they could spell the held-out tests; they stay in ``raw/<lab>/heldout/run.json``.
+HELDOUT_REPORT_NOTE = (
+    "held-out tests: pytest's JSON report was not used (the submission's code left one the grader would not "
+    "take; what was wrong is kept for your instructor); the tests were scored from the grader's own record of them"
+)
+
+
 def report_problem_note(run: LabRun) -> str:
     """What the lab's reason says when the submission left a JSON report the supervisor would not take."""
     return (
@@ -387,7 +396,7 @@ def score_lab(
         if (status == "graded" and h_status != "graded") or (h_status == "void" and status != "void"):
             status, reason = h_status, HELDOUT_REASONS.get(h_status, f"held-out tests: {h_status}")
         if runs is not None and runs.heldout is not None and runs.heldout.report_problems:
-            reason = "; ".join([*([reason] if reason else []), "held-out tests: " + report_problem_note(runs.heldout)])
+            reason = "; ".join([*([reason] if reason else []), HELDOUT_REPORT_NOTE])
     order = {test.nodeid: index for index, test in enumerate(lab.tests)}
     tests = tuple(sorted(visible + heldout, key=lambda test: order[test.nodeid]))
     main = [test for test in tests if not test.extension]  # an optional extension's points are shown apart

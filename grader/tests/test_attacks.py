@@ -293,6 +293,18 @@ def test_with_one_writable_state_for_every_process_the_heldout_tests_leak(demo_s
     assert [line for line in _heldout_lines() if line in student_facing(out)], "the attack is real"
 
 
+def test_a_heldout_process_cannot_spell_its_tests_in_the_report_problem_a_student_reads(graded_corpus):
+    """attack_leaks_by_report_error writes, in its held-out process, a malformed report whose parse error's
+    line and column are bytes of the held-out tests: the student reads a fixed note; the position stays in
+    the instructor's raw record (which shows the attack is real)."""
+    folder = graded_corpus / "attack_leaks_by_report_error"
+    text = student_facing(folder)
+    assert "held-out tests: pytest's JSON report was not used (the submission's code left one" in text
+    assert not re.search(r"line \d+ column \d+", text), "no number the held-out process chose"
+    raw = (folder / "raw" / "labA" / "heldout" / "run.json").read_text()
+    assert re.search(r"line \d+ column \d+", raw), "the instructor's record keeps what was wrong"
+
+
 #: Removes attack_keeps_keyring's key from the running user's keyring (a key outlives every process) and
 #: prints whether there was one (x86_64's ``keyctl`` number: search, then invalidate).
 REMOVE_KEPT_KEY = """

@@ -44,6 +44,13 @@ def test_every_attack_of_the_corpus_is_flagged_for_review(name):
         ("import os\nos.execv('/bin/sh', [])", "uses os.execv"),
         ("def f():\n    return f.__globals__", "reads .__globals__"),
         ("PATH = '/proc/self/environ'", "a string naming '/proc/'"),
+        ('_reports = __import__("_pytest.reports", fromlist=["TestReport"])', "calls __import__"),
+        (
+            '_reports = __import__("_pytest.reports", fromlist=["TestReport"])',
+            "a string naming the module '_pytest.reports'",
+        ),
+        ("exec('x = 1')", "calls exec: runs code from a string"),
+        ("name = 'ctypes'", "a string naming the module 'ctypes'"),
     ],
 )
 def test_each_construct_is_named_with_its_line(source, what):
