@@ -85,9 +85,12 @@ def test_every_attack_class_of_the_corpus_is_there():
 
 @needs_bubblewrap
 @pytest.mark.parametrize("name", ATTACKS)
-def test_an_attack_earns_nothing_and_leaks_nothing(graded_corpus, name):
+def test_an_attack_earns_only_its_honest_part_and_leaks_nothing(graded_corpus, name):
+    """An attack earns what its ``expected.json`` says its honest part earns: 0 for all but a correct
+    solution that also attacks, and the one open hole the corpus records (attack_forges_only_its_callers)."""
     result = summary(graded_corpus / name)
-    assert result.total["score"] == 0, f"{name}: the honest part of this submission earns 0: {result.total}"
+    honest = sum(lab.get("score", 0) + lab.get("heldout", 0) for lab in expected(name)["labs"].values())
+    assert result.total["score"] == honest, f"{name}: the honest part of this submission earns {honest}: {result.total}"
     text = student_facing(graded_corpus / name)
     leaked = [marker for marker in SECRET_MARKERS if marker in text]
     assert not leaked, f"{name}: the student's feedback or results.json shows {leaked}"
