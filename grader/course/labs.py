@@ -103,6 +103,12 @@ class Course:
         return [PurePosixPath(spec.package) / name for spec in (labs or self.labs) for name in spec.editable]
 
     @property
+    def root_names(self) -> frozenset[str]:
+        """What a copy of this course holds at its top (lab packages, harness, solutions): the names a
+        zip's single top folder has when it IS the course's folder rather than a wrapper around it."""
+        return frozenset({*(spec.package for spec in self.labs), *self.not_ready, *SUPPORT_PATHS, SOLUTIONS_DIR})
+
+    @property
     def solutions(self) -> Path:
         return self.root / SOLUTIONS_DIR
 

@@ -135,6 +135,22 @@ def check_archive(entries: list[zipfile.ZipInfo], limits: ArchiveLimits) -> None
         raise ArchiveError(f"the zip expands to {total:,} bytes, more than the limit of {limits.max_total_bytes:,}")
 
 
+def posix_name(name: str) -> str:
+    """An entry's name with ``/`` between its parts. The zip format requires ``/``, but some Windows tools
+    (PowerShell's ``Compress-Archive`` before .NET 4.6.1) write ``lab01\\conv_bn.py``, which would otherwise
+    extract as one file of that odd name, leaving the lab's file missing. The safety checks see the result,
+    so ``..\\..\\x`` is refused like ``../../x``."""
+    return name.replace("\\", "/")
+
+
+def _inside(filename: object, target: Path) -> str:
+    """``filename`` relative to the extraction folder: a message names the zip's entry, never the grader's
+    scratch folder."""
+    text = str(filename or "")
+    prefix = str(target) + os.sep
+    return text[len(prefix) :] if text.startswith(prefix) else Path(text).name
+
+
 def _escapes(info: zipfile.ZipInfo) -> bool:
     path = PurePosixPath(info.filename)
     return path.is_absolute() or ".." in path.parts
@@ -187,6 +203,8 @@ def _extract(submission: Path, target: Path, limits: ArchiveLimits) -> None:
     try:
         with zipfile.ZipFile(submission) as archive:
             entries = archive.infolist()
+            for info in entries:
+                info.filename = posix_name(info.filename)
             check_archive(entries, limits)
             target.mkdir(parents=True, exist_ok=True)
             budget = [limits.max_total_bytes]
@@ -199,6 +217,6 @@ def _extract(submission: Path, target: Path, limits: ArchiveLimits) -> None:
         raise
     except OSError as error:
         if error.errno in _ARCHIVE_ERRNOS:
-            where = f"{error.filename!s:.120}"
+            where = f"{_inside(error.filename, target)!s:.120}"
             raise ArchiveError(f"a file of the zip cannot be written ({error.strerror}: {where})") from None
         raise

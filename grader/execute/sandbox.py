@@ -22,6 +22,7 @@ from __future__ import annotations
 import filecmp
 import os
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,8 @@ ROOT_CONFIG_FILES = ("conftest.py", "pyproject.toml", "pytest.ini", "tox.ini", "
 CODE_SUFFIXES = (".py", ".pth", ".so", ".toml", ".ini", ".cfg", ".json")
 #: The grader's own package: a copy in a submission is never run, but flagged when it differs.
 GRADER_DIR = "grader"
+#: How many wrapping folders around the course a zip may have (``alice.zip/alice/course/``).
+MAX_WRAPPERS = 3
 #: Largest editable file taken from a submission.
 MAX_EDITABLE_BYTES = 2 * 1024 * 1024
 SOLUTIONS_STUB = '''"""Stand-in installed by the grader: reference solutions are not importable while grading."""
@@ -57,11 +60,14 @@ class Overlay:
     notes: list[str] = field(default_factory=list)
 
 
-def unpack_submission(submission: Path, scratch: Path) -> Path:
+def unpack_submission(submission: Path, scratch: Path, course_names: Collection[str]) -> Path:
     """Return a folder holding the submission, extracting a ``.zip`` into ``scratch`` safely
     (:func:`grader.execute.archive.extract_zip`: limits checked before and while extracting).
 
-    A zip whose single top-level folder holds the course is unwrapped (``alice.zip/course/...``).
+    A zip whose single top-level folder is a wrapper around the course (``alice.zip/course/...``, even
+    ``alice.zip/alice/course/...``) is unwrapped, up to :data:`MAX_WRAPPERS` levels. A folder named in
+    ``course_names`` (a lab package, the harness: what a course root holds) is never a wrapper: a zip
+    holding only ``lab01_fx_passes/`` is a course root with one lab in it.
 
     Raises:
         SubmissionError: for a missing path, another file type (a ``.tar.gz`` is named as such), or a zip
@@ -77,10 +83,14 @@ def unpack_submission(submission: Path, scratch: Path) -> Path:
         extract_zip(submission, target)
     except ArchiveError as error:
         raise SubmissionError(f"{submission.name}: {error}") from None
-    entries = [p for p in target.iterdir() if not is_noise(p) and p.name != "__MACOSX"]
-    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
-        return entries[0]
-    return target
+    root = target
+    for _ in range(MAX_WRAPPERS):
+        entries = [p for p in root.iterdir() if not is_noise(p) and p.name != "__MACOSX"]
+        lone = entries[0] if len(entries) == 1 else None
+        if lone is None or lone.name in course_names or lone.is_symlink() or not lone.is_dir():
+            break
+        root = lone
+    return root
 
 
 def _differs(candidate: Path, pristine: Path) -> bool:
@@ -88,8 +98,8 @@ def _differs(candidate: Path, pristine: Path) -> bool:
 
 
 def _walk(folder: Path):
-    """Every file and symbolic link under ``folder``, without following links (a link to a folder is
-    yielded, not entered), noise folders skipped."""
+    """Every entry under ``folder`` that is not a folder (files, symbolic links, FIFOs...), without
+    following links (a link to a folder is yielded, not entered), noise folders skipped."""
     for root, dirs, files in os.walk(folder, followlinks=False):
         dirs[:] = sorted(name for name in dirs if not is_noise(Path(name)))
         here = Path(root)
@@ -98,36 +108,64 @@ def _walk(folder: Path):
                 yield here / name
 
 
+def _kind_problem(path: Path) -> str | None:
+    """Why ``path`` is never opened (None for a regular file): it is a symbolic link, which could lead
+    anywhere on the grader's machine (``grader -> /``), or not a file at all (a FIFO would block a read
+    forever, a device could be anything)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "unreadable"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        return "not a regular file"
+    return None
+
+
+def _kind(rel: str) -> str:
+    name = Path(rel).name
+    return "a test file" if name == TEST_FILE else "a pytest plugin" if name == "conftest.py" else "a course file"
+
+
 def find_tampering(course: Course, submission: Path) -> list[str]:
-    """Flag lines for every file the submission changed or added where pytest would pick it up."""
+    """Flag lines for every file the submission changed or added where pytest would pick it up.
+
+    Nothing in the submission is followed or opened unless :func:`_kind_problem` finds it a regular file
+    or folder: a symbolic link anywhere (a whole ``grader`` folder linked to ``/``) or a FIFO is flagged
+    by its name alone.
+    """
     editable = {str(path) for path in course.editable_paths()}
     flags = []
-    watched = [submission / spec.package for spec in course.labs]
-    watched += [submission / name for name in (*SUPPORT_PATHS, GRADER_DIR) if (submission / name).is_dir()]
-    for folder in watched:
-        if not folder.is_dir():
+    folders = [spec.package for spec in course.labs] + [n for n in SUPPORT_PATHS if n not in ROOT_CONFIG_FILES]
+    for name in (*folders, GRADER_DIR):
+        top = submission / name
+        if not os.path.lexists(top):
             continue
-        for path in _walk(folder):
+        problem = _kind_problem(top)
+        if problem:
+            flags.append(f"tampering: {name} is {problem} (ignored: only the editable files are graded)")
+            continue
+        for path in _walk(top):
             rel = path.relative_to(submission).as_posix()
-            if path.is_symlink() and rel not in editable:
-                flags.append(f"tampering: {rel} is a symbolic link (ignored: only the editable files are graded)")
+            problem = _kind_problem(path)
+            if problem and rel not in editable:
+                flags.append(f"tampering: {rel} is {problem} (ignored: only the editable files are graded)")
                 continue
             if rel in editable or path.suffix not in CODE_SUFFIXES:
                 continue
             pristine = course.root / rel
             if _differs(path, pristine):
                 verb = "changed" if pristine.is_file() else "added"
-                kind = (
-                    "a test file"
-                    if path.name == TEST_FILE
-                    else "a pytest plugin"
-                    if path.name == "conftest.py"
-                    else "a course file"
-                )
-                flags.append(f"tampering: {verb} {kind} {rel} (ignored: only the editable files are graded)")
+                flags.append(f"tampering: {verb} {_kind(rel)} {rel} (ignored: only the editable files are graded)")
     for name in ROOT_CONFIG_FILES:
         path = submission / name
-        if path.is_file() and _differs(path, course.root / name):
+        if not os.path.lexists(path):
+            continue
+        problem = _kind_problem(path)
+        if problem:
+            flags.append(f"tampering: {name} at the top of the course is {problem} (ignored)")
+        elif path.is_file() and _differs(path, course.root / name):
             verb = "changed" if (course.root / name).is_file() else "added"
             flags.append(
                 f"tampering: {verb} {name} at the top of the course (ignored: only the editable files are graded)"

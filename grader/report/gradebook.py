@@ -189,10 +189,28 @@ def gradebook(
 def write_gradebook(book: dict[str, Any], out: Path) -> None:
     """``gradebook.csv`` (with its ``Points Possible`` row) and ``gradebook-moodle.csv`` into ``out``."""
     for name, rows in ((CANVAS_FILE, [book["points_possible"], *book["rows"]]), (MOODLE_FILE, book["moodle_rows"])):
-        with open(out / name, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=book["columns"])
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows_csv(out / name, book["columns"], rows)
+
+
+#: First characters that make a spreadsheet read a cell as a formula (OWASP's "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """``value`` as a CSV cell no spreadsheet runs: a text starting like a formula (a student folder named
+    ``=HYPERLINK(...)``) gets a leading ``'``, which Excel, LibreOffice and Google Sheets show as text.
+    Numbers are left alone, so scores stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def write_rows_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` (dicts keyed by ``columns``) as a CSV file whose every cell is :func:`spreadsheet_cell`."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({key: spreadsheet_cell(value) for key, value in row.items()} for row in rows)
 
 
 def assignment_columns(lab_titles: dict[str, str], names: dict[str, str]) -> dict[str, str]:

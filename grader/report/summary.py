@@ -18,7 +18,6 @@ A student folder without a readable ``summary.json`` still gets a row (status ``
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from collections import Counter
@@ -35,6 +34,7 @@ from grader.report.gradebook import (
     assignment_columns,
     gradebook,
     write_gradebook,
+    write_rows_csv,
 )  # fmt: skip
 from grader.report.gradebook import (
     FORMATS as GRADEBOOK_FORMATS,
@@ -199,11 +199,7 @@ def class_summary(results: list[SubmissionResult], missing: list[str] = ()) -> d
 
 def write_csv(summary: dict[str, Any], path: Path) -> None:
     rows = summary["rows"]
-    fields = list(rows[0]) if rows else ["student"]
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows_csv(path, list(rows[0]) if rows else ["student"], rows)
 
 
 def gradebook_entry(

@@ -29,10 +29,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from grader.course.labs import CourseError, is_noise
-from grader.runners.local import GradingSetup, grade_submission, submission_id
+from grader.course.labs import CourseError
+from grader.runners.local import GradingSetup, grade_submission, printable, submission_id
 from grader.runners.progress import Progress
-from grader.scoring.feedback import write_outputs
+from grader.scoring.feedback import write_grader_error_detail, write_outputs
 from grader.scoring.results import SubmissionResult
 from grader.scoring.score import grader_error_result
 
@@ -74,25 +74,50 @@ def write_batch_index(out: Path, rows: list[BatchRow]) -> Path:
     return path
 
 
-def discover_submissions(folder: Path) -> list[tuple[str, Path]]:
-    """(student id, path) for every entry directly inside ``folder`` (hidden files and caches aside),
-    sorted by id: folders and ``.zip`` files are graded; any other file still gets its row, a
-    ``bad-submission`` saying what it is (``cannot read .tar.gz archives; submit a folder or a .zip``).
-    Two entries with one id (``alice/`` and ``alice.zip``) keep their full names, so neither row is lost.
+#: Entries of a submissions folder that are never a student: what unzipping a class archive on a Mac or
+#: running Python inside the folder leaves. Every other entry is a student, whatever its name: a student
+#: folder called ``build`` or ``results`` gets its row like any other.
+NOT_STUDENTS = frozenset({"__MACOSX", "__pycache__"})
+#: Names the batch writes at the top of ``OUT`` itself: a student of one of these names is graded into
+#: ``OUT/<name>-submission`` instead.
+RESERVED_IDS = frozenset({BATCH_FILE})
+
+
+def discover_submissions(folder: Path, *, out: Path | None = None) -> list[tuple[str, Path]]:
+    """(student id, path) for every entry directly inside ``folder`` (hidden files, :data:`NOT_STUDENTS`
+    and the output folder ``out``, when it lies inside, aside), sorted by id: folders and ``.zip`` files
+    are graded; any other file still gets its row, a ``bad-submission`` saying what it is (``cannot
+    read .tar.gz archives; submit a folder or a .zip``). Ids are :func:`~grader.runners.local.printable`
+    and unique: two entries with one id (``alice/`` and ``alice.zip``) keep their full names, so neither
+    row is lost, and an id the batch's own files use (:data:`RESERVED_IDS`) gets a suffix.
 
     Raises:
         CourseError: when ``folder`` is not a folder.
     """
     if not folder.is_dir():
         raise CourseError(f"{folder} is not a folder of submissions")
-    paths = [path for path in sorted(folder.iterdir()) if not path.name.startswith(".") and not is_noise(path)]
+    output = out.resolve() if out is not None else None
+    paths = [
+        path
+        for path in sorted(folder.iterdir())
+        if not path.name.startswith(".") and path.name not in NOT_STUDENTS and path.resolve() != output
+    ]
     ids = [submission_id(path) for path in paths]
-    entries = [(student if ids.count(student) == 1 else path.name, path) for student, path in zip(ids, paths)]
+    entries, taken = [], set()
+    for student, path in zip(ids, paths):
+        student = student if ids.count(student) == 1 else printable(path.name)
+        if student in RESERVED_IDS:
+            student += "-submission"
+        while student in taken:
+            student += "_"
+        taken.add(student)
+        entries.append((student, path))
     return sorted(entries)
 
 
 def _failed_runner_result(setup: GradingSetup, student: str, out: Path, error: BaseException) -> SubmissionResult:
     result = grader_error_result(setup.rubric, error, submission=student, gpu=setup.options.gpu)
+    write_grader_error_detail(out, error)
     try:
         write_outputs(result, out)
     except OSError:
@@ -103,10 +128,14 @@ def _failed_runner_result(setup: GradingSetup, student: str, out: Path, error: B
 def grade_one(
     student: str, path: Path, out: Path, setup: GradingSetup, runner: Runner
 ) -> tuple[SubmissionResult, float]:
-    """Run ``runner`` for one student; any exception becomes a ``grader-error`` result."""
+    """Run ``runner`` for one student; any exception becomes a ``grader-error`` result, and so does a
+    submission that was listed but is gone when graded (someone moved the folder during the batch:
+    not the student's doing)."""
     start = time.monotonic()
     try:
         result = runner(path, out / student, setup, student)
+        if not os.path.lexists(path):
+            raise FileNotFoundError(f"{path.name} left the submissions folder while the batch was grading it")
     except Exception as error:  # noqa: BLE001 - one broken submission never stops the batch
         result = _failed_runner_result(setup, student, out / student, error)
     return result, time.monotonic() - start

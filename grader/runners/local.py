@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +32,11 @@ from grader.execute.collect import build_rubric
 from grader.execute.isolation import Isolation
 from grader.execute.limits import RunLimits
 from grader.execute.review import review_files
-from grader.execute.sandbox import SubmissionError, build_sandbox, unpack_submission
+from grader.execute.sandbox import GRADER_DIR, SubmissionError, build_sandbox, unpack_submission
 from grader.execute.supervisor import lab_parts, part_raw_dir, run_lab
-from grader.scoring.feedback import write_outputs
+from grader.scoring.feedback import write_grader_error_detail, write_outputs
 from grader.scoring.results import BAD_SUBMISSION, GRADER_ERROR, SubmissionResult
-from grader.scoring.score import grader_error_result, rescore
+from grader.scoring.score import GRADER_ERROR_FILE, grader_error_result, rescore
 from labkit.labspec import HELDOUT_DIR, LabSpec
 
 
@@ -195,12 +196,26 @@ def own_grader_problem(submission: Path) -> str | None:
 
 
 def submission_id(submission: Path) -> str:
-    """The student's id a submission's name gives: its name without ``.zip`` (or another archive suffix)."""
+    """The student's id a submission's name gives: its name without ``.zip`` (or another archive suffix),
+    made :func:`printable`."""
     name = submission.resolve().name
     for suffix in (".zip", *OTHER_ARCHIVES):
         if name.lower().endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    return name
+            return printable(name[: -len(suffix)])
+    return printable(name)
+
+
+def printable(name: str) -> str:
+    """``name`` with every control or unprintable character written as its escape (``\\x1b``, ``\\n``
+    as ``\\x0a``; bytes of a name that is not UTF-8 too). A folder's name is the student's input: one
+    holding a terminal's escape sequence or a newline would otherwise repaint the instructor's terminal
+    or split a row of the class report. Letters of any script are kept (``José``); distinct names stay
+    distinct."""
+    return "".join(char if char == " " or unicodedata.category(char)[0] not in "CZ" else _escape(char) for char in name)
+
+
+def _escape(char: str) -> str:
+    return f"\\x{ord(char):02x}" if ord(char) < 256 else f"\\u{ord(char):04x}"
 
 
 def grade_submission(
@@ -223,7 +238,7 @@ def grade_submission(
     try:
         # Cleaning up never fails the grading: what graded code left there is removed without following links.
         with tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True) as scratch:
-            folder = unpack_submission(submission, Path(scratch))
+            folder = unpack_submission(submission, Path(scratch), setup.course.root_names | {GRADER_DIR})
             _run_labs(setup, folder, out, Path(scratch), name, only_labs)
         result = rescore(out)
     except SubmissionError as error:
@@ -248,6 +263,7 @@ def grade_submission(
             not_run_status=GRADER_ERROR,
         )
         _clear_runs(out, only_labs)
+        write_grader_error_detail(out, error)
         if only_labs is not None:
             try:  # the other labs' runs (graded by another task) keep their scores
                 result = rescore(out)
@@ -260,10 +276,15 @@ def grade_submission(
 def _clear_runs(out: Path, only_labs: Collection[str] | None) -> None:
     """Remove the raw runs this grading replaces (all of them, or those of ``only_labs``)."""
     stale_paths = (
-        [out / RAW_DIR, out / SUBMITTED_DIR] if only_labs is None else [out / RAW_DIR / lab for lab in only_labs]
+        [out / RAW_DIR, out / SUBMITTED_DIR, out / GRADER_ERROR_FILE]
+        if only_labs is None
+        else [out / RAW_DIR / lab for lab in only_labs]
     )
     for stale in stale_paths:
-        shutil.rmtree(stale, ignore_errors=True)
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- options shared by the grading verbs

@@ -29,6 +29,7 @@ from typing import Any
 
 from grader.evidence.layout import FEEDBACK_FILE, GRADESCOPE_FILE, SUMMARY_FILE
 from grader.scoring.results import EVIDENCE_PASSED, PASSED, PENDING, LabResult, Points, SubmissionResult, TestResult
+from grader.scoring.score import GRADER_ERROR_FILE, grader_error_detail
 from grader.scoring.student_text import course_relative, student_message
 from labkit import step_summary
 
@@ -324,6 +325,16 @@ def render(result: SubmissionResult, fmt: str) -> str:
     if fmt == "gradescope":
         return json.dumps(to_gradescope(result), ensure_ascii=False)
     raise ValueError(f"unknown format {fmt!r}: expected md, json or gradescope")
+
+
+def write_grader_error_detail(out: Path, error: BaseException) -> None:
+    """Keep a grader-error's traceback for the instructor, in ``out/grader-error.txt`` (see
+    :func:`grader.scoring.score.grader_error_result`; a folder it cannot be written to loses only it)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / GRADER_ERROR_FILE).write_text(grader_error_detail(error), encoding="utf-8")
+    except OSError:
+        pass  # the result itself still says a grader error happened
 
 
 def write_outputs(result: SubmissionResult, out: Path) -> None:

@@ -72,6 +72,8 @@ from grader.scoring.results import (
 
 #: Longest failure message kept per test in a result.
 MESSAGE_CHARS = 600
+#: The instructor's file (in the student's graded folder) holding a grader-error's traceback.
+GRADER_ERROR_FILE = "grader-error.txt"
 #: What an instructor does about a grader-error (said wherever one is reported).
 GRADER_ERROR_ADVICE = (
     "this is the grader's failure, not the submission's: run the grader with the course "
@@ -471,20 +473,28 @@ def introspection_flags(lab: str, runs: LabRun | LabRuns | None) -> list[str]:
 def grader_error_result(
     rubric: Rubric, error: BaseException, *, submission: str, gpu: str = "auto"
 ) -> SubmissionResult:
-    """The result of a submission the grader failed on (a bug, a runner that would not start): every
-    lab scores 0 with status ``grader-error``, the error as a flag and its traceback as a note (pure)."""
-    reason = f"grader error: {error!r}; {GRADER_ERROR_ADVICE}"
-    detail = truncate_text("".join(traceback.format_exception(error)), 3000)
+    """The result of a submission the grader failed on (a bug, a runner that would not start, a full
+    disk): every lab scores 0 with status ``grader-error`` (pure).
+
+    What the student reads names only the error's type: its message and traceback may hold the grader's
+    paths and the names of held-out files (``No space left on device: '/tmp/grader-x/.../heldout/...'``).
+    They are the instructor's: :func:`grader_error_detail`, which the runners write to
+    :data:`GRADER_ERROR_FILE` beside the result."""
+    reason = f"grader error ({type(error).__name__}, details in {GRADER_ERROR_FILE}); {GRADER_ERROR_ADVICE}"
     return score_submission(
         rubric,
         {},
         submission=submission,
         gpu=gpu,
         flags=(reason,),
-        notes=(detail,),
         not_run_reason=reason,
         not_run_status=GRADER_ERROR,
     )
+
+
+def grader_error_detail(error: BaseException) -> str:
+    """The error and its traceback, for the instructor's :data:`GRADER_ERROR_FILE` (never a student's text)."""
+    return truncate_text("".join(traceback.format_exception(error)), 20_000)
 
 
 def rescore(out: Path) -> SubmissionResult:

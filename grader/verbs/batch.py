@@ -35,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         check_output_folder(args.out)
         setup = prepare(args, check_environment=not args.container, isolate=not args.container)
-        submissions = discover_submissions(args.submissions_dir)
+        submissions = discover_submissions(args.submissions_dir, out=args.out)
         runner = runner_from_args(args) or grade_submission
     except (CourseError, ContainerError, GraderEnvironmentError) as error:
         print(f"grader batch: {error}", file=sys.stderr)

@@ -178,7 +178,7 @@ def _finish(graded: Path, plan: Plan, statuses: list[TaskStatus]) -> int:
 def submit(args: argparse.Namespace) -> int:
     check_output_folder(args.out)
     setup = prepare(args)
-    submissions = discover_submissions(args.submissions_dir)
+    submissions = discover_submissions(args.submissions_dir, out=args.out)
     if args.only:
         wanted = set(args.only.split(","))
         submissions = [(name, path) for name, path in submissions if name in wanted]

@@ -11,6 +11,7 @@ import pytest
 
 from grader.execute.archive import ArchiveLimits, extract_zip
 from grader.execute.sandbox import SubmissionError, unpack_submission
+from grader.tests.corpus import DEMO_NAMES
 
 COURSE_FILE = "course/labA_arith/arith.py"
 
@@ -24,7 +25,7 @@ def _zip(path: Path, entries: dict[str, bytes], method: int = zipfile.ZIP_DEFLAT
 
 def _refused(path: Path, match: str, scratch: Path) -> None:
     with pytest.raises(SubmissionError, match=match):
-        unpack_submission(path, scratch)
+        unpack_submission(path, scratch, DEMO_NAMES)
     assert not any((scratch / "unpacked").rglob("*")) if (scratch / "unpacked").exists() else True
 
 
@@ -107,7 +108,7 @@ def test_what_held_before_still_holds(tmp_path):
             archive.writestr(COURSE_FILE, b"X = 2\n")
         archive.writestr("course/labB_text/<b>html</b>\nname.py", b"Y = 1\n")
         archive.writestr("course/.nox/env/huge.bin", b"\0" * (20 * 1024 * 1024))  # a zipped venv is skipped
-    folder = unpack_submission(tmp_path / "dup.zip", tmp_path / "scratch")
+    folder = unpack_submission(tmp_path / "dup.zip", tmp_path / "scratch", DEMO_NAMES)
     assert (folder / "labA_arith" / "arith.py").read_text() == "X = 2\n", "the last duplicate wins, as with unzip"
     assert (folder / "labB_text" / "<b>html</b>\nname.py").read_text() == "Y = 1\n"
     assert not (folder / ".nox").exists()

@@ -11,7 +11,7 @@ import pytest
 from grader.course.labs import CourseError, check_editable, load_course
 from grader.evidence.text import shorten_strings, trim_file, truncate_text
 from grader.execute.sandbox import SubmissionError, build_sandbox, find_tampering, unpack_submission
-from grader.tests.corpus import DEMO_COURSE, starter_copy
+from grader.tests.corpus import DEMO_COURSE, DEMO_NAMES, starter_copy
 from labkit.labspec import LabSpec
 
 
@@ -99,16 +99,16 @@ def test_zip_submissions_are_unwrapped_and_unsafe_ones_refused(tmp_path):
     archive = tmp_path / "alice.zip"
     with zipfile.ZipFile(archive, "w") as handle:
         handle.writestr("course/labA_arith/arith.py", "X = 1\n")
-    folder = unpack_submission(archive, tmp_path / "scratch")
+    folder = unpack_submission(archive, tmp_path / "scratch", DEMO_NAMES)
     assert (folder / "labA_arith" / "arith.py").read_text() == "X = 1\n"
     evil = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil, "w") as handle:
         handle.writestr("../../etc/owned", "x")
     with pytest.raises(SubmissionError, match="unsafe path"):
-        unpack_submission(evil, tmp_path / "scratch2")
+        unpack_submission(evil, tmp_path / "scratch2", DEMO_NAMES)
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(SubmissionError, match="folder or a .zip"):
-        unpack_submission(tmp_path / "notes.txt", tmp_path / "scratch3")
+        unpack_submission(tmp_path / "notes.txt", tmp_path / "scratch3", DEMO_NAMES)
 
 
 def test_long_text_keeps_its_head_and_tail(tmp_path):

@@ -172,3 +172,13 @@ def test_without_a_roster_there_is_no_gradebook_and_the_report_says_how_to_get_o
     assert not (tmp_path / "report" / CANVAS_FILE).exists()
     assert "gradebook: No gradebook: pass --roster roster.csv" in capsys.readouterr().out
     assert "pass --roster roster.csv" in (tmp_path / "report" / "class.html").read_text()
+
+
+def test_a_name_that_reads_as_a_formula_is_text_in_every_csv(tmp_path):
+    from grader.report.gradebook import spreadsheet_cell, write_rows_csv
+
+    rows = [{"student": '=HYPERLINK("http://x","y")', "score": 12}, {"student": "@SUM(A1)", "score": -3}]
+    write_rows_csv(tmp_path / "class.csv", ["student", "score"], rows)
+    lines = (tmp_path / "class.csv").read_text().splitlines()
+    assert lines[1] == "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",12" and lines[2] == "'@SUM(A1),-3"
+    assert [spreadsheet_cell(v) for v in ("-1", "+x", "\tx", "alice", 5)] == ["'-1", "'+x", "'\tx", "alice", 5]

@@ -8,7 +8,10 @@ import zipfile
 
 from grader.evidence.layout import FEEDBACK_FILE
 from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all
-from grader.scoring.results import BAD_SUBMISSION
+from grader.runners.local import grade_submission
+from grader.scoring.feedback import write_outputs
+from grader.scoring.results import BAD_SUBMISSION, GRADER_ERROR
+from grader.scoring.score import GRADER_ERROR_FILE, grader_error_result
 
 
 def test_every_entry_gets_a_row_and_unreadable_ones_say_why(demo_setup, tmp_path):
@@ -31,3 +34,44 @@ def test_every_entry_gets_a_row_and_unreadable_ones_say_why(demo_setup, tmp_path
     assert "the zip is empty" in (tmp_path / "graded" / "carol" / FEEDBACK_FILE).read_text()
     assert "not a readable zip" in (tmp_path / "graded" / "bob" / FEEDBACK_FILE).read_text()
     assert len(json.loads((tmp_path / "graded" / BATCH_FILE).read_text())["rows"]) == 5
+
+
+def _instant_runner(calls: list[str]):
+    """A runner that grades nothing: the error result, written where a real one would be."""
+
+    def runner(path, out, setup, student):
+        calls.append(student)
+        result = grader_error_result(setup.rubric, RuntimeError("not graded in this test"), submission=student)
+        write_outputs(result, out)
+        return result
+
+    return runner
+
+
+def test_a_student_of_any_name_gets_a_row_and_the_batch_s_own_files_survive(demo_setup, tmp_path):
+    folder = tmp_path / "submissions"
+    for name in ("build", "results", "graded", "venv", BATCH_FILE, "bad\x1b[2Jname", "line\nbreak", "__MACOSX"):
+        (folder / name).mkdir(parents=True)
+    out = folder / "out"  # the output folder inside the submissions folder is no student
+    submissions = discover_submissions(folder, out=out)
+    ids = [student for student, _ in submissions]
+    assert ids == sorted(
+        ["build", "results", "graded", "venv", "batch.json-submission", "bad\\x1b[2Jname", "line\\x0abreak"]
+    )
+    calls: list[str] = []
+    rows = grade_all(submissions, out, demo_setup, runner=_instant_runner(calls), show_progress=False)
+    assert sorted(calls) == ids and [row.student for row in rows] == ids
+    assert [row["student"] for row in json.loads((out / BATCH_FILE).read_text())["rows"]] == ids
+
+
+def test_a_submission_that_vanishes_during_the_batch_is_the_grader_s_error_not_the_student_s(demo_setup, tmp_path):
+    folder = tmp_path / "submissions"
+    (folder / "alice").mkdir(parents=True)
+
+    def runner(path, out, setup, student):
+        path.rmdir()  # an assistant moves the folder while it is being graded
+        return grade_submission(path, out, setup, student)
+
+    [row] = grade_all(discover_submissions(folder), tmp_path / "graded", demo_setup, runner=runner, show_progress=False)
+    assert set(row.statuses.values()) == {GRADER_ERROR}
+    assert "left the submissions folder" in (tmp_path / "graded" / "alice" / GRADER_ERROR_FILE).read_text()

@@ -40,6 +40,7 @@ from grader.runners.slurm import (
 )
 from grader.runners.slurm_states import parse_job_records, parse_sacct
 from grader.scoring.results import SubmissionResult
+from grader.scoring.score import GRADER_ERROR_FILE
 from grader.tests.conftest import DEMO_LIMITS
 from grader.tests.corpus import DEMO_COURSE, corpus_names, materialize
 
@@ -193,7 +194,8 @@ def test_a_task_whose_grading_failed_on_the_grader_side_is_failed_with_the_grade
     assert record_failures(graded, plan, [status]) == ["alice"]
     lab_a = SubmissionResult.from_dict(json.loads((graded / "alice" / "summary.json").read_text())).lab("labA")
     assert lab_a.status == "grader-error" and "the grader failed on the node" in lab_a.reason
-    assert "the grader's own bug" in lab_a.reason
+    assert "RuntimeError" in lab_a.reason and "the grader's own bug" not in lab_a.reason, "students read the reason"
+    assert "the grader's own bug" in (graded / "alice" / GRADER_ERROR_FILE).read_text(), "the instructor's file"
 
 
 def test_only_a_sigkill_the_grader_did_not_send_is_blamed_on_memory():
