@@ -15,6 +15,7 @@ Instructors' repository only (these skip, saying why, in the student distributio
                 nox -s solutions                  (every lab's tests against the reference)
                 nox -s tests                      (the project's own tests, what CI runs; -- -m "not zoo" skips the zoo)
                 nox -s zoo-lab01                  (lab 1's reference on every torchvision classifier, every dialect)
+                nox -s mutation                   (mutants of the reference the tests kill: -- --lab lab01 --step 2)
                 nox -s report-check               (the class report in headless Chromium: layout + screenshots)
                 nox -s image image-cpu image-gpu  (build the course image; run sessions inside it)
                 nox -s docker-test gradescope-test  (offline image build + grading in containers; slow)
@@ -216,6 +217,23 @@ def grade(session: nox.Session) -> None:
     """The main job: grade the reference solutions and the untouched starters, print both summaries."""
     require_reference(session)
     run_in_course_env(session, "-m", "grader", "selfcheck", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the reference solutions (python -m grader.mutation): how many mutants the tests kill.
+
+    Arguments after -- go to the module, e.g. -- --lab lab01 --step 2 --sample 15 --seed 0 --json out.json.
+    cosmic-ray (the ``mutation`` extra of pyproject.toml) is installed into the course environment on first use.
+    """
+    require_reference(session)
+    python = course_python(session)
+    if subprocess.run([python, "-c", "import cosmic_ray"], capture_output=True, check=False).returncode != 0:
+        import tomllib  # Python 3.11+, as the course itself (labkit.labspec)
+
+        pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["mutation"]
+        session.run(python, "-m", "pip", "install", "--disable-pip-version-check", *pins, external=True)
+    run_in_course_env(session, "-m", "grader.mutation", "--course", str(ROOT), *(session.posargs or ["--help"]))
 
 
 def _bench_session(lab_id: str, package: str) -> None:

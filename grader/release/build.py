@@ -69,6 +69,7 @@ INSTRUCTOR_ONLY = (
     "labkit/tests",
     "grader/tests",
     "grader/benchmark.py",
+    "grader/mutation.py",
     "grader/report/browser_check.py",
     "grader/synthetic",
     ".ci",
