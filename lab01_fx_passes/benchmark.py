@@ -18,6 +18,11 @@ Candidates (all in eval mode, under ``torch.no_grad``, the same thread count):
   saying so, while step 10 is not done. Its weights are packed for the pipeline's 2-image example,
   and oneDNN picks their layout for that input size: at batch 1 it may reorder them again on every
   call (the handout measures it).
+- ``inductor (freezing)`` (``--inductor``, off by default: each batch size compiles for a minute or
+  more): ``torch.compile`` with Inductor's ``freezing`` option, the strongest CPU anchor PyTorch ships:
+  parameters become constants, Inductor's own passes fold BN and pre-pack the convolutions
+  (``torch/_inductor/fx_passes/mkldnn_fusion.py``), then it generates C++ for everything between
+  them. Compiled for every timed batch size before timing starts, so no compile is timed.
 
 Latency: per batch size, the candidates run interleaved (A, B, C, D, A, B, ...) after warm-up
 rounds (:func:`labkit.bench.time_interleaved`). Each time is the median with its interquartile range;
@@ -31,7 +36,8 @@ with real labels). The agreement target is set on the spec's 1,000 images; a sho
 only when it already has too many disagreements for the full set to meet it.
 
 Writes ``<out>/lab01_benchmark.json`` and ``<out>/lab01_speedup.png``; prints four tables. The targets
-table also holds the extension's own: ``pipeline + oneDNN`` at least as fast as ``optimize_for_inference``.
+table also holds the extension's own: ``pipeline + oneDNN`` at least as fast as ``optimize_for_inference``,
+and, with ``--inductor``, at least as fast as ``inductor (freezing)`` at every timed batch size.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ BASELINE = "original"
 PIPELINE = "lab pipeline"
 OPTIMIZE_FOR_INFERENCE = "optimize_for_inference"
 ONEDNN = "pipeline + oneDNN"
+INDUCTOR = "inductor (freezing)"
 #: The targets: speed-up of the lab pipeline at batch 8, and agreement with the original on the spec's set.
 TARGET_SPEEDUP, TARGET_BATCH, TARGET_AGREEMENT, FULL_SET_IMAGES = 1.12, 8, 0.999, 1000
 #: Run lengths: (images, warm-up rounds, timed rounds). Explicit options override them.
@@ -97,8 +104,23 @@ def build_onednn_candidate(lab: Any, model: nn.Module, example: torch.Tensor) ->
     return result.graph_module
 
 
-def build_candidates(model: nn.Module, example: torch.Tensor) -> tuple[dict[str, nn.Module], list[Any]]:
-    """The models to compare (four, five with the extension), and the lab pipeline's per-pass report."""
+def build_inductor_candidate(model: nn.Module, batch_sizes: Sequence[int]) -> nn.Module:
+    """``torch.compile`` with Inductor's freezing, compiled for each of ``batch_sizes`` (one graph per
+    size: ``dynamic=False``, as a server compiles the sizes it serves) so that no compile is timed."""
+    compiled = torch.compile(copy.deepcopy(model), options={"freezing": True}, dynamic=False)
+    start = time.perf_counter()
+    with torch.no_grad():  # freezing applies to inference graphs only
+        for batch in batch_sizes:
+            compiled(torch.randn(batch, 3, 224, 224))
+    print(f"  {INDUCTOR}: compiled for batch sizes {list(batch_sizes)} in {time.perf_counter() - start:.1f} s")
+    return compiled
+
+
+def build_candidates(
+    model: nn.Module, example: torch.Tensor, inductor_batch_sizes: Sequence[int] = ()
+) -> tuple[dict[str, nn.Module], list[Any]]:
+    """The models to compare (four, five with the extension, one more with ``inductor_batch_sizes``),
+    and the lab pipeline's per-pass report."""
     lab = load_lab(PACKAGE)
     print(f"building candidates (lab implementation: {selected_impl()})", flush=True)
     manager = lab.default_pipeline([example])
@@ -114,6 +136,8 @@ def build_candidates(model: nn.Module, example: torch.Tensor) -> tuple[dict[str,
     lowered = build_onednn_candidate(lab, model, example)
     if lowered is not None:
         candidates[ONEDNN] = lowered
+    if inductor_batch_sizes:
+        candidates[INDUCTOR] = build_inductor_candidate(model, inductor_batch_sizes)
     return candidates, manager.report
 
 
@@ -230,6 +254,11 @@ def check_targets(timings: dict[int, dict[str, Timing]], accuracy: dict[str, dic
                 versus = paired_ratio(batch[OPTIMIZE_FOR_INFERENCE], batch[name])  # > 1: the candidate is faster
                 targets.append(Target(f"{name} at least as fast as {OPTIMIZE_FOR_INFERENCE} (batch {TARGET_BATCH})",
                                       versus.describe(), verdict(versus, 1.0, at_least=True)))  # fmt: skip
+    for batch_size, batch in sorted(timings.items()):
+        if INDUCTOR in batch and ONEDNN in batch:
+            versus = paired_ratio(batch[INDUCTOR], batch[ONEDNN])  # > 1: the lowering is faster
+            targets.append(Target(f"{ONEDNN} at least as fast as {INDUCTOR} (batch {batch_size})",
+                                  versus.describe(), verdict(versus, 1.0, at_least=True)))  # fmt: skip
     if PIPELINE in accuracy:
         pipeline = accuracy[PIPELINE]
         targets.append(Target(
@@ -339,6 +368,11 @@ def parse_arguments(argv: Sequence[str] | None):
     parser.add_argument("--accuracy-batch", type=int, default=16, help="batch size of the accuracy pass")
     parser.add_argument("--data", type=Path, default=None, help="ImageNet validation folder (ImageFolder layout)")
     parser.add_argument("--weights", type=Path, default=None, help="ResNet-50 state_dict file")
+    parser.add_argument(
+        "--inductor",
+        action="store_true",
+        help="also time torch.compile with Inductor's freezing (compiles per batch size: minutes on 2 cores)",
+    )
     parser.set_defaults(repeats=None)
     args = parser.parse_args(argv)
     if (args.data is None) != (args.weights is None):
@@ -367,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with torch.no_grad():
         logit_scale = model(example).abs().max().item()
     with finish_steps_first(PACKAGE, "the benchmark's default_pipeline"):
-        candidates, pass_report = build_candidates(model, example)
+        candidates, pass_report = build_candidates(model, example, args.batch_sizes if args.inductor else ())
     print_pass_table(pass_report, logit_scale)
     timings = measure_latency(candidates, args.batch_sizes, args.warmup, args.repeats)
     print_latency_table(timings)

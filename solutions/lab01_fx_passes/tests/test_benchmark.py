@@ -44,6 +44,19 @@ def test_lab01_an_outlier_inflated_original_decides_nothing():
     assert verdicts(targets)[:2] == [INCONCLUSIVE, INCONCLUSIVE]
 
 
+def test_lab01_the_lowering_is_judged_against_inductor_at_every_timed_batch_size():
+    """With --inductor, one more target per batch size: a clear loss is missed, parity is inconclusive."""
+    b = lab01_benchmark
+    faster = timing_ms(200, 201, 199, 202, 200, 198, 203)
+    slower = timing_ms(300, 301, 299, 302, 300, 298, 303)
+    timings = lab01_batch(faster, faster, faster)
+    timings[b.TARGET_BATCH] |= {b.ONEDNN: slower, b.INDUCTOR: faster}
+    timings[1] = {b.BASELINE: faster, b.ONEDNN: faster, b.INDUCTOR: timing_ms(199, 202, 200, 201, 198, 203, 200)}
+    targets = {target.name: target.verdict for target in b.check_targets(timings, {})}
+    assert targets[f"{b.ONEDNN} at least as fast as {b.INDUCTOR} (batch 1)"] == INCONCLUSIVE
+    assert targets[f"{b.ONEDNN} at least as fast as {b.INDUCTOR} (batch 8)"] == MISSED
+
+
 @pytest.mark.parametrize(
     "disagreements, images, expected",
     [
