@@ -16,13 +16,17 @@ folder cannot be cut by step). A mutant's tests that run past the timeout are co
 kill nor a survival. A mutant cosmic-ray could not run is ``incompetent``, also apart.
 
 Everything happens in a temporary copy of the course: the course's own files are never mutated. A step
-has hundreds of mutants and each one costs a pytest run of the step, so ``--sample K`` draws K of them
+has about a hundred mutants and each one costs a pytest run of the step, so ``--sample K`` draws K of them
 with a fixed ``--seed`` (the others are marked skipped in cosmic-ray's work database before it runs).
+Mutants inside annotations of a module with ``from __future__ import annotations`` are never drawn: those
+annotations are never evaluated, so such a mutant is equivalent by construction (:func:`annotation_spans`).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
 import random
 import re
@@ -69,6 +73,8 @@ class StepResult:
     mutants_total: int
     baseline_seconds: float
     timeout_seconds: float
+    #: Mutants never drawn because they lie inside annotations that are never evaluated (equivalent).
+    in_annotations: int = 0
     mutants: list[Mutant] = field(default_factory=list)
 
     def count(self, outcome: str) -> int:
@@ -122,6 +128,11 @@ def _cosmic_ray(copy: Path, *args: str) -> None:
     subprocess.run([sys.executable, "-m", "cosmic_ray.cli", *args], cwd=copy, check=True, capture_output=True)
 
 
+def _key(item) -> str:
+    """A work item's file, as the step's ``files`` name it (cosmic-ray may store it as given or resolved)."""
+    return Path(item.mutations[0].module_path).as_posix()
+
+
 def _outcome(result) -> str:
     """A cosmic-ray ``WorkResult`` as one of this module's outcomes."""
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
@@ -131,6 +142,39 @@ def _outcome(result) -> str:
     if result.test_outcome == TestOutcome.KILLED:
         return TIMEOUT if result.output == "timeout" else KILLED
     return SURVIVED
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where ``source``'s annotations are, as ((line, column), (end line, end column)) spans (pure).
+
+    Empty unless the module starts with ``from __future__ import annotations``: then annotations are
+    never evaluated (PEP 563), so a mutant inside one (``OpName | None`` as ``OpName - None``) is
+    equivalent by construction and only dilutes the score. Without the import an annotation is
+    evaluated when its function is defined, and such a mutant is a real one. Lines count from 1,
+    columns from 0, as cosmic-ray's positions do.
+    """
+    tree = ast.parse(source)
+    future = any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "__future__"
+        and any(a.name == "annotations" for a in node.names)
+        for node in tree.body
+    )
+    if not future:
+        return []
+    annotations = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            annotations.append(node.returns)
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            annotations.append(node.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    return [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in annotations]
+
+
+def _inside(position: tuple[int, int], spans: list[tuple[tuple[int, int], tuple[int, int]]]) -> bool:
+    return any(start <= tuple(position) < end for start, end in spans)
 
 
 def mutate_step(
@@ -198,16 +242,24 @@ def mutate_step(
             key=lambda item: (str(item.mutations[0].module_path), item.mutations[0].operator_name,
                               item.mutations[0].occurrence),
         )  # fmt: skip
-        eligible = [item for item in items if re.search(operators or "", item.mutations[0].operator_name)]
+        spans = {path: annotation_spans((copy / path).read_text(encoding="utf-8")) for path in files}
+        in_annotations = [item for item in items if _inside(item.mutations[0].start_pos, spans[_key(item)])]
+        eligible = [
+            item
+            for item in items
+            if item not in in_annotations and re.search(operators or "", item.mutations[0].operator_name)
+        ]
         drawn = eligible if sample is None or sample >= len(eligible) else random.Random(seed).sample(eligible, sample)
         drawn_ids = {item.job_id for item in drawn}
         skipped = [item.job_id for item in items if item.job_id not in drawn_ids]
         db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
     log(f"{spec.id} step {step}: {len(drawn)} of {len(items)} mutants of {', '.join(chosen.files)} "
+        f"({len(in_annotations)} left out: inside annotations, never evaluated) "
         f"(unmutated tests: {baseline_seconds:.0f} s; timeout {timeout:.0f} s)", flush=True)  # fmt: skip
     _cosmic_ray(copy, "exec", str(config), str(session))
 
     result = StepResult(spec.id, step, chosen.title, list(chosen.files), len(items), baseline_seconds, timeout)
+    result.in_annotations = len(in_annotations)
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, outcome in db.completed_work_items:
             if item.job_id not in drawn_ids:
@@ -261,6 +313,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if importlib.util.find_spec("cosmic_ray") is None:
+        print(
+            "error: mutation testing needs cosmic-ray: nox -s mutation installs it (pip install -e '.[mutation]')",
+            file=sys.stderr,
+        )
+        return 2
     course = args.course.resolve()
     try:
         spec = find_lab(course, args.lab)

@@ -63,3 +63,17 @@ def test_a_reference_that_fails_its_own_tests_is_refused(tmp_path):
     spec = mutation.load_lab_spec("labA_arith", copy)
     with pytest.raises(RuntimeError, match="fail on the unmutated reference"):
         mutation.mutate_step(copy, spec, 1, sample=1, seed=0, heldout=False)
+
+
+def test_mutants_inside_never_evaluated_annotations_are_left_out():
+    lazy = (
+        "from __future__ import annotations\n\n\n"
+        "def f(x: int | None, *, y: dict[str, int]) -> A | None:\n"
+        "    z: B | C = 1\n"
+    )
+    spans = mutation.annotation_spans(lazy)
+    assert sorted(spans) == [((4, 9), (4, 19)), ((4, 27), (4, 41)), ((4, 46), (4, 54)), ((5, 7), (5, 12))]
+    assert mutation._inside((4, 48), spans)  # the | of A | None
+    assert not mutation._inside((5, 15), spans)  # the value 1
+    # Evaluated when the function is defined: a mutant there breaks the import, a real mutant.
+    assert mutation.annotation_spans(lazy.replace("from __future__ import annotations\n", "")) == []
