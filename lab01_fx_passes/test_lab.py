@@ -341,10 +341,14 @@ def test_dce_removes_dead_nodes(lab, chains, length, dialect):
     captured = capture(DeadChains(chains, length), [torch.randn(2, 4)], dialect)
     gm, expected = captured.graph_module, captured.run()
     before = node_count(gm)
-    pruned = assert_fired(lab.eliminate_dead_code(gm), dialect, f"{chains} dead chains of sin and mul")
+    dce = lab.DCEPass()
+    pruned = assert_fired(dce(gm), dialect, f"{chains} dead chains of sin and mul")
     left = count_nodes(pruned, functions=(torch.sin, aten.sin.default))
     assert left == 0, f"{left} dead sin nodes left: every unused pure node must go, chains included (walk backwards)"
     assert before - node_count(pruned) >= 2 * chains * length, "every step of each chain is a dead sin and a dead mul"
+    assert dce.removed_count == before - node_count(pruned), (
+        f"DCEPass.removed_count is {dce.removed_count}, but {before - node_count(pruned)} nodes went"
+    )
     assert_close(captured.run(pruned), expected, what="the graph after DCE")
 
 
@@ -375,11 +379,16 @@ def test_dce_keeps_random_ops(lab):
     torch.manual_seed(0)
     expected = gm(x)
     before = node_count(gm)
-    result = lab.eliminate_dead_code(gm)
+    dce = lab.DCEPass()
+    result = dce(gm)
     removed = before - node_count(result.graph_module)
     assert removed == 1, (
         f"{removed} nodes removed: only the eval-mode dropout is dead and pure; every random op draws from "
         "the generator, so deleting one changes every random number after it"
+    )
+    assert dce.removed_count == 1 and result.modified, (
+        f"DCEPass.removed_count is {dce.removed_count} and modified {result.modified} after removing 1 node: "
+        "the pass reports what it did (dce.py's call sets both)"
     )
     torch.manual_seed(0)
     assert_close(run_graph(result.graph_module, x), expected, rtol=0, atol=0, what="the graph after DCE (same seed)")
@@ -396,6 +405,7 @@ def test_dce_keeps_side_effects(lab):
     assert len(STATISTICS_LOG) == 1, "the logging call was removed"
     assert int(model.bn.num_batches_tracked) == 1, "the training-mode BatchNorm was removed"
     assert node_count(result.graph_module) == before, "every node here is live or impure"
+    assert not result.modified, "nothing was removed, so the result must say unchanged (modified=False)"
     for dialect in ("symbolic_trace", "dynamo"):
         functional = UnusedFunctionalBatchNorm()
         captured = capture(functional, [torch.randn(5, 4)], dialect)
