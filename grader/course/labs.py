@@ -103,10 +103,10 @@ class Course:
         return [PurePosixPath(spec.package) / name for spec in (labs or self.labs) for name in spec.editable]
 
     @property
-    def root_names(self) -> frozenset[str]:
-        """What a copy of this course holds at its top (lab packages, harness, solutions): the names a
-        zip's single top folder has when it IS the course's folder rather than a wrapper around it."""
-        return frozenset({*(spec.package for spec in self.labs), *self.not_ready, *SUPPORT_PATHS, SOLUTIONS_DIR})
+    def lab_packages(self) -> frozenset[str]:
+        """Every lab package's folder name, ready or not: what tells a copy of the course's root folder
+        from a folder wrapped around it (:func:`grader.execute.sandbox.find_course_root`)."""
+        return frozenset({*(spec.package for spec in self.labs), *self.not_ready})
 
     @property
     def solutions(self) -> Path:

@@ -42,6 +42,9 @@ METHOD_NAMES = {9: "Deflate64", 12: "bzip2", 93: "Zstandard", 95: "xz", 98: "PPM
 OTHER_ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".rar", ".7z", ".gz", ".bz2", ".xz")
 #: Longest file name (one path component) most filesystems accept, in bytes.
 NAME_MAX_BYTES = 255
+#: Deepest folder nesting read in a submission (a course is a few levels deep; thousands of levels
+#: exhaust the stack of Python's recursive folder functions).
+MAX_DEPTH = 32
 _CHUNK = 1 << 20
 
 
@@ -97,6 +100,8 @@ def entry_problem(info: zipfile.ZipInfo, limits: ArchiveLimits) -> str:
         return f"a file name with a NUL character ({name!r})"
     if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES for part in path.parts):
         return f"a file name longer than {NAME_MAX_BYTES} bytes ({name[:80]!r}...)"
+    if len(path.parts) > MAX_DEPTH:
+        return f"{name[:80]!r}... is nested deeper than {MAX_DEPTH} folders"
     if _is_link(info):
         return f"{name!r} is a symbolic link: zip the files themselves"
     if info.flag_bits & 0x1:

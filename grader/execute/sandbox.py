@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_noise
-from grader.execute.archive import ArchiveError, archive_format_problem, extract_zip
+from grader.execute.archive import MAX_DEPTH, ArchiveError, archive_format_problem, extract_zip
 from labkit.labspec import TEST_FILE, LabSpec
 
 #: Root files pytest reads as configuration or plugins (flagged when a submission adds or edits them).
@@ -36,8 +36,10 @@ ROOT_CONFIG_FILES = ("conftest.py", "pyproject.toml", "pytest.ini", "tox.ini", "
 CODE_SUFFIXES = (".py", ".pth", ".so", ".toml", ".ini", ".cfg", ".json")
 #: The grader's own package: a copy in a submission is never run, but flagged when it differs.
 GRADER_DIR = "grader"
-#: How many wrapping folders around the course a zip may have (``alice.zip/alice/course/``).
+#: How many wrapping folders around the course a submission may have (``alice.zip/alice/course/``).
 MAX_WRAPPERS = 3
+#: Most tampering flags listed for one submission (the rest are counted in one line).
+MAX_TAMPERING_FLAGS = 50
 #: Largest editable file taken from a submission.
 MAX_EDITABLE_BYTES = 2 * 1024 * 1024
 SOLUTIONS_STUB = '''"""Stand-in installed by the grader: reference solutions are not importable while grading."""
@@ -60,21 +62,17 @@ class Overlay:
     notes: list[str] = field(default_factory=list)
 
 
-def unpack_submission(submission: Path, scratch: Path, course_names: Collection[str]) -> Path:
-    """Return a folder holding the submission, extracting a ``.zip`` into ``scratch`` safely
-    (:func:`grader.execute.archive.extract_zip`: limits checked before and while extracting).
-
-    A zip whose single top-level folder is a wrapper around the course (``alice.zip/course/...``, even
-    ``alice.zip/alice/course/...``) is unwrapped, up to :data:`MAX_WRAPPERS` levels. A folder named in
-    ``course_names`` (a lab package, the harness: what a course root holds) is never a wrapper: a zip
-    holding only ``lab01_fx_passes/`` is a course root with one lab in it.
+def unpack_submission(submission: Path, scratch: Path, lab_packages: Collection[str]) -> Path:
+    """Return the course folder of a submission, extracting a ``.zip`` into ``scratch`` safely
+    (:func:`grader.execute.archive.extract_zip`: limits checked before and while extracting), then
+    finding the course inside it (:func:`find_course_root`).
 
     Raises:
         SubmissionError: for a missing path, another file type (a ``.tar.gz`` is named as such), or a zip
             that is empty, encrypted, unreadable, unsafe or over a limit.
     """
     if submission.is_dir():
-        return submission
+        return find_course_root(submission, lab_packages)
     problem = archive_format_problem(submission) if submission.is_file() else "there is no such file or folder"
     if problem:
         raise SubmissionError(f"{submission.name}: {problem}")
@@ -83,29 +81,74 @@ def unpack_submission(submission: Path, scratch: Path, course_names: Collection[
         extract_zip(submission, target)
     except ArchiveError as error:
         raise SubmissionError(f"{submission.name}: {error}") from None
-    root = target
-    for _ in range(MAX_WRAPPERS):
-        entries = [p for p in root.iterdir() if not is_noise(p) and p.name != "__MACOSX"]
-        lone = entries[0] if len(entries) == 1 else None
-        if lone is None or lone.name in course_names or lone.is_symlink() or not lone.is_dir():
-            break
-        root = lone
-    return root
+    return find_course_root(target, lab_packages)
+
+
+def find_course_root(folder: Path, lab_packages: Collection[str]) -> Path:
+    """The folder of ``folder``'s tree that holds the course: the shallowest (up to :data:`MAX_WRAPPERS`
+    levels down) with a lab package folder in it, when exactly one at that depth has one; ``folder``
+    itself otherwise.
+
+    Students wrap the course in folders of their own (``alice.zip/alice/course/...``; a class's zips
+    each unzipped into a folder named after the student), with a README or notes beside it. A zip of
+    ``lab01_fx_passes/`` alone is a course with that one lab: its root holds the lab. Links are never
+    followed, caches and build output never searched.
+    """
+    level = [folder]
+    for _ in range(MAX_WRAPPERS + 1):
+        holding = [candidate for candidate in level if any(_is_real_dir(candidate / name) for name in lab_packages)]
+        if holding:
+            return holding[0] if len(holding) == 1 else folder
+        level = [child for candidate in level for child in _subfolders(candidate)]
+    return folder
+
+
+def _is_real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder))
+    except OSError:
+        return []
+    return [folder / name for name in names if not is_noise(Path(name)) and _is_real_dir(folder / name)]
 
 
 def _differs(candidate: Path, pristine: Path) -> bool:
     return not pristine.is_file() or not filecmp.cmp(candidate, pristine, shallow=False)
 
 
-def _walk(folder: Path):
-    """Every entry under ``folder`` that is not a folder (files, symbolic links, FIFOs...), without
-    following links (a link to a folder is yielded, not entered), noise folders skipped."""
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(name for name in dirs if not is_noise(Path(name)))
-        here = Path(root)
-        for name in sorted(files) + [name for name in dirs if (here / name).is_symlink()]:
-            if not is_noise(Path(name)):
-                yield here / name
+def _walk(folder: Path, problems: list[str]):
+    """Every entry under ``folder`` that is not a folder (files, symbolic links, FIFOs...), in name order,
+    without following links (a link to a folder is yielded, not entered) and without recursion (a tree
+    thousands of levels deep would exhaust Python's stack, as ``os.walk`` does). Noise folders are
+    skipped; a folder that cannot be listed, or one deeper than :data:`MAX_DEPTH` levels, is added to
+    ``problems`` instead of entered."""
+    stack = [(folder, 0)]
+    while stack:
+        here, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(here), key=lambda entry: entry.name)
+        except OSError as error:
+            problems.append(f"{here} cannot be read ({error.strerror})")
+            continue
+        subfolders = []
+        for entry in entries:
+            path = here / entry.name
+            if is_noise(path):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                subfolders.append(path)
+            else:
+                yield path
+        if subfolders and depth + 1 > MAX_DEPTH:
+            problems.append(f"{here} holds folders nested deeper than {MAX_DEPTH} levels (not compared)")
+            continue
+        stack.extend((path, depth + 1) for path in reversed(subfolders))
 
 
 def _kind_problem(path: Path) -> str | None:
@@ -146,7 +189,8 @@ def find_tampering(course: Course, submission: Path) -> list[str]:
         if problem:
             flags.append(f"tampering: {name} is {problem} (ignored: only the editable files are graded)")
             continue
-        for path in _walk(top):
+        walk_problems: list[str] = []
+        for path in _walk(top, walk_problems):
             rel = path.relative_to(submission).as_posix()
             problem = _kind_problem(path)
             if problem and rel not in editable:
@@ -155,9 +199,16 @@ def find_tampering(course: Course, submission: Path) -> list[str]:
             if rel in editable or path.suffix not in CODE_SUFFIXES:
                 continue
             pristine = course.root / rel
-            if _differs(path, pristine):
+            try:
+                differs = _differs(path, pristine)
+            except OSError:
+                flags.append(f"tampering: {rel} cannot be read (ignored: only the editable files are graded)")
+                continue
+            if differs:
                 verb = "changed" if pristine.is_file() else "added"
                 flags.append(f"tampering: {verb} {_kind(rel)} {rel} (ignored: only the editable files are graded)")
+        for problem in walk_problems:
+            flags.append(f"tampering: {Path(problem).as_posix().replace(str(submission) + '/', '', 1)} (ignored)")
     for name in ROOT_CONFIG_FILES:
         path = submission / name
         if not os.path.lexists(path):
@@ -165,12 +216,20 @@ def find_tampering(course: Course, submission: Path) -> list[str]:
         problem = _kind_problem(path)
         if problem:
             flags.append(f"tampering: {name} at the top of the course is {problem} (ignored)")
-        elif path.is_file() and _differs(path, course.root / name):
+        elif path.is_file() and os.access(path, os.R_OK) and _differs(path, course.root / name):
             verb = "changed" if (course.root / name).is_file() else "added"
             flags.append(
                 f"tampering: {verb} {name} at the top of the course (ignored: only the editable files are graded)"
             )
-    return flags
+    return capped(flags)
+
+
+def capped(flags: list[str], limit: int = MAX_TAMPERING_FLAGS) -> list[str]:
+    """The first ``limit`` flags and one line counting the rest: a submission holding a whole virtual
+    environment in a lab folder (5,000 added ``.py`` files) must not make a 700 KB feedback file."""
+    if len(flags) <= limit:
+        return flags
+    return [*flags[:limit], f"tampering: and {len(flags) - limit} more like these (only the first {limit} are listed)"]
 
 
 def regular_file_problem(root: Path, rel: str) -> str | None:
@@ -188,6 +247,8 @@ def regular_file_problem(root: Path, rel: str) -> str | None:
             info = os.lstat(current)
         except FileNotFoundError:
             return "missing"
+        except OSError:
+            return "cannot be read"
         if stat.S_ISLNK(info.st_mode):
             return f"{'/'.join(parts[: index + 1])} is a symbolic link"
         last = index == len(parts) - 1
@@ -217,10 +278,21 @@ def overlay_editable(labs: list[LabSpec], submission: Path, sandbox: Path) -> Ov
                     f"{rel} is larger than {MAX_EDITABLE_BYTES // 1024} KiB (ignored: the starter's file was used)"
                 )
             else:
+                try:
+                    content = source.read_bytes()
+                except OSError as error:
+                    overlay.flags.append(f"{rel} cannot be read ({error.strerror}; the starter's file was used)")
+                    continue
                 target = sandbox / spec.package / name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(source.read_bytes())
+                target.write_bytes(content)
                 overlay.taken.append(rel)
+    wanted = sum(len(spec.editable) for spec in labs)
+    if wanted and not overlay.taken and len(overlay.notes) == wanted:
+        overlay.flags.append(
+            "none of the labs' editable files is in the submission (every lab was graded with the starter's "
+            "files): is it a copy of the course folder?"
+        )
     return overlay
 
 

@@ -31,7 +31,9 @@ verdict.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import math
 import re
 from collections.abc import Callable
@@ -284,9 +286,12 @@ NO_FILES = (
 
 
 def pair_page_name(lab_id: str, pair: Pair) -> str:
-    """The pair's page, relative to the report folder (names reduced to safe file-name characters)."""
-    safe = [re.sub(r"[^\w.-]", "_", name) for name in (lab_id, pair.first, pair.second)]
-    return f"{PAIRS_DIR}/{'--'.join(safe)}.html"
+    """The pair's page, relative to the report folder: readable (the names reduced to safe file-name
+    characters, each at most 40 of them), bounded (far below the 255 bytes a file name may have) and one
+    page per pair (a digest of the exact names: ``x y`` and ``x_y`` reduce alike but never share a page)."""
+    safe = [re.sub(r"[^\w.-]", "_", name)[:40] for name in (lab_id, pair.first, pair.second)]
+    digest = hashlib.sha256(json.dumps([lab_id, pair.first, pair.second]).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{PAIRS_DIR}/{'--'.join(safe)}--{digest[:12]}.html"
 
 
 def class_similarity(

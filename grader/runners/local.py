@@ -32,7 +32,7 @@ from grader.execute.collect import build_rubric
 from grader.execute.isolation import Isolation
 from grader.execute.limits import RunLimits
 from grader.execute.review import review_files
-from grader.execute.sandbox import GRADER_DIR, SubmissionError, build_sandbox, unpack_submission
+from grader.execute.sandbox import SubmissionError, build_sandbox, unpack_submission
 from grader.execute.supervisor import lab_parts, part_raw_dir, run_lab
 from grader.scoring.feedback import write_grader_error_detail, write_outputs
 from grader.scoring.results import BAD_SUBMISSION, GRADER_ERROR, SubmissionResult
@@ -238,7 +238,7 @@ def grade_submission(
     try:
         # Cleaning up never fails the grading: what graded code left there is removed without following links.
         with tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True) as scratch:
-            folder = unpack_submission(submission, Path(scratch), setup.course.root_names | {GRADER_DIR})
+            folder = unpack_submission(submission, Path(scratch), setup.course.lab_packages)
             _run_labs(setup, folder, out, Path(scratch), name, only_labs)
         result = rescore(out)
     except SubmissionError as error:

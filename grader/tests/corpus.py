@@ -17,8 +17,8 @@ from labkit.labspec import HELDOUT_DIR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DEMO_COURSE = FIXTURES / "course"
-#: What the demo course holds at its top: a zip whose only folder has one of these names is not a wrapper.
-DEMO_NAMES = frozenset({"labA_arith", "labB_text", "conftest.py", "pyproject.toml", "labkit", "solutions", "grader"})
+#: The demo course's lab packages: what tells its root folder from a folder wrapped around it.
+DEMO_NAMES = frozenset({"labA_arith", "labB_text"})
 SUBMISSIONS = FIXTURES / "submissions"
 EXPECTED_FILE = "expected.json"
 DEMO_PACKAGES = {"labA": "labA_arith", "labB": "labB_text"}

@@ -12,7 +12,7 @@ import pytest
 
 from grader.course.labs import load_course
 from grader.execute.archive import _inside
-from grader.execute.sandbox import GRADER_DIR, SubmissionError, find_tampering, unpack_submission
+from grader.execute.sandbox import SubmissionError, find_tampering, unpack_submission
 from grader.tests.corpus import DEMO_COURSE, DEMO_NAMES, starter_copy
 
 
@@ -40,8 +40,9 @@ def test_a_fifo_in_a_lab_folder_is_flagged_without_opening_it(tmp_path):
     reader.start()
     reader.join(timeout=30)
     assert found, "find_tampering blocked on a FIFO"
-    assert "tampering: labA_arith/helpers.py is not a regular file (ignored: only the editable files are graded)" in (
-        found[0]
+    assert (
+        "tampering: labA_arith/helpers.py is not a regular file (ignored: only the editable files are graded)"
+        in (found[0])
     )
     assert "tampering: conftest.py at the top of the course is not a regular file (ignored)" in found[0]
 
@@ -54,7 +55,7 @@ def _zip(path, names):
 
 
 def test_the_demo_names_are_what_the_grader_passes():
-    assert load_course(DEMO_COURSE).root_names | {GRADER_DIR} == DEMO_NAMES
+    assert load_course(DEMO_COURSE).lab_packages == DEMO_NAMES
 
 
 def test_a_zip_holding_only_a_lab_folder_is_a_course_root_not_a_wrapper(tmp_path):
@@ -82,3 +83,70 @@ def test_an_extraction_error_names_the_entry_not_the_grader_folder(tmp_path):
     target = tmp_path / "scratch" / "unpacked"
     assert _inside(f"{target}/labA_arith/x.py", target) == "labA_arith/x.py"
     assert _inside("/elsewhere/deep/x.py", target) == "x.py"
+
+
+def test_a_folder_wrapped_around_the_course_is_found_with_notes_beside_it(tmp_path):
+    """A class's zips each unzipped into a folder of the student's name: alice/course-copy/<course>."""
+    wrapper = tmp_path / "alice"
+    starter_copy(wrapper / "course-copy")
+    (wrapper / "README.txt").write_text("my notes")
+    assert unpack_submission(wrapper, tmp_path / "s1", DEMO_NAMES) == wrapper / "course-copy"
+    two = tmp_path / "bob"  # two copies side by side: ambiguous, graded as given
+    starter_copy(two / "first")
+    starter_copy(two / "second")
+    assert unpack_submission(two, tmp_path / "s2", DEMO_NAMES) == two
+
+
+def test_a_submission_with_none_of_the_editable_files_says_so(tmp_path):
+    from grader.execute.sandbox import overlay_editable
+
+    course = load_course(DEMO_COURSE)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    overlay = overlay_editable(list(course.labs), empty, tmp_path / "sandbox")
+    assert any("none of the labs' editable files" in flag for flag in overlay.flags)
+    assert not any("none of" in flag for flag in overlay_editable(list(course.labs), DEMO_COURSE, tmp_path / "s").flags)
+
+
+def test_an_unreadable_editable_file_costs_only_that_file(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from grader.execute.sandbox import overlay_editable
+
+    course = load_course(DEMO_COURSE)
+    submission = starter_copy(tmp_path / "student")
+    unreadable = submission / "labA_arith" / "arith.py"
+    real_read = Path.read_bytes
+
+    def read_bytes(path):
+        if path == unreadable:
+            raise PermissionError(13, "Permission denied")
+        return real_read(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    overlay = overlay_editable(list(course.labs), submission, tmp_path / "sandbox")
+    assert overlay.taken == ["labB_text/text.py"]
+    assert "labA_arith/arith.py cannot be read (Permission denied; the starter's file was used)" in overlay.flags
+
+
+def test_a_tree_hundreds_of_levels_deep_is_one_flag_not_a_crash(tmp_path):
+    course = load_course(DEMO_COURSE)
+    submission = starter_copy(tmp_path / "student")
+    os.makedirs(submission / "labA_arith" / os.path.join(*["a"] * 200))
+    flags = find_tampering(course, submission)
+    assert len(flags) == 1 and "nested deeper than 32 levels" in flags[0] and str(tmp_path) not in flags[0]
+    from grader.execute.sandbox import SubmissionError
+
+    with pytest.raises(SubmissionError, match="nested deeper than 32 folders"):
+        unpack_submission(_zip(tmp_path / "deep.zip", ["a/" * 40 + "x.py"]), tmp_path / "s1", DEMO_NAMES)
+
+
+def test_thousands_of_added_files_are_counted_not_listed(tmp_path):
+    course = load_course(DEMO_COURSE)
+    submission = starter_copy(tmp_path / "student")
+    packages = submission / "labA_arith" / "myenv" / "site-packages"
+    packages.mkdir(parents=True)
+    for index in range(300):
+        (packages / f"module_{index}.py").write_text("")
+    flags = find_tampering(course, submission)
+    assert len(flags) == 51 and flags[-1] == "tampering: and 250 more like these (only the first 50 are listed)"

@@ -242,3 +242,18 @@ def test_the_grader_keeps_the_editable_files_it_graded(graded_corpus, corpus_dir
     )
     edited = graded_corpus / "edits_test_lab" / SUBMITTED_DIR
     assert not list(edited.rglob("test_*.py")), "an edited test is never kept: it was not graded"
+
+
+def test_pair_pages_are_one_per_pair_and_short_whatever_the_names():
+    """``x y`` and ``x_y`` reduce alike (a 100% pair's page was overwritten by an 82% one's), and two
+    127-byte ids made a file name too long for the filesystem (the whole report was lost)."""
+    from grader.report.similarity import Pair, pair_page_name
+
+    def page(first, second):
+        return pair_page_name("labA", Pair(first, second, 1, 1, 1, 1))
+
+    assert page("c", "x y") != page("c", "x_y")
+    long_a, long_b = "Jane Marie Doe-Smith_" * 6 + "a", "Jane Marie Doe-Smith_" * 6 + "b"
+    assert page(long_a, long_b) != page(long_a, long_a + "c")
+    assert len(page(long_a, long_b).split("/")[-1].encode()) < 200
+    assert re.fullmatch(r"similarity/[\w.-]+\.html", page("<b>", "é\x1b"))
