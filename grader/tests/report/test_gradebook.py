@@ -180,5 +180,5 @@ def test_a_name_that_reads_as_a_formula_is_text_in_every_csv(tmp_path):
     rows = [{"student": '=HYPERLINK("http://x","y")', "score": 12}, {"student": "@SUM(A1)", "score": -3}]
     write_rows_csv(tmp_path / "class.csv", ["student", "score"], rows)
     lines = (tmp_path / "class.csv").read_text().splitlines()
-    assert lines[1] == "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",12" and lines[2] == "'@SUM(A1),-3"
+    assert lines[1] == '"\'=HYPERLINK(""http://x"",""y"")",12' and lines[2] == "'@SUM(A1),-3"
     assert [spreadsheet_cell(v) for v in ("-1", "+x", "\tx", "alice", 5)] == ["'-1", "'+x", "'\tx", "alice", 5]
