@@ -18,9 +18,11 @@ either fails (exit status 2).
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -99,6 +101,44 @@ def check_output_folder(out: Path) -> None:
         raise GraderEnvironmentError(
             f"cannot write the results to {out} ({error.strerror or error}): choose another --out, nothing was graded"
         ) from error
+
+
+#: Free space the grader's scratch folder needs before grading starts (sandboxes, reports, caches).
+MIN_SCRATCH_BYTES = 256 * 1024 * 1024
+#: Below this much free space after a graded process, a missing or cut report is the disk's doing.
+DISK_FULL_BYTES = 8 * 1024 * 1024
+
+
+def free_bytes(folder: Path) -> int:
+    """Free space (for an unprivileged user) on the filesystem holding ``folder``."""
+    info = os.statvfs(folder)
+    return info.f_bavail * info.f_frsize
+
+
+def check_scratch_space(folder: Path | None = None, minimum: int = MIN_SCRATCH_BYTES) -> None:
+    """Raise :class:`GraderEnvironmentError` unless the scratch folder (``TMPDIR``) has ``minimum`` bytes
+    free: on a nearly full disk, pytest's reports come out cut or empty, which would read as the
+    submission's doing."""
+    folder = Path(folder or tempfile.gettempdir())
+    free = free_bytes(folder)
+    if free < minimum:
+        raise GraderEnvironmentError(
+            f"only {free / 2**20:.0f} MiB free in the scratch folder {folder} (grading needs {minimum / 2**20:.0f} "
+            "MiB): free some space or point TMPDIR at a larger disk; nothing was graded"
+        )
+
+
+def disk_full_error(folder: Path) -> OSError | None:
+    """An ``ENOSPC`` error to raise when ``folder``'s filesystem is (nearly) full, else None: what the
+    supervisor asks when a graded process's report is missing or malformed, so that a full disk is the
+    grader's failure (a ``grader-error``, regraded later), never the student's."""
+    try:
+        free = free_bytes(folder)
+    except OSError:
+        return None
+    if free >= DISK_FULL_BYTES:
+        return None
+    return OSError(errno.ENOSPC, f"the grader's scratch disk is full ({free // 1024} KiB free)", str(folder))
 
 
 if __name__ == "__main__":

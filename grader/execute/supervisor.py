@@ -74,6 +74,7 @@ from grader.execute.channel import EventRecorder, append_event, original_nodeid
 from grader.execute.command import REPORT_OMIT, pytest_command, pytest_env
 from grader.execute.isolation import Isolation, Unisolated, View
 from grader.execute.limits import LabBudget, RunLimits, lab_budget
+from grader.execute.preflight import disk_full_error
 from grader.execute.resources import ResourceWatch, cuda_hidden, kernel_limits, limit_setter
 
 #: How long the supervisor waits for a killed process's pipes to close.
@@ -452,6 +453,8 @@ def run_lab(
                 )
                 kept = report_file(len(commands) - 1)
                 problem = keep_report(drop / REPORT_NAME, raw_dir / kept, limits.report_cap_bytes)
+                if problem and (full := disk_full_error(drop)):
+                    raise full
                 if problem:
                     report_problems.append(f"{kept}: {problem}")
             started += ended.started

@@ -37,6 +37,7 @@ row and only the students with a ``SIS Login ID`` and a grade in every lab; the 
 from __future__ import annotations
 
 import csv
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,9 @@ def read_roster(path: Path) -> list[RosterEntry]:
             seen[key, value] = line
         entries.append(
             RosterEntry(
-                values[SUBMISSION], values["Student"], {key: values.get(key, "") for key in STUDENT_COLUMNS[1:]}
+                unicodedata.normalize("NFC", values[SUBMISSION]),
+                values["Student"],
+                {key: values.get(key, "") for key in STUDENT_COLUMNS[1:]},
             )
         )
     return entries
@@ -139,7 +142,8 @@ def gradebook(
         assignments: lab id -> its column's name, in column order.
         maxima: lab id -> its maximum (the ``Points Possible`` row).
     """
-    by_name = {result.submission: result for result in results}
+    by_name = {unicodedata.normalize("NFC", result.submission): result for result in results}
+    missing = [unicodedata.normalize("NFC", folder) for folder in missing]
     graded = sorted({*by_name, *missing})
     listed = {entry.submission for entry in roster}
     rows, lists = [], {key: [] for key in LISTS}

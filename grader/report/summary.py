@@ -66,8 +66,8 @@ def load_results(graded: Path) -> tuple[list[SubmissionResult], list[str]]:
         except FileNotFoundError:
             if any(folder.iterdir()):
                 missing.append(folder.name)
-        except (ValueError, KeyError, TypeError):
-            missing.append(folder.name)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            missing.append(folder.name)  # a folder where summary.json should be, unreadable, malformed: listed
     return results, missing
 
 

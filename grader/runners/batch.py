@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -68,10 +69,35 @@ def batch_row(student: str, result: SubmissionResult, wall_s: float) -> BatchRow
     )
 
 
-def write_batch_index(out: Path, rows: list[BatchRow]) -> Path:
+def write_batch_index(out: Path, rows: list[BatchRow], *, keep_others: bool = False) -> Path:
+    """Write ``out/batch.json``: ``rows``, and with ``keep_others`` (a regrade of some students, ``--only``)
+    every row already there for another student, so the index still lists the whole class."""
     path = out / BATCH_FILE
-    path.write_text(json.dumps({"rows": [asdict(row) for row in rows]}, indent=1) + "\n", encoding="utf-8")
+    entries = [asdict(row) for row in rows]
+    if keep_others:
+        regraded = {row.student for row in rows}
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8")).get("rows", [])
+        except (OSError, ValueError, AttributeError):
+            earlier = []
+        kept = [entry for entry in earlier if isinstance(entry, dict) and entry.get("student") not in regraded]
+        entries = sorted(kept + entries, key=lambda entry: str(entry.get("student")))
+    path.write_text(json.dumps({"rows": entries}, indent=1) + "\n", encoding="utf-8")
     return path
+
+
+def select_students(submissions: list[tuple[str, Path]], only: list[str]) -> list[tuple[str, Path]]:
+    """The submissions ``--only`` names: each value an id, or a comma-separated list of ids (a value that
+    is itself an id, commas and all, is that id)."""
+    ids = {student for student, _ in submissions}
+    wanted = {part for value in only for part in ([value] if value in ids else value.split(","))}
+    return [(student, path) for student, path in submissions if student in wanted]
+
+
+def only_options(students: list[str]) -> str:
+    """The ``--only`` options that select ``students`` again, quoted for a POSIX shell (an id may hold a
+    space, a comma or start with ``-``)."""
+    return " ".join(f"--only={shlex.quote(student)}" for student in students)
 
 
 #: Entries of a submissions folder that are never a student: what unzipping a class archive on a Mac or
@@ -184,6 +210,7 @@ def grade_all(
     jobs: int = 1,
     runner: Runner = grade_submission,
     show_progress: bool = True,
+    keep_other_rows: bool = False,
 ) -> list[BatchRow]:
     """Grade every submission into ``out/<student>/``, ``jobs`` at a time; write ``out/batch.json``.
 
@@ -216,5 +243,5 @@ def grade_all(
                 progress.finished(row_line(rows[student]))
             progress.tick()
     ordered = [rows[student] for student, _ in submissions]
-    write_batch_index(out, ordered)
+    write_batch_index(out, ordered, keep_others=keep_other_rows)
     return ordered

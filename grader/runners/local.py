@@ -16,6 +16,7 @@ writes every file there, after the graded processes are gone.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -195,6 +196,10 @@ def own_grader_problem(submission: Path) -> str | None:
     )
 
 
+#: Longest student id, in bytes (file names may have 255; ``<id>-submission`` and the like must fit).
+MAX_ID_BYTES = 200
+
+
 def submission_id(submission: Path) -> str:
     """The student's id a submission's name gives: its name without ``.zip`` (or another archive suffix),
     made :func:`printable`."""
@@ -206,12 +211,20 @@ def submission_id(submission: Path) -> str:
 
 
 def printable(name: str) -> str:
-    """``name`` with every control or unprintable character written as its escape (``\\x1b``, ``\\n``
-    as ``\\x0a``; bytes of a name that is not UTF-8 too). A folder's name is the student's input: one
-    holding a terminal's escape sequence or a newline would otherwise repaint the instructor's terminal
-    or split a row of the class report. Letters of any script are kept (``José``); distinct names stay
-    distinct."""
-    return "".join(char if char == " " or unicodedata.category(char)[0] not in "CZ" else _escape(char) for char in name)
+    """``name`` as a student id: in Unicode's composed form (NFC: a Mac writes ``José`` decomposed, a
+    roster composed), every control or unprintable character written as its escape (``\\x1b``, ``\\n``
+    as ``\\x0a``; bytes of a name that is not UTF-8 too), and at most :data:`MAX_ID_BYTES` long (a
+    longer one keeps its start and gets a digest of the whole). A folder's name is the student's input:
+    one holding a terminal's escape sequence or a newline would otherwise repaint the instructor's
+    terminal or split a row of the class report, and one longer than a file name may be would leave the
+    student without a graded folder. Letters of any script are kept; distinct names stay distinct."""
+    name = unicodedata.normalize("NFC", name)
+    text = "".join(char if char == " " or unicodedata.category(char)[0] not in "CZ" else _escape(char) for char in name)
+    if len(text.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    head = text.encode("utf-8", "surrogatepass")[: MAX_ID_BYTES - 13].decode("utf-8", "ignore")
+    return f"{head}-{digest}"
 
 
 def _escape(char: str) -> str:

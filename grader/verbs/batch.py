@@ -9,7 +9,15 @@ from pathlib import Path
 
 from grader.course.labs import CourseError
 from grader.execute.preflight import GraderEnvironmentError, check_output_folder
-from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all, jobs_note, row_line
+from grader.runners.batch import (
+    BATCH_FILE,
+    discover_submissions,
+    grade_all,
+    jobs_note,
+    only_options,
+    row_line,
+    select_students,
+)
 from grader.runners.container import ContainerError
 from grader.runners.local import grade_submission
 from grader.scoring.results import EXIT_GRADER_FAULT, EXIT_OK, EXIT_USAGE, GRADER_FAULTS
@@ -26,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="submissions graded at once (default 1; more than the machine's cores only share them)",
     )
-    parser.add_argument("--only", default=None, help="comma-separated student ids to grade")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        help="student ids to grade (comma-separated, or the option repeated); batch.json keeps the other rows",
+    )
     add_course_options(parser)
     add_container_options(parser)
 
@@ -41,15 +54,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"grader batch: {error}", file=sys.stderr)
         return EXIT_USAGE
     if args.only:
-        wanted = set(args.only.split(","))
-        submissions = [(name, path) for name, path in submissions if name in wanted]
+        submissions = select_students(submissions, args.only)
     if not submissions:
         print(f"grader batch: no submissions in {args.submissions_dir}", file=sys.stderr)
         return EXIT_USAGE
     if note := jobs_note(args.jobs):
         print(note, file=sys.stderr)
     start = time.monotonic()
-    rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner)
+    rows = grade_all(submissions, args.out, setup, jobs=args.jobs, runner=runner, keep_other_rows=bool(args.only))
     for row in rows:
         print(row_line(row))
     print(
@@ -59,9 +71,9 @@ def main(args: argparse.Namespace) -> int:
     failed = [row.student for row in rows if GRADER_FAULTS & set(row.statuses.values())]
     if failed:
         print(
-            f"\nGRADER ERROR for {len(failed)} submission(s), not their fault (the reason is in each "
-            f"feedback.md): {', '.join(failed)}\nFix the cause, then grade them again with --only "
-            f"{','.join(failed)}",
+            f"\nGRADER ERROR for {len(failed)} submission(s), not their fault (the error is in each one's "
+            f"feedback.md, its traceback in grader-error.txt): {', '.join(failed)}\nFix the cause, then grade "
+            f"them again with {only_options(failed)}",
             file=sys.stderr,
         )
         return EXIT_GRADER_FAULT

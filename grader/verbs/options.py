@@ -14,7 +14,7 @@ from grader.execute.collect import DEFAULT_CACHE_DIR
 from grader.execute.command import GPU_MODES
 from grader.execute.isolation import choose_isolation
 from grader.execute.limits import GRADING_MARGIN_S, GiB, RunLimits
-from grader.execute.preflight import check_grading_environment
+from grader.execute.preflight import check_grading_environment, check_scratch_space
 from grader.runners.container import ENGINE_ENV_VAR, ContainerLimits, ContainerRunner, find_engine
 from grader.runners.local import GradeOptions, GradingSetup
 from grader.scoring.results import EXIT_GRADER_FAULT, EXIT_OK, SubmissionResult
@@ -130,6 +130,7 @@ def prepare(args: argparse.Namespace, *, check_environment: bool = True, isolate
         IsolationError: an instructor's course, no working bubblewrap and no ``--unsafe-no-sandbox``.
     """
     course = load_course(args.course)
+    check_scratch_space()
     if check_environment:
         check_grading_environment(course.root, command=current_command())
     isolation = None

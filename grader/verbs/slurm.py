@@ -25,7 +25,7 @@ from pathlib import Path
 
 from grader.course.labs import CourseError
 from grader.execute.preflight import GraderEnvironmentError, check_output_folder
-from grader.runners.batch import discover_submissions
+from grader.runners.batch import discover_submissions, select_students
 from grader.runners.progress import Progress
 from grader.runners.slurm import (
     PLAN_DIR,
@@ -56,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     submit = actions.add_parser("submit", help="submit one Slurm array task per submission (and kind of lab)")
     submit.add_argument("submissions_dir", type=Path, help="one folder or .zip per student")
     submit.add_argument("--out", type=Path, required=True, help="graded folder (one sub-folder per student)")
-    submit.add_argument("--only", default=None, help="comma-separated student ids to grade")
+    submit.add_argument(
+        "--only", action="append", default=None, help="student ids to grade (comma-separated, or the option repeated)"
+    )
     defaults = Resources()
     cluster = submit.add_argument_group("cluster", "what each task asks Slurm for")
     cluster.add_argument(
@@ -180,8 +182,7 @@ def submit(args: argparse.Namespace) -> int:
     setup = prepare(args)
     submissions = discover_submissions(args.submissions_dir, out=args.out)
     if args.only:
-        wanted = set(args.only.split(","))
-        submissions = [(name, path) for name, path in submissions if name in wanted]
+        submissions = select_students(submissions, args.only)
     if not submissions:
         raise CourseError(f"no submissions in {args.submissions_dir}")
     if args.time:

@@ -182,3 +182,13 @@ def test_a_name_that_reads_as_a_formula_is_text_in_every_csv(tmp_path):
     lines = (tmp_path / "class.csv").read_text().splitlines()
     assert lines[1] == '"\'=HYPERLINK(""http://x"",""y"")",12' and lines[2] == "'@SUM(A1),-3"
     assert [spreadsheet_cell(v) for v in ("-1", "+x", "\tx", "alice", 5)] == ["'-1", "'+x", "'\tx", "alice", 5]
+
+
+def test_a_roster_name_matches_a_folder_whatever_its_unicode_form(tmp_path):
+    import unicodedata
+
+    from grader.report.gradebook import read_roster
+
+    roster = tmp_path / "roster.csv"
+    roster.write_text(f"Student,Submission\nJosé Pérez,{unicodedata.normalize('NFD', 'José')}\n", encoding="utf-8")
+    assert [entry.submission for entry in read_roster(roster)] == [unicodedata.normalize("NFC", "José")]

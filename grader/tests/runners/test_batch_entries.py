@@ -7,7 +7,7 @@ import json
 import zipfile
 
 from grader.evidence.layout import FEEDBACK_FILE
-from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all
+from grader.runners.batch import BATCH_FILE, discover_submissions, grade_all, only_options, select_students
 from grader.runners.local import grade_submission
 from grader.scoring.feedback import write_outputs
 from grader.scoring.results import BAD_SUBMISSION, GRADER_ERROR
@@ -75,3 +75,43 @@ def test_a_submission_that_vanishes_during_the_batch_is_the_grader_s_error_not_t
     [row] = grade_all(discover_submissions(folder), tmp_path / "graded", demo_setup, runner=runner, show_progress=False)
     assert set(row.statuses.values()) == {GRADER_ERROR}
     assert "left the submissions folder" in (tmp_path / "graded" / "alice" / GRADER_ERROR_FILE).read_text()
+
+
+def test_only_selects_any_id_and_a_regrade_keeps_the_other_rows(demo_setup, tmp_path):
+    folder = tmp_path / "submissions"
+    for name in ("-dash", "a b", "a,b", "ok"):
+        (folder / name).mkdir(parents=True)
+    submissions = discover_submissions(folder)
+    assert [s for s, _ in select_students(submissions, ["a,b"])] == ["a,b"], "an id with a comma is that id"
+    assert [s for s, _ in select_students(submissions, ["-dash,ok", "a b"])] == ["-dash", "a b", "ok"]
+    assert only_options(["-dash", "a b"]) == "--only=-dash --only='a b'"
+    out = tmp_path / "graded"
+    grade_all(submissions, out, demo_setup, runner=_instant_runner([]), show_progress=False)
+    grade_all(select_students(submissions, ["ok"]), out, demo_setup, runner=_instant_runner([]),
+              show_progress=False, keep_other_rows=True)  # fmt: skip
+    assert [row["student"] for row in json.loads((out / BATCH_FILE).read_text())["rows"]] == [
+        "-dash",
+        "a b",
+        "a,b",
+        "ok",
+    ]
+
+
+def test_ids_are_composed_unicode_and_short_enough_for_a_folder(tmp_path):
+    import unicodedata
+
+    folder = tmp_path / "submissions"
+    for name in (unicodedata.normalize("NFD", "José"), "\x01" * 70, "a" * 250, "a" * 249 + "b"):
+        (folder / name).mkdir(parents=True)
+    ids = [student for student, _ in discover_submissions(folder)]
+    assert "José" in ids, "a Mac's decomposed name matches the roster's composed one"
+    assert all(len(student.encode()) <= 200 for student in ids) and len(set(ids)) == 4
+    for student in ids:
+        (tmp_path / "graded" / student).mkdir(parents=True)  # every id is a folder name the filesystem takes
+
+
+def test_the_report_lists_a_student_whose_summary_cannot_be_read(tmp_path):
+    from grader.report.summary import load_results
+
+    (tmp_path / "alice" / "summary.json").mkdir(parents=True)  # a folder where the file should be
+    assert load_results(tmp_path) == ([], ["alice"])

@@ -37,3 +37,27 @@ def test_a_later_grading_that_works_removes_the_old_error_detail(demo_setup, tmp
     monkeypatch.setattr(local, "_run_labs", lambda *args, **kwargs: None)
     grade_submission(starter_copy(tmp_path / "student"), out, demo_setup, "alice")
     assert not (out / GRADER_ERROR_FILE).exists()
+
+
+def test_a_report_lost_to_a_full_disk_is_the_grader_s_error(demo_setup, tmp_path, monkeypatch):
+    """A nearly full TMPDIR cut pytest's JSON report, and the student read 'the submission's code left it so'."""
+    import grader.execute.preflight as preflight
+    import grader.execute.supervisor as supervisor
+
+    monkeypatch.setattr(supervisor, "keep_report", lambda *args: "it is not JSON (a cut file)")
+    monkeypatch.setattr(preflight, "free_bytes", lambda folder: 4096)
+    out = tmp_path / "graded"
+    result = grade_submission(starter_copy(tmp_path / "student"), out, demo_setup, "alice")
+    assert {lab.status for lab in result.labs} == {"grader-error"}
+    assert "scratch disk is full" in (out / GRADER_ERROR_FILE).read_text()
+    assert "left it so" not in (out / FEEDBACK_FILE).read_text()
+
+
+def test_grading_does_not_start_on_a_nearly_full_scratch_disk(tmp_path, monkeypatch):
+    import pytest
+
+    import grader.execute.preflight as preflight
+
+    monkeypatch.setattr(preflight, "free_bytes", lambda folder: 10 * 2**20)
+    with pytest.raises(preflight.GraderEnvironmentError, match="only 10 MiB free in the scratch folder"):
+        preflight.check_scratch_space(tmp_path)

@@ -89,7 +89,7 @@ def test_a_probe_plugin_that_cannot_load_is_a_grader_error_and_exits_nonzero(
     assert "GRADER ERROR" in err and "not the students' fault" in err
 
     assert main(["batch", "../class", "--out", "graded/class", *args]) == EXIT_GRADER_FAULT
-    assert "grade them again with --only alice,bob" in capsys.readouterr().err
+    assert "grade them again with --only=alice --only=bob" in capsys.readouterr().err
 
 
 def test_an_output_folder_that_cannot_be_written_grades_nothing(elsewhere, rubric_cache, capsys):

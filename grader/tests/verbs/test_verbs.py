@@ -84,7 +84,8 @@ def test_a_runner_that_crashes_still_leaves_a_row(demo_setup, tmp_path):
     rows = grade_all([("bob", DEMO_COURSE)], tmp_path, demo_setup, runner=broken_runner, show_progress=False)
     assert rows[0].student == "bob" and rows[0].max_score == 26 and set(rows[0].statuses.values()) == {"grader-error"}
     summary = json.loads((tmp_path / "bob" / "summary.json").read_text())
-    assert "container would not start" in summary["flags"][0]
+    assert "RuntimeError" in summary["flags"][0] and "container would not start" not in summary["flags"][0]
+    assert "container would not start" in (tmp_path / "bob" / "grader-error.txt").read_text(), "the instructor's"
 
 
 def test_report_covers_every_student_of_the_corpus(graded_corpus, tmp_path):
