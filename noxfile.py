@@ -177,8 +177,10 @@ def solutions(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """The project's own test suite (CI): harness and grader tests, plus every lab against its reference."""
+    """The project's own test suite (CI): harness and grader tests, plus every lab against its reference
+    (with cosmic-ray, so that the mutation testing's own test runs too)."""
     require_reference(session)
+    install_mutation_tools(session)
     run_in_course_env(session, "-m", "pytest", *PROJECT_TESTS, *LABS.values(), "--impl=solution", *session.posargs)
 
 
@@ -227,13 +229,18 @@ def mutation(session: nox.Session) -> None:
     cosmic-ray (the ``mutation`` extra of pyproject.toml) is installed into the course environment on first use.
     """
     require_reference(session)
+    install_mutation_tools(session)
+    run_in_course_env(session, "-m", "grader.mutation", "--course", str(ROOT), *(session.posargs or ["--help"]))
+
+
+def install_mutation_tools(session: nox.Session) -> None:
+    """cosmic-ray (the ``mutation`` extra of pyproject.toml) into the course environment, unless it is there."""
     python = course_python(session)
     if subprocess.run([python, "-c", "import cosmic_ray"], capture_output=True, check=False).returncode != 0:
         import tomllib  # Python 3.11+, as the course itself (labkit.labspec)
 
         pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["mutation"]
         session.run(python, "-m", "pip", "install", "--disable-pip-version-check", *pins, external=True)
-    run_in_course_env(session, "-m", "grader.mutation", "--course", str(ROOT), *(session.posargs or ["--help"]))
 
 
 def _bench_session(lab_id: str, package: str) -> None:
