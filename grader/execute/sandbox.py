@@ -38,6 +38,8 @@ CODE_SUFFIXES = (".py", ".pth", ".so", ".toml", ".ini", ".cfg", ".json")
 GRADER_DIR = "grader"
 #: How many wrapping folders around the course a submission may have (``alice.zip/alice/course/``).
 MAX_WRAPPERS = 3
+#: The folder macOS's Archive Utility adds to a zip (``__MACOSX/course/...``): never the course.
+MACOS_METADATA = "__MACOSX"
 #: Most tampering flags listed for one submission (the rest are counted in one line).
 MAX_TAMPERING_FLAGS = 50
 #: Largest editable file taken from a submission.
@@ -115,14 +117,15 @@ def _subfolders(folder: Path) -> list[Path]:
         names = sorted(entry.name for entry in os.scandir(folder))
     except OSError:
         return []
-    return [folder / name for name in names if not is_noise(Path(name)) and _is_real_dir(folder / name)]
+    kept = [name for name in names if not is_noise(Path(name)) and name != MACOS_METADATA]
+    return [folder / name for name in kept if _is_real_dir(folder / name)]
 
 
 def _differs(candidate: Path, pristine: Path) -> bool:
     return not pristine.is_file() or not filecmp.cmp(candidate, pristine, shallow=False)
 
 
-def _walk(folder: Path, problems: list[str]):
+def _walk(folder: Path, problems: list[tuple[Path, str]]):
     """Every entry under ``folder`` that is not a folder (files, symbolic links, FIFOs...), in name order,
     without following links (a link to a folder is yielded, not entered) and without recursion (a tree
     thousands of levels deep would exhaust Python's stack, as ``os.walk`` does). Noise folders are
@@ -134,7 +137,7 @@ def _walk(folder: Path, problems: list[str]):
         try:
             entries = sorted(os.scandir(here), key=lambda entry: entry.name)
         except OSError as error:
-            problems.append(f"{here} cannot be read ({error.strerror})")
+            problems.append((here, f"cannot be read ({error.strerror})"))
             continue
         subfolders = []
         for entry in entries:
@@ -146,7 +149,7 @@ def _walk(folder: Path, problems: list[str]):
             else:
                 yield path
         if subfolders and depth + 1 > MAX_DEPTH:
-            problems.append(f"{here} holds folders nested deeper than {MAX_DEPTH} levels (not compared)")
+            problems.append((here, f"holds folders nested deeper than {MAX_DEPTH} levels (not compared)"))
             continue
         stack.extend((path, depth + 1) for path in reversed(subfolders))
 
@@ -181,47 +184,36 @@ def find_tampering(course: Course, submission: Path) -> list[str]:
     editable = {str(path) for path in course.editable_paths()}
     flags = []
     folders = [spec.package for spec in course.labs] + [n for n in SUPPORT_PATHS if n not in ROOT_CONFIG_FILES]
-    for name in (*folders, GRADER_DIR):
+    for name in (*folders, GRADER_DIR, *ROOT_CONFIG_FILES):
         top = submission / name
         if not os.path.lexists(top):
             continue
-        problem = _kind_problem(top)
-        if problem:
+        if problem := _kind_problem(top):
             flags.append(f"tampering: {name} is {problem} (ignored: only the editable files are graded)")
-            continue
-        walk_problems: list[str] = []
-        for path in _walk(top, walk_problems):
-            rel = path.relative_to(submission).as_posix()
-            problem = _kind_problem(path)
-            if problem and rel not in editable:
-                flags.append(f"tampering: {rel} is {problem} (ignored: only the editable files are graded)")
-                continue
-            if rel in editable or path.suffix not in CODE_SUFFIXES:
-                continue
-            pristine = course.root / rel
-            try:
-                differs = _differs(path, pristine)
-            except OSError:
-                flags.append(f"tampering: {rel} cannot be read (ignored: only the editable files are graded)")
-                continue
-            if differs:
-                verb = "changed" if pristine.is_file() else "added"
-                flags.append(f"tampering: {verb} {_kind(rel)} {rel} (ignored: only the editable files are graded)")
-        for problem in walk_problems:
-            flags.append(f"tampering: {Path(problem).as_posix().replace(str(submission) + '/', '', 1)} (ignored)")
-    for name in ROOT_CONFIG_FILES:
-        path = submission / name
-        if not os.path.lexists(path):
-            continue
-        problem = _kind_problem(path)
-        if problem:
-            flags.append(f"tampering: {name} at the top of the course is {problem} (ignored)")
-        elif path.is_file() and os.access(path, os.R_OK) and _differs(path, course.root / name):
-            verb = "changed" if (course.root / name).is_file() else "added"
-            flags.append(
-                f"tampering: {verb} {name} at the top of the course (ignored: only the editable files are graded)"
-            )
+        elif name in ROOT_CONFIG_FILES:
+            flags += _change_flags(top, course.root / name, f"{name} at the top of the course")
+        else:
+            walk_problems: list[str] = []
+            for path in _walk(top, walk_problems):
+                rel = path.relative_to(submission).as_posix()
+                if rel not in editable and (problem := _kind_problem(path)):
+                    flags.append(f"tampering: {rel} is {problem} (ignored: only the editable files are graded)")
+                elif rel not in editable and path.suffix in CODE_SUFFIXES:
+                    flags += _change_flags(path, course.root / rel, f"{_kind(rel)} {rel}")
+            flags += [
+                f"tampering: {Path(p).relative_to(submission).as_posix()} {why} (ignored)" for p, why in walk_problems
+            ]
     return capped(flags)
+
+
+def _change_flags(path: Path, pristine: Path, what: str) -> list[str]:
+    """The flag for a regular file of the submission that is not its pristine twin (none when it is)."""
+    try:
+        differs = _differs(path, pristine)
+    except OSError:
+        return [f"tampering: {what} cannot be read (ignored: only the editable files are graded)"]
+    verb = "changed" if pristine.is_file() else "added"
+    return [f"tampering: {verb} {what} (ignored: only the editable files are graded)"] if differs else []
 
 
 def capped(flags: list[str], limit: int = MAX_TAMPERING_FLAGS) -> list[str]:

@@ -44,7 +44,7 @@ def test_a_fifo_in_a_lab_folder_is_flagged_without_opening_it(tmp_path):
         "tampering: labA_arith/helpers.py is not a regular file (ignored: only the editable files are graded)"
         in (found[0])
     )
-    assert "tampering: conftest.py at the top of the course is not a regular file (ignored)" in found[0]
+    assert "tampering: conftest.py is not a regular file (ignored: only the editable files are graded)" in found[0]
 
 
 def _zip(path, names):
@@ -150,3 +150,9 @@ def test_thousands_of_added_files_are_counted_not_listed(tmp_path):
         (packages / f"module_{index}.py").write_text("")
     flags = find_tampering(course, submission)
     assert len(flags) == 51 and flags[-1] == "tampering: and 250 more like these (only the first 50 are listed)"
+
+
+def test_macos_metadata_beside_the_course_is_not_a_second_course(tmp_path):
+    archive = _zip(tmp_path / "mac.zip", ["course/labA_arith/arith.py", "__MACOSX/labA_arith/._arith.py"])
+    root = unpack_submission(archive, tmp_path / "s1", DEMO_NAMES)
+    assert root.name == "course" and (root / "labA_arith" / "arith.py").is_file()
