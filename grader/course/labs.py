@@ -31,8 +31,8 @@ from labkit.labspec import (
 SUPPORT_PATHS = ("conftest.py", "pyproject.toml", "labkit")
 #: Folder (at the course root) holding the reference solutions: instructor material.
 SOLUTIONS_DIR = "solutions"
-#: Folders and files never copied or compared: caches, environments, build output.
-NOISE_NAMES = frozenset(
+#: Caches and environments: never a course's, wherever they are (a zip of the course with its ``.nox``).
+CACHE_NAMES = frozenset(
     {
         "__pycache__",
         ".pytest_cache",
@@ -43,22 +43,27 @@ NOISE_NAMES = frozenset(
         ".git",
         ".ipynb_checkpoints",
         ".DS_Store",
-        "build",
-        "dist",
-        "results",
-        "graded",
     }
 )
-NOISE_SUFFIXES = (".pyc", ".pyo", ".egg-info")
+CACHE_SUFFIXES = (".pyc", ".pyo", ".egg-info")
+#: Build and grading output: noise *inside* a course, but a folder of that name may also be what a
+#: student wrapped the course in (``results/course/lab01_fx_passes``), so it is not skipped around one.
+OUTPUT_NAMES = frozenset({"build", "dist", "results", "graded"})
 
 
 class CourseError(ValueError):
     """The course root is unusable (no labs, an unsafe ``editable`` entry, an unknown lab id)."""
 
 
+def is_cache(path: Path) -> bool:
+    """True for caches and environments (:data:`CACHE_NAMES`), skipped wherever they are."""
+    return path.name in CACHE_NAMES or path.name.endswith(CACHE_SUFFIXES)
+
+
 def is_noise(path: Path) -> bool:
-    """True for caches and build output that never belong to a course or a submission."""
-    return path.name in NOISE_NAMES or path.name.endswith(NOISE_SUFFIXES)
+    """True for caches and build output that never belong to a course, for a path *inside* a course or a
+    submission's course root (outside one, only :func:`is_cache` is skipped)."""
+    return is_cache(path) or path.name in OUTPUT_NAMES
 
 
 def ignore_noise(_folder: str, names: list[str]) -> list[str]:

@@ -8,11 +8,13 @@ with a method Python cannot read (Deflate64, which Windows' Explorer uses for la
 is a :class:`ArchiveError` naming what was wrong and what to do, which the grader reports as the
 submission's problem (status ``bad-submission``), never its own.
 
-Limits (:class:`ArchiveLimits`): the sum of the entries' declared sizes, their number, and each large
-entry's compression ratio, checked first (as Python's ``zipfile`` documentation advises against
+Limits (:class:`ArchiveLimits`): the size of the archive's directory and its entry count, read from the
+zip's last record before Python parses the directory (each parsed entry costs memory: a small zip of
+400,000 empty entries took the grader to 273 MB); then the sum of the entries' declared sizes, their
+number, and each large entry's compression ratio, checked (as Python's ``zipfile`` documentation advises against
 decompression bombs); then each entry is copied in chunks, and extraction stops as soon as an entry
-writes more than it declared or the total passes the limit. Caches and build output (``.nox``,
-``__pycache__``, ``.git``...: :func:`grader.course.labs.is_noise`) are never extracted nor counted, so a
+writes more than it declared or the total passes the limit. Caches and environments (``.nox``,
+``__pycache__``, ``.git``...: :func:`grader.course.labs.is_cache`) are never extracted nor counted, so a
 student who zipped their virtual environment along with the course is still graded.
 """
 
@@ -22,12 +24,13 @@ import errno
 import os
 import shutil
 import stat
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from grader.course.labs import is_noise
+from grader.course.labs import is_cache
 
 #: Compression methods Python's ``zipfile`` reads.
 READABLE_METHODS = {
@@ -59,6 +62,11 @@ class ArchiveLimits:
     Attributes:
         max_total_bytes: the sum of the extracted entries' sizes.
         max_entries: how many entries are extracted.
+        max_directory_entries: how many entries the zip's directory may list, caches and environments
+            included (they are skipped, not extracted, but Python parses them; a course zipped with its
+            PyTorch virtual environment lists about 30,000).
+        max_directory_bytes: the size of that directory (``zipfile`` reads it whole; an entry takes 46
+            bytes plus its name).
         max_ratio: uncompressed / compressed size of one entry larger than ``ratio_floor_bytes``
             (text compresses about 5x; a bomb a thousandfold).
         ratio_floor_bytes: entries smaller than this are never refused for their ratio.
@@ -66,6 +74,8 @@ class ArchiveLimits:
 
     max_total_bytes: int = 256 * 1024 * 1024
     max_entries: int = 20_000
+    max_directory_entries: int = 100_000
+    max_directory_bytes: int = 32 * 1024 * 1024
     max_ratio: float = 200.0
     ratio_floor_bytes: int = 1024 * 1024
 
@@ -81,13 +91,84 @@ def archive_format_problem(path: Path) -> str:
     return "a submission is a folder or a .zip file"
 
 
+#: The zip's records read before ``zipfile`` parses anything (APPNOTE.TXT 4.3.12-4.3.16).
+_END_RECORD = struct.Struct("<4s4xHHLLH")  # signature, entries here, entries in all, directory size, offset, comment
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")  # signature, disk, offset of the zip64 record, disks (not read)
+_ZIP64_RECORD = struct.Struct("<4sQ2H2L2Q2Q")  # signature, size, versions, disks, entries here/in all, size, offset
+_DIRECTORY_ENTRY = struct.Struct("<4s24xHHH12x")  # signature, then the lengths of name, extra field, comment
+#: The end record sits before a comment of at most 64 KiB, and a zip64 end record and locator before it.
+_END_SEARCH = _ZIP64_RECORD.size + _ZIP64_LOCATOR.size + _END_RECORD.size + 0xFFFF
+
+
+def directory_size(submission: Path) -> tuple[int, int] | None:
+    """(entries, bytes) of the zip's central directory, or ``None`` when there is no end record (``zipfile``
+    then says the file is not a zip).
+
+    The byte size comes from the end record. The entries are *counted* by stepping over their fixed
+    headers, as ``zipfile`` finds them (it reads the directory by its size and ignores the declared
+    count, which may lie), without building anything per entry.
+    """
+    with open(submission, "rb") as file:
+        length = file.seek(0, os.SEEK_END)
+        file.seek(max(0, length - _END_SEARCH))
+        tail = file.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < _END_RECORD.size:
+            return None
+        _, _, _, size, _, _ = _END_RECORD.unpack_from(tail, at)
+        end_position = length - len(tail) + at
+        locator_at = at - _ZIP64_LOCATOR.size
+        record_at = locator_at - _ZIP64_RECORD.size  # just before its locator, where zipfile reads it
+        if record_at >= 0 and tail[locator_at : locator_at + 4] == b"PK\x06\x07":
+            if tail[record_at : record_at + 4] == b"PK\x06\x06":
+                size = _ZIP64_RECORD.unpack_from(tail, record_at)[8]
+                end_position -= _ZIP64_RECORD.size + _ZIP64_LOCATOR.size
+        return _count_entries(file, max(0, end_position - size), size), size
+
+
+def _count_entries(file, start: int, size: int) -> int:
+    """How many entry headers the directory of ``size`` bytes at ``start`` holds (stops at a bad one)."""
+    count, offset = 0, 0
+    while offset + _DIRECTORY_ENTRY.size <= size:
+        file.seek(start + offset)
+        header = file.read(_DIRECTORY_ENTRY.size)
+        if len(header) < _DIRECTORY_ENTRY.size or header[:4] != b"PK\x01\x02":
+            break
+        _, name, extra, comment = _DIRECTORY_ENTRY.unpack(header)
+        count += 1
+        offset += _DIRECTORY_ENTRY.size + name + extra + comment
+    return count
+
+
+def check_directory(submission: Path, limits: ArchiveLimits) -> None:
+    """Refuse a zip whose directory is too large to parse, before ``zipfile`` parses it.
+
+    Raises:
+        ArchiveError: naming the count or size and the limit.
+    """
+    found = directory_size(submission)
+    if found is None:
+        return
+    entries, size = found
+    if entries > limits.max_directory_entries:
+        raise ArchiveError(
+            f"the zip lists {entries:,} entries, more than the limit of {limits.max_directory_entries:,} "
+            "(zip the course folder alone, without caches or environments)"
+        )
+    if size > limits.max_directory_bytes:
+        raise ArchiveError(
+            f"the zip's directory takes {size:,} bytes, more than the limit of {limits.max_directory_bytes:,}"
+        )
+
+
 def _is_link(info: zipfile.ZipInfo) -> bool:
     return stat.S_ISLNK(info.external_attr >> 16)
 
 
 def _kept(info: zipfile.ZipInfo) -> bool:
-    """Entries that are extracted: not folders, not caches or build output anywhere on their path."""
-    return not info.is_dir() and not any(is_noise(Path(part)) for part in PurePosixPath(info.filename).parts)
+    """Entries that are extracted: not folders, no cache or environment anywhere on their path. Build
+    output (``results/``...) is extracted: the course root is not known yet, and such a folder may hold it."""
+    return not info.is_dir() and not any(is_cache(Path(part)) for part in PurePosixPath(info.filename).parts)
 
 
 def entry_problem(info: zipfile.ZipInfo, limits: ArchiveLimits) -> str:
@@ -205,6 +286,7 @@ def extract_zip(submission: Path, target: Path, limits: ArchiveLimits = ArchiveL
 
 
 def _extract(submission: Path, target: Path, limits: ArchiveLimits) -> None:
+    check_directory(submission, limits)
     try:
         with zipfile.ZipFile(submission) as archive:
             entries = archive.infolist()

@@ -51,9 +51,10 @@ def rubric_key(course: Course, spec: LabSpec) -> str:
     for root in roots:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
         for path in files:
-            if any(is_noise(Path(part)) for part in path.parts):
+            rel = path.relative_to(root.parent)  # the course's own parts: a course under ~/build/ is no noise
+            if any(is_noise(Path(part)) for part in rel.parts):
                 continue
-            digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+            digest.update(str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:20]
 
 

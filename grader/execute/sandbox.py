@@ -26,7 +26,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_noise
+from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_cache, is_noise
 from grader.execute.archive import MAX_DEPTH, ArchiveError, archive_format_problem, extract_zip
 from labkit.labspec import TEST_FILE, LabSpec
 
@@ -94,7 +94,8 @@ def find_course_root(folder: Path, lab_packages: Collection[str]) -> Path:
     Students wrap the course in folders of their own (``alice.zip/alice/course/...``; a class's zips
     each unzipped into a folder named after the student), with a README or notes beside it. A zip of
     ``lab01_fx_passes/`` alone is a course with that one lab: its root holds the lab. Links are never
-    followed, caches and build output never searched.
+    followed, caches and environments never searched; a folder named like build output (``results/``)
+    is, since a student may have wrapped the course in it.
     """
     level = [folder]
     for _ in range(MAX_WRAPPERS + 1):
@@ -117,7 +118,7 @@ def _subfolders(folder: Path) -> list[Path]:
         names = sorted(entry.name for entry in os.scandir(folder))
     except OSError:
         return []
-    kept = [name for name in names if not is_noise(Path(name)) and name != MACOS_METADATA]
+    kept = [name for name in names if not is_cache(Path(name)) and name != MACOS_METADATA]
     return [folder / name for name in kept if _is_real_dir(folder / name)]
 
 

@@ -59,6 +59,65 @@ def test_an_entry_that_writes_more_than_its_header_says_is_stopped(tmp_path):
     _refused(archive, "not a readable zip|expands past", tmp_path / "s")
 
 
+def _set_declared_count(path: Path, count: int) -> Path:
+    """Make the end record declare ``count`` entries (zipfile reads the directory by its size regardless)."""
+    data = bytearray(path.read_bytes())
+    at = data.rfind(b"PK\x05\x06")
+    data[at + 8 : at + 12] = count.to_bytes(2, "little") * 2
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("declared", ["honest", "lying"])
+def test_a_huge_directory_is_refused_before_zipfile_parses_it(tmp_path, monkeypatch, declared):
+    """Skipped caches are not extracted, but Python builds an object for every entry the directory lists:
+    400,000 empty ones took the grader to 273 MB. The entries are counted from their headers first (the
+    count the end record declares may lie)."""
+    entries = {COURSE_FILE: b"X = 1\n", **{f"course/.nox/env/f{i}": b"" for i in range(120)}}
+    archive = _zip(tmp_path / "noise.zip", entries)
+    if declared == "lying":
+        _set_declared_count(archive, 1)
+    import grader.execute.archive as archive_module
+
+    def never_parsed(*args, **kwargs):
+        raise AssertionError("zipfile parsed a directory over the limit")
+
+    monkeypatch.setattr(archive_module.zipfile, "ZipFile", never_parsed)
+    with pytest.raises(ValueError, match="lists 121 entries, more than the limit of 100"):
+        extract_zip(archive, tmp_path / "s1", ArchiveLimits(max_directory_entries=100))
+    with pytest.raises(ValueError, match="directory takes [0-9,]+ bytes, more than the limit of 1,000"):
+        extract_zip(archive, tmp_path / "s2", ArchiveLimits(max_directory_bytes=1000))
+    monkeypatch.undo()
+    extract_zip(archive, tmp_path / "s3")  # the default limits let a course zipped with its environment in
+    assert (tmp_path / "s3" / COURSE_FILE).is_file()
+
+
+def test_a_zip64_directory_and_a_prefixed_zip_are_counted(tmp_path, monkeypatch):
+    """A zip64 end record (more than 65,535 entries, here forced on ten) and data before the zip (a
+    self-extracting archive) move the directory; it is still found and counted."""
+    from grader.execute.archive import directory_size
+
+    monkeypatch.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", 5)
+    zip64 = _zip(tmp_path / "zip64.zip", {f"course/f{i}.txt": b"x" for i in range(10)})
+    monkeypatch.undo()
+    assert zip64.read_bytes().find(b"PK\x06\x06") > 0, "the zip64 end record was not written"
+    assert directory_size(zip64)[0] == 10
+    prefixed = tmp_path / "prefixed.zip"
+    prefixed.write_bytes(b"#!/bin/sh\n" * 100 + zip64.read_bytes())
+    assert directory_size(prefixed)[0] == 10 == len(zipfile.ZipFile(prefixed).infolist())
+    (tmp_path / "text.zip").write_text("not a zip")
+    assert directory_size(tmp_path / "text.zip") is None, "no end record: zipfile says why"
+
+
+@pytest.mark.parametrize("wrapper", ["build", "dist", "results", "graded"])
+def test_a_course_inside_a_folder_named_like_build_output_is_found(tmp_path, wrapper):
+    """Output folders (``build``, ``results``...) are noise inside a course, not around it: a student who
+    zipped ``results/course/`` submitted the course. It read as an empty zip."""
+    archive = _zip(tmp_path / "wrapped.zip", {f"{wrapper}/{COURSE_FILE}": b"X = 1\n"})
+    folder = unpack_submission(archive, tmp_path / "scratch", DEMO_NAMES)
+    assert (folder / "labA_arith" / "arith.py").read_text() == "X = 1\n"
+
+
 @pytest.mark.parametrize(
     "case, match",
     [
