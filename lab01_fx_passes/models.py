@@ -17,39 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.batch_norm import Range, randomize_batch_norm
+
 CONV_BY_DIMS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 BATCH_NORM_BY_DIMS = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
-
-
-Range = tuple[float, float]
-
-
-@torch.no_grad()
-def randomize_batch_norm(
-    model: nn.Module, seed: int = 0, *, means: Range = (-0.5, 0.5), variances: Range = (0.5, 2.0),
-    scales: Range = (0.5, 1.5), shifts: Range = (-0.5, 0.5),
-) -> nn.Module:  # fmt: skip
-    """Give every BatchNorm of ``model`` random running statistics and affine parameters (in place).
-
-    By default means in [-0.5, 0.5], variances in [0.5, 2], scales in [0.5, 1.5], shifts in
-    [-0.5, 0.5]: far enough from the identity that folding them wrongly shows, close enough to 1
-    that activations keep their scale through a deep network. Each value is drawn uniformly from
-    its ``(low, high)`` range. Returns ``model``.
-    """
-    generator = torch.Generator().manual_seed(seed)
-
-    def uniform(like: torch.Tensor, bounds: Range) -> torch.Tensor:
-        low, high = bounds
-        return torch.rand(like.shape, generator=generator) * (high - low) + low
-
-    for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.running_mean is not None:
-            module.running_mean.copy_(uniform(module.running_mean, means))
-            module.running_var.copy_(uniform(module.running_var, variances))
-            if module.affine:
-                module.weight.copy_(uniform(module.weight, scales))
-                module.bias.copy_(uniform(module.bias, shifts))
-    return model
 
 
 #: Running variances where BatchNorm's ``eps`` (1e-5 by default) is 1% to 10% of the variance.

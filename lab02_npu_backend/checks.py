@@ -114,6 +114,11 @@ def mutate_program(program: dict, mutation: str) -> dict:
         program["tensors"]["y"]["dtype"] = "float16"
     elif mutation == "not-an-instruction":
         instructions[2] = ["add", "xw", "b"]
+    elif mutation == "too-many-operands":
+        instructions[1]["inputs"] = ["x", "w_t", "x"]
+    elif mutation == "bool-for-an-int":  # True is an int to Python, not to the ISA
+        instructions[0] = {"op": "slice", "inputs": ["w"], "output": "w_t",
+                           "attrs": {"dim": True, "start": 0, "end": 3, "step": 1}}  # fmt: skip
     return program
 
 

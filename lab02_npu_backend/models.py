@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab02_npu_backend.llama_tiny import LlamaConfig, LlamaTiny
+from labkit.batch_norm import randomize_batch_norm
 
 SEED = 0
 
@@ -308,6 +309,23 @@ def float64_and_float(d, x):
 def conversion_and_float(x):
     """A float32 to float16 conversion (the ISA has no conversion op) beside float32 work."""
     return (x * 2).to(torch.float16) + 1, torch.relu(x.float())
+
+
+class ConvBatchNorms(nn.Module):
+    """Two eval BatchNorms that look trained (:func:`labkit.batch_norm.randomize_batch_norm`): one
+    affine, one without weight and bias. Fresh statistics and affine parameters (0, 1, 1, 0) make a
+    BatchNorm almost the identity, so a lowering that drops its scale, or multiplies by a weight that is
+    not there, would still match eager on the standard models."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.norm1 = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)
+        self.conv2, self.norm2 = nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4, affine=False)
+        randomize_batch_norm(self, seed=2)
+        self.eval()
+
+    def forward(self, x):
+        return self.norm2(self.conv2(torch.relu(self.norm1(self.conv1(x)))))
 
 
 class WithGraphBreak(nn.Module):

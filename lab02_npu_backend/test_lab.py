@@ -57,6 +57,7 @@ from lab02_npu_backend.isa import ISA_PATH, IsaError
 from lab02_npu_backend.models import (
     REAL_MODELS,
     STANDARD_MODELS,
+    ConvBatchNorms,
     Gpt2Mlp,
     RMSNormChain,
     ShiftRight,
@@ -136,6 +137,8 @@ PROGRAM_MUTATIONS = {
     "unsupported-dtype": r"instruction 1 \(matmul.*int64",
     "mixed-dtypes": r"instruction 2 \(add.*dtype",
     "not-an-instruction": r"instruction 2",
+    "too-many-operands": r"instruction 1 \(matmul.*at most 2 operands",
+    "bool-for-an-int": r"instruction 0 \(slice.*'dim'",
 }
 
 
@@ -475,6 +478,8 @@ LOWERING_CASES = {
         {"activation": 4, "add": 2},
         isa_ops_except("activation", "add"),
     ),
+    # eval batch norm = x * scale + shift, with and without its affine weight and bias
+    "conv-batchnorms": (ConvBatchNorms(), lambda: (torch.randn(2, 3, 6, 6),), {"conv2d": 2, "rsqrt": 2}, set()),
     # dropout in eval, .float()/.to() that keep the dtype, contiguous, a view to the same shape: no instruction
     "identities": (identities, lambda: (torch.randn(3, 8),), {"mul": 1}, isa_ops_except("mul")),
 }
