@@ -27,10 +27,12 @@ import stat
 import struct
 import zipfile
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from grader.course.labs import is_cache
+from grader.course.labs import is_cache, is_noise
+from grader.execute.course_root import TOP, choose_course_root, holders_in_zip
 
 #: Compression methods Python's ``zipfile`` reads.
 READABLE_METHODS = {
@@ -100,20 +102,20 @@ _DIRECTORY_ENTRY = struct.Struct("<4s24xHHH12x")  # signature, then the lengths 
 _END_SEARCH = _ZIP64_RECORD.size + _ZIP64_LOCATOR.size + _END_RECORD.size + 0xFFFF
 
 
-def directory_size(submission: Path) -> tuple[int, int] | None:
+def directory_size(submission: Path, limit: int = 2**63) -> tuple[int, int] | None:
     """(entries, bytes) of the zip's central directory, or ``None`` when there is no end record (``zipfile``
     then says the file is not a zip).
 
     The byte size comes from the end record. The entries are *counted* by stepping over their fixed
     headers, as ``zipfile`` finds them (it reads the directory by its size and ignores the declared
-    count, which may lie), without building anything per entry.
+    count, which may lie), without building anything per entry, and no further than ``limit + 1``.
     """
     with open(submission, "rb") as file:
         length = file.seek(0, os.SEEK_END)
         file.seek(max(0, length - _END_SEARCH))
         tail = file.read()
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or len(tail) - at < _END_RECORD.size:
+        at = _end_record_at(tail)
+        if at is None:
             return None
         _, _, _, size, _, _ = _END_RECORD.unpack_from(tail, at)
         end_position = length - len(tail) + at
@@ -123,13 +125,25 @@ def directory_size(submission: Path) -> tuple[int, int] | None:
             if tail[record_at : record_at + 4] == b"PK\x06\x06":
                 size = _ZIP64_RECORD.unpack_from(tail, record_at)[8]
                 end_position -= _ZIP64_RECORD.size + _ZIP64_LOCATOR.size
-        return _count_entries(file, max(0, end_position - size), size), size
+        return _count_entries(file, max(0, end_position - size), size, limit), size
 
 
-def _count_entries(file, start: int, size: int) -> int:
-    """How many entry headers the directory of ``size`` bytes at ``start`` holds (stops at a bad one)."""
+def _end_record_at(tail: bytes) -> int | None:
+    """Where in ``tail`` (the file's end) ``zipfile`` reads the end record, found as it finds it: the last
+    22 bytes when they are one without a comment (then the record's own fields may hold the signature's
+    bytes), otherwise the last signature, which must leave a whole record."""
+    last = len(tail) - _END_RECORD.size
+    if last >= 0 and tail[last : last + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0":
+        return last
+    at = tail.rfind(b"PK\x05\x06")
+    return at if 0 <= at <= last else None
+
+
+def _count_entries(file, start: int, size: int, limit: int) -> int:
+    """How many entry headers the directory of ``size`` bytes at ``start`` holds: stops at a bad one, or
+    once past ``limit`` (the count is then only known to be over it)."""
     count, offset = 0, 0
-    while offset + _DIRECTORY_ENTRY.size <= size:
+    while offset + _DIRECTORY_ENTRY.size <= size and count <= limit:
         file.seek(start + offset)
         header = file.read(_DIRECTORY_ENTRY.size)
         if len(header) < _DIRECTORY_ENTRY.size or header[:4] != b"PK\x01\x02":
@@ -146,18 +160,18 @@ def check_directory(submission: Path, limits: ArchiveLimits) -> None:
     Raises:
         ArchiveError: naming the count or size and the limit.
     """
-    found = directory_size(submission)
+    found = directory_size(submission, limits.max_directory_entries)
     if found is None:
         return
     entries, size = found
-    if entries > limits.max_directory_entries:
-        raise ArchiveError(
-            f"the zip lists {entries:,} entries, more than the limit of {limits.max_directory_entries:,} "
-            "(zip the course folder alone, without caches or environments)"
-        )
     if size > limits.max_directory_bytes:
         raise ArchiveError(
             f"the zip's directory takes {size:,} bytes, more than the limit of {limits.max_directory_bytes:,}"
+        )
+    if entries > limits.max_directory_entries:
+        raise ArchiveError(
+            f"the zip lists more than {limits.max_directory_entries:,} entries, the limit "
+            "(zip the course folder alone, without caches or environments)"
         )
 
 
@@ -165,10 +179,18 @@ def _is_link(info: zipfile.ZipInfo) -> bool:
     return stat.S_ISLNK(info.external_attr >> 16)
 
 
-def _kept(info: zipfile.ZipInfo) -> bool:
-    """Entries that are extracted: not folders, no cache or environment anywhere on their path. Build
-    output (``results/``...) is extracted: the course root is not known yet, and such a folder may hold it."""
-    return not info.is_dir() and not any(is_cache(Path(part)) for part in PurePosixPath(info.filename).parts)
+def _kept(info: zipfile.ZipInfo, root: PurePosixPath = TOP) -> bool:
+    """Entries that are extracted: files inside the course ``root`` (found from the names,
+    :mod:`grader.execute.course_root`), with no cache or environment anywhere on their path and no build
+    or grading output inside the course (``root/results/...``), which is neither extracted nor counted."""
+    path = PurePosixPath(info.filename)
+    if info.is_dir() or any(is_cache(Path(part)) for part in path.parts):
+        return False
+    if root != TOP:
+        if path.parts[: len(root.parts)] != root.parts:
+            return False  # beside the course: a README, an old copy
+        path = PurePosixPath(*path.parts[len(root.parts) :])
+    return not any(is_noise(Path(part)) for part in path.parts)
 
 
 def entry_problem(info: zipfile.ZipInfo, limits: ArchiveLimits) -> str:
@@ -201,17 +223,20 @@ def entry_problem(info: zipfile.ZipInfo, limits: ArchiveLimits) -> str:
     return ""
 
 
-def check_archive(entries: list[zipfile.ZipInfo], limits: ArchiveLimits) -> None:
+def check_archive(entries: list[zipfile.ZipInfo], limits: ArchiveLimits, root: PurePosixPath = TOP) -> None:
     """Refuse the archive from its directory alone, before anything is extracted.
 
     Raises:
         ArchiveError: see :func:`entry_problem`, and for an empty archive or one over the limits.
     """
-    kept = [info for info in entries if _kept(info)]
+    for info in entries:  # before anything splits names into parts: 65 KiB names of 32,000 folders each
+        if info.filename.count("/") > MAX_DEPTH:
+            raise ArchiveError(f"{info.filename[:80]!r}... is nested deeper than {MAX_DEPTH} folders")
+    kept = [info for info in entries if _kept(info, root)]
     if not kept:
         raise ArchiveError("the zip is empty: it holds no file of the course")
     for info in entries:
-        problem = entry_problem(info, limits) if _kept(info) or _escapes(info) else ""
+        problem = entry_problem(info, limits) if _kept(info, root) or _escapes(info) else ""
         if problem:
             raise ArchiveError(problem)
     if len(kept) > limits.max_entries:
@@ -269,34 +294,40 @@ _ARCHIVE_ERRNOS = {
 }
 
 
-def extract_zip(submission: Path, target: Path, limits: ArchiveLimits = ArchiveLimits()) -> None:
+def extract_zip(
+    submission: Path, target: Path, limits: ArchiveLimits = ArchiveLimits(), lab_packages: Collection[str] = ()
+) -> None:
     """Extract ``submission`` into ``target`` (see the module docstring); a refused archive leaves nothing.
 
-    Duplicate names are allowed (the last one wins, as with ``unzip``).
+    With ``lab_packages``, the course root is found from the entries' names first
+    (:mod:`grader.execute.course_root`), and only the course is extracted and counted: not what lies
+    beside it, nor build or grading output inside it. Duplicate names are allowed (the last one wins, as
+    with ``unzip``).
 
     Raises:
         ArchiveError: for any problem of the archive's making, with what to do.
         OSError: for the grader's own (a full disk).
     """
     try:
-        _extract(submission, target, limits)
+        _extract(submission, target, limits, lab_packages)
     except ArchiveError:
         shutil.rmtree(target, ignore_errors=True)
         raise
 
 
-def _extract(submission: Path, target: Path, limits: ArchiveLimits) -> None:
+def _extract(submission: Path, target: Path, limits: ArchiveLimits, lab_packages: Collection[str]) -> None:
     check_directory(submission, limits)
     try:
         with zipfile.ZipFile(submission) as archive:
             entries = archive.infolist()
             for info in entries:
                 info.filename = posix_name(info.filename)
-            check_archive(entries, limits)
+            root = choose_course_root(holders_in_zip((info.filename for info in entries), lab_packages))
+            check_archive(entries, limits, root)
             target.mkdir(parents=True, exist_ok=True)
             budget = [limits.max_total_bytes]
             for info in entries:
-                if _kept(info):
+                if _kept(info, root):
                     _extract_one(archive, info, target, budget)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as error:
         raise ArchiveError(f"not a readable zip ({error})") from None

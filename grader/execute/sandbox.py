@@ -26,8 +26,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_cache, is_noise
+from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_noise
 from grader.execute.archive import MAX_DEPTH, ArchiveError, archive_format_problem, extract_zip
+from grader.execute.course_root import choose_course_root, holders_on_disk
 from labkit.labspec import TEST_FILE, LabSpec
 
 #: Root files pytest reads as configuration or plugins (flagged when a submission adds or edits them).
@@ -36,10 +37,6 @@ ROOT_CONFIG_FILES = ("conftest.py", "pyproject.toml", "pytest.ini", "tox.ini", "
 CODE_SUFFIXES = (".py", ".pth", ".so", ".toml", ".ini", ".cfg", ".json")
 #: The grader's own package: a copy in a submission is never run, but flagged when it differs.
 GRADER_DIR = "grader"
-#: How many wrapping folders around the course a submission may have (``alice.zip/alice/course/``).
-MAX_WRAPPERS = 3
-#: The folder macOS's Archive Utility adds to a zip (``__MACOSX/course/...``): never the course.
-MACOS_METADATA = "__MACOSX"
 #: Most tampering flags listed for one submission (the rest are counted in one line).
 MAX_TAMPERING_FLAGS = 50
 #: Largest editable file taken from a submission.
@@ -80,46 +77,17 @@ def unpack_submission(submission: Path, scratch: Path, lab_packages: Collection[
         raise SubmissionError(f"{submission.name}: {problem}")
     target = scratch / "unpacked"
     try:
-        extract_zip(submission, target)
+        extract_zip(submission, target, lab_packages=lab_packages)
     except ArchiveError as error:
         raise SubmissionError(f"{submission.name}: {error}") from None
     return find_course_root(target, lab_packages)
 
 
 def find_course_root(folder: Path, lab_packages: Collection[str]) -> Path:
-    """The folder of ``folder``'s tree that holds the course: the shallowest (up to :data:`MAX_WRAPPERS`
-    levels down) with a lab package folder in it, when exactly one at that depth has one; ``folder``
-    itself otherwise.
-
-    Students wrap the course in folders of their own (``alice.zip/alice/course/...``; a class's zips
-    each unzipped into a folder named after the student), with a README or notes beside it. A zip of
-    ``lab01_fx_passes/`` alone is a course with that one lab: its root holds the lab. Links are never
-    followed, caches and environments never searched; a folder named like build output (``results/``)
-    is, since a student may have wrapped the course in it.
-    """
-    level = [folder]
-    for _ in range(MAX_WRAPPERS + 1):
-        holding = [candidate for candidate in level if any(_is_real_dir(candidate / name) for name in lab_packages)]
-        if holding:
-            return holding[0] if len(holding) == 1 else folder
-        level = [child for candidate in level for child in _subfolders(candidate)]
-    return folder
-
-
-def _is_real_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _subfolders(folder: Path) -> list[Path]:
-    try:
-        names = sorted(entry.name for entry in os.scandir(folder))
-    except OSError:
-        return []
-    kept = [name for name in names if not is_cache(Path(name)) and name != MACOS_METADATA]
-    return [folder / name for name in kept if _is_real_dir(folder / name)]
+    """The folder of ``folder``'s tree that holds the course, by the rule of
+    :mod:`grader.execute.course_root` (the same for zips): the shallowest, up to three levels down, with
+    a lab package folder holding a file of the course; ``folder`` itself when there is none, or no single one."""
+    return folder.joinpath(*choose_course_root(holders_on_disk(folder, lab_packages)).parts)
 
 
 def _differs(candidate: Path, pristine: Path) -> bool:

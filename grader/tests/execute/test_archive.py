@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader.execute.archive import ArchiveLimits, extract_zip
-from grader.execute.sandbox import SubmissionError, unpack_submission
+from grader.execute.sandbox import SubmissionError, find_course_root, unpack_submission
 from grader.tests.corpus import DEMO_NAMES
 
 COURSE_FILE = "course/labA_arith/arith.py"
@@ -83,13 +83,43 @@ def test_a_huge_directory_is_refused_before_zipfile_parses_it(tmp_path, monkeypa
         raise AssertionError("zipfile parsed a directory over the limit")
 
     monkeypatch.setattr(archive_module.zipfile, "ZipFile", never_parsed)
-    with pytest.raises(ValueError, match="lists 121 entries, more than the limit of 100"):
+    with pytest.raises(ValueError, match="lists more than 100 entries, the limit"):
         extract_zip(archive, tmp_path / "s1", ArchiveLimits(max_directory_entries=100))
     with pytest.raises(ValueError, match="directory takes [0-9,]+ bytes, more than the limit of 1,000"):
         extract_zip(archive, tmp_path / "s2", ArchiveLimits(max_directory_bytes=1000))
     monkeypatch.undo()
     extract_zip(archive, tmp_path / "s3")  # the default limits let a course zipped with its environment in
     assert (tmp_path / "s3" / COURSE_FILE).is_file()
+
+
+@pytest.mark.parametrize("field", [4, 8, 12])
+def test_the_end_record_is_found_where_zipfile_finds_it(tmp_path, field):
+    """The end record's own fields may hold its signature's bytes (zipfile reads the last 22 bytes as the
+    record without looking at them): searching for the last signature found the copy, gave up, and let
+    1,500,000 entries through to zipfile (802 MB)."""
+    entries = {COURSE_FILE: b"X = 1\n", **{f"course/.nox/env/f{i}": b"" for i in range(120)}}
+    archive = _zip(tmp_path / "signed.zip", entries)
+    data = bytearray(archive.read_bytes())
+    end = len(data) - 22
+    data[end + field : end + field + 4] = b"PK\x05\x06"  # disk numbers, entry counts or directory size
+    archive.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="lists more than 100 entries|directory takes"):
+        extract_zip(archive, tmp_path / "s", ArchiveLimits(max_directory_entries=100))
+
+
+def test_names_nested_past_the_limit_are_refused_before_they_are_split(tmp_path, monkeypatch):
+    """511 names of 32,000 folders each (within the directory's byte limit) took 44 s of CPU while every
+    name was split into parts (to look for caches), before the first was refused for its depth."""
+    import grader.execute.archive as archive_module
+
+    deep = _zip(tmp_path / "deep.zip", {COURSE_FILE: b"X = 1\n", **{"a/" * 30_000 + f"{i}": b"" for i in range(60)}})
+
+    def never_split(info):
+        raise AssertionError(f"{info.filename[:20]}... was split into parts before its depth was checked")
+
+    monkeypatch.setattr(archive_module, "_kept", never_split)
+    with pytest.raises(ValueError, match="nested deeper than 32 folders"):
+        extract_zip(deep, tmp_path / "s")
 
 
 def test_a_zip64_directory_and_a_prefixed_zip_are_counted(tmp_path, monkeypatch):
@@ -184,3 +214,57 @@ def test_what_held_before_still_holds(tmp_path):
 def test_other_formats_are_named(tmp_path, name, match):
     (tmp_path / name).write_bytes(b"\x1f\x8b whatever")
     _refused(tmp_path / name, match, tmp_path / "scratch")
+
+
+@pytest.mark.parametrize("old_copy", ["results", "graded", "build"])
+def test_an_old_copy_beside_the_course_does_not_hide_it(tmp_path, old_copy):
+    """A wrapped course beside an old copy in an output-named folder: both hold a lab package at the same
+    depth, and the submission was graded as given, with the starters' files."""
+    archive = _zip(
+        tmp_path / "beside.zip",
+        {"alice/labA_arith/arith.py": b"X = 'alice'\n", f"{old_copy}/labA_arith/arith.py": b"X = 'old'\n"},
+    )
+    folder = unpack_submission(archive, tmp_path / "zip", DEMO_NAMES)
+    assert (folder / "labA_arith" / "arith.py").read_text() == "X = 'alice'\n"
+    as_folder = tmp_path / "as-folder"
+    for owner in ("alice", old_copy):
+        (as_folder / owner / "labA_arith").mkdir(parents=True)
+        (as_folder / owner / "labA_arith" / "arith.py").write_text("X = 1\n")
+    assert find_course_root(as_folder, DEMO_NAMES) == as_folder / "alice", "folders follow the same rule"
+
+
+def test_output_inside_the_course_is_neither_extracted_nor_counted(tmp_path):
+    """``results/`` and ``build/`` inside the course are the course's own tools' output: 20,001 files
+    there made a course over the file limit."""
+    entries = {COURSE_FILE: b"X = 1\n", **{f"course/build/lib/f{i}": b"" for i in range(30)}}
+    entries["course/results/big.bin"] = b"\0" * 6000
+    archive = _zip(tmp_path / "outputs.zip", entries)
+    limits = ArchiveLimits(max_entries=20, max_total_bytes=5000)
+    extract_zip(archive, tmp_path / "s", limits, lab_packages=DEMO_NAMES)
+    assert (tmp_path / "s" / COURSE_FILE).is_file()
+    assert not (tmp_path / "s" / "course" / "build").exists() and not (tmp_path / "s" / "course" / "results").exists()
+
+
+SHADOWS = {
+    "an emptied copy": {"old/labA_arith/": b"", "old/README.md": b"notes"},
+    "a copy holding only caches": {"stale/labA_arith/__pycache__/arith.cpython-311.pyc": b"\0"},
+    "a copy holding only Finder's file": {"old/labA_arith/.DS_Store": b"\0"},
+    "an old copy in results/, shallower": {"results/labA_arith/arith.py": b"X = 'old'\n"},
+}
+
+
+@pytest.mark.parametrize("shadow", sorted(SHADOWS))
+def test_a_copy_that_holds_nothing_of_the_course_is_not_the_course(tmp_path, shadow):
+    """Only a lab folder holding a file that would be graded makes a course root: an emptied copy, or one
+    holding only caches, was chosen and the student's real work, elsewhere, was never extracted (0/26
+    end to end). Folders follow the same rule."""
+    entries = {"alice/course/labA_arith/arith.py": b"X = 'alice'\n", **SHADOWS[shadow]}
+    folder = unpack_submission(_zip(tmp_path / "shadow.zip", entries), tmp_path / "zip", DEMO_NAMES)
+    assert (folder / "labA_arith" / "arith.py").read_text() == "X = 'alice'\n"
+    on_disk = tmp_path / "on-disk"
+    for name, data in entries.items():
+        path = on_disk / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not name.endswith("/"):
+            path.write_bytes(data)
+    assert find_course_root(on_disk, DEMO_NAMES) == on_disk / "alice" / "course"
