@@ -234,7 +234,7 @@ def check_archive(entries: list[zipfile.ZipInfo], limits: ArchiveLimits, root: P
             raise ArchiveError(f"{info.filename[:80]!r}... is nested deeper than {MAX_DEPTH} folders")
     kept = [info for info in entries if _kept(info, root)]
     if not kept:
-        raise ArchiveError("the zip is empty: it holds no file of the course")
+        raise ArchiveError(_nothing_kept(entries))
     for info in entries:
         problem = entry_problem(info, limits) if _kept(info, root) or _escapes(info) else ""
         if problem:
@@ -244,6 +244,24 @@ def check_archive(entries: list[zipfile.ZipInfo], limits: ArchiveLimits, root: P
     total = sum(info.file_size for info in kept)
     if total > limits.max_total_bytes:
         raise ArchiveError(f"the zip expands to {total:,} bytes, more than the limit of {limits.max_total_bytes:,}")
+
+
+def _nothing_kept(entries: list[zipfile.ZipInfo]) -> str:
+    """Why a zip with nothing to extract is refused, in the student's terms: it is empty, holds only
+    folders, or holds only what is never graded (caches, environments, build or grading output)."""
+    files = [info.filename for info in entries if not info.is_dir()]
+    if not entries:
+        return "the zip is empty: it holds no file at all"
+    if not files:
+        return f"the zip holds {_count(len(entries), 'empty folder')} and no file"
+    return (
+        f"the zip holds {_count(len(files), 'file')}, none of them gradable: all lie in caches, environments or "
+        f"build and grading output (such as {files[0][:120]!r}); zip the course folder itself"
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 def posix_name(name: str) -> str:

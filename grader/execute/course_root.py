@@ -83,6 +83,23 @@ def holders_on_disk(top: Path, lab_packages: Collection[str]) -> set[PurePosixPa
     return holders
 
 
+def links_near_top(top: Path, limit: int = 5) -> list[PurePosixPath]:
+    """The symbolic links among the folders where a course is looked for (down to :data:`MAX_WRAPPERS`
+    levels, at most ``limit`` of them): the grader never follows one, so a course behind a link
+    (``alice/course -> /home/alice/course``) is not found, and the result should say so."""
+    links, level = [], [TOP]
+    for depth in range(MAX_WRAPPERS + 1):
+        for folder in level:
+            try:
+                entries = sorted(os.scandir(top / folder), key=lambda entry: entry.name)
+            except OSError:
+                continue
+            links += [folder / entry.name for entry in entries if entry.is_symlink() and _searched(entry.name)]
+        if depth < MAX_WRAPPERS:
+            level = [folder / name for folder in level for name in _subfolder_names(top / folder)]
+    return links[:limit]
+
+
 def _holds_a_file(folder: Path) -> bool:
     """Whether ``folder`` holds a regular file outside caches and output (looks at most at
     :data:`MAX_LOOKED_AT` entries; no recursion, links not followed)."""

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from grader.course.labs import SOLUTIONS_DIR, SUPPORT_PATHS, Course, copy_pristine, is_noise
 from grader.execute.archive import MAX_DEPTH, ArchiveError, archive_format_problem, extract_zip
-from grader.execute.course_root import choose_course_root, holders_on_disk
+from grader.execute.course_root import choose_course_root, holders_on_disk, links_near_top
 from labkit.labspec import TEST_FILE, LabSpec
 
 #: Root files pytest reads as configuration or plugins (flagged when a submission adds or edits them).
@@ -252,9 +252,22 @@ def overlay_editable(labs: list[LabSpec], submission: Path, sandbox: Path) -> Ov
     if wanted and not overlay.taken and len(overlay.notes) == wanted:
         overlay.flags.append(
             "none of the labs' editable files is in the submission (every lab was graded with the starter's "
-            "files): is it a copy of the course folder?"
+            f"files): {_why_nothing_was_found(submission)}"
         )
     return overlay
+
+
+def _why_nothing_was_found(submission: Path) -> str:
+    """The likeliest reason a submission holds no editable file: a course behind a symbolic link (never
+    followed), else a folder that is not a copy of the course."""
+    links = links_near_top(submission)
+    if links:
+        names = ", ".join(link.as_posix() for link in links)
+        return (
+            f"{names} {'is a symbolic link' if len(links) == 1 else 'are symbolic links'}, which the grader never "
+            "follows: submit the folder itself, not a link to it"
+        )
+    return "is it a copy of the course folder?"
 
 
 def build_sandbox(course: Course, labs: list[LabSpec], submission: Path, sandbox: Path) -> Overlay:

@@ -152,7 +152,7 @@ def test_a_course_inside_a_folder_named_like_build_output_is_found(tmp_path, wra
     "case, match",
     [
         ("empty", "the zip is empty"),
-        ("only_caches", "the zip is empty"),
+        ("only_caches", "none of them gradable: all lie in caches"),
         ("encrypted", "is encrypted: zip it again without a password"),
         ("deflate64", "compressed with Deflate64, which cannot be read"),
         ("corrupt", "not a readable zip"),

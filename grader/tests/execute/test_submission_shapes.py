@@ -108,6 +108,39 @@ def test_a_submission_with_none_of_the_editable_files_says_so(tmp_path):
     assert not any("none of" in flag for flag in overlay_editable(list(course.labs), DEMO_COURSE, tmp_path / "s").flags)
 
 
+def test_a_course_behind_a_symbolic_link_is_not_followed_and_the_flag_names_the_link(tmp_path):
+    """alice/course -> a course elsewhere: never followed (it could lead anywhere on the grader's machine),
+    so the starters are graded, and the flag says the link is why rather than asking whether it is a copy."""
+    from grader.execute.sandbox import overlay_editable
+
+    course = load_course(DEMO_COURSE)
+    elsewhere = starter_copy(tmp_path / "elsewhere")
+    wrapper = tmp_path / "alice"
+    (wrapper / "work").mkdir(parents=True)
+    (wrapper / "work" / "course").symlink_to(elsewhere)
+    root = unpack_submission(wrapper, tmp_path / "s1", DEMO_NAMES)
+    assert root == wrapper, "a link must not be followed to find the course"
+    flags = overlay_editable(list(course.labs), root, tmp_path / "sandbox").flags
+    assert any("work/course is a symbolic link, which the grader never follows" in flag for flag in flags), flags
+
+
+@pytest.mark.parametrize(
+    ("names", "reason"),
+    [
+        ([], "it holds no file at all"),
+        (["labA_arith/", "notes/"], "2 empty folders and no file"),
+        (["labA_arith/__pycache__/arith.cpython-311.pyc", "labA_arith/build/arith.py"], "none of them gradable"),
+    ],
+)
+def test_a_zip_with_nothing_to_grade_says_what_it_holds(tmp_path, names, reason):
+    archive = tmp_path / "carol.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for name in names:
+            handle.writestr(name, "" if name.endswith("/") else "x = 1\n")
+    with pytest.raises(SubmissionError, match=reason):
+        unpack_submission(archive, tmp_path / "s1", DEMO_NAMES)
+
+
 def test_an_unreadable_editable_file_costs_only_that_file(tmp_path, monkeypatch):
     from pathlib import Path
 
