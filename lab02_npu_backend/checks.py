@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import importlib
 import json
 import warnings
 
@@ -331,3 +332,34 @@ def raised_by_a_todo(error: BaseException) -> bool:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return False
+
+
+# ----------------------------------------------------------------------------- profiling (step 6)
+def profiled_backend(lab, simulators: list):
+    """A backend that compiles like ``lab.npu_backend``, then profiles every NPU partition, as
+    ``options={"profile": True}`` does; the :class:`ProfilingSimulator` of each is appended to ``simulators``
+    (each lists the programs it loaded, so a test can compare the records against them)."""
+    from lab02_npu_backend.profiling_tools import profile_partitions
+
+    def backend(gm, example_inputs):
+        compiled = lab.npu_backend(gm, example_inputs)
+        simulators.extend(profile_partitions(compiled, lab.ProfiledProgram))
+        return compiled
+
+    return backend
+
+
+def instructions_run(simulators) -> list[tuple[str, int, str]]:
+    """(program, index, op) of every instruction of every program the ``simulators`` loaded, in order:
+    what one run records when each program runs once."""
+    return [
+        (program["name"], index, instruction["op"])
+        for simulator in simulators
+        for program in simulator.programs
+        for index, instruction in enumerate(program["instructions"])
+    ]
+
+
+def kernels_of(lab) -> dict:
+    """The selected implementation's simulator kernels (the cost model is checked on what they return)."""
+    return importlib.import_module(f"{lab.__name__}.simulator").KERNELS

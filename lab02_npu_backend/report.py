@@ -10,6 +10,12 @@ elided because they do no work, and the ops that fell back.
     python -m lab02_npu_backend.report --model mlp --dialect both --draw   # + pictures of the partitions
     python -m lab02_npu_backend.report --zoo      # every transformers family of the zoo, both dialects
 
+``--profile`` also profiles each model on the NPU (the optional step 6, :mod:`lab02_npu_backend.profiling`):
+time, bytes and FLOPs per ISA op over five runs, written as ``profile-<model>.json``, and the
+``torch.profiler`` trace as ``trace-<model>.json`` (open it in https://ui.perfetto.dev).
+
+    python -m lab02_npu_backend.report --model llama-tiny --profile
+
 ``--draw`` also draws every graph the backend received, its NPU partitions boxed and coloured, its
 CPU fallbacks labelled with their reasons (:mod:`lab02_npu_backend.partition_drawing`): DOT text,
 and SVG and PNG when Graphviz is installed.
@@ -131,7 +137,15 @@ def main(argv: list[str] | None = None) -> int:
         help="also draw each graph's partitions: NPU partitions boxed, CPU fallbacks with "
         "their reasons (DOT; SVG and PNG with Graphviz)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile each model on the NPU (optional step 6): time, bytes and FLOPs per ISA op, and a "
+        "torch.profiler trace (torch graphs)",
+    )
     args = parser.parse_args(argv)
+    if args.profile and args.zoo:
+        parser.error("--profile profiles the standard models (--model)")
     if args.draw and args.zoo:
         parser.error("--draw draws the standard models (--model); the zoo's report has no pictures")
 
@@ -169,6 +183,8 @@ def write_reports(args: argparse.Namespace, lab) -> int:
                     print(drawing.describe())
             print()
             rows.append(summary_row(report))
+        if args.profile:
+            write_profile(name, args.out)
     print("## Summary (NPU nodes / nodes that do work; elided nodes do no work and are not counted)\n")
     print("| model | dialect | NPU nodes | NPU % | NPU % FLOPs | elided | CPU fallback |")
     print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
@@ -176,6 +192,21 @@ def write_reports(args: argparse.Namespace, lab) -> int:
     if args.draw and not graphviz_available():
         print(f"\n{GRAPHVIZ_MISSING}", file=sys.stderr)
     return 0
+
+
+def write_profile(name: str, out: Path) -> None:
+    """Profile model ``name`` on the NPU; print the per-op table; write its JSON and the trace."""
+    from lab02_npu_backend.profiling_tools import profile_model
+
+    print(f"profiling {name} on the NPU (5 runs after one to load the programs) ...", flush=True)
+    case = build_model(name)
+    profile, trace = profile_model(case.model, case.example_inputs, runs=5)
+    print(profile.table())
+    (out / f"profile-{name}.json").write_text(profile.to_json() + "\n", encoding="utf-8")
+    trace.export_chrome_trace(str(out / f"trace-{name}.json"))
+    print(
+        f"wrote {out / f'profile-{name}.json'} and {out / f'trace-{name}.json'} (open it in https://ui.perfetto.dev)\n"
+    )
 
 
 if __name__ == "__main__":

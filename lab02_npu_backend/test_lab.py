@@ -4,10 +4,10 @@ Run with ``nox -s lab02`` (your code; ``-- --step N`` for one handout step's tes
 Every standard model is compiled once per module (fixtures), so the whole file runs in minutes.
 
 The tests come in the handout's step order (``lab.toml``'s steps): the simulator, the support
-tables, partitioning, lowering, the backend. The models they compile are in ``models.py`` (the
-standard ones, then each step's small cases); how they compile, run and compare (``compile_and_run``,
-programs written by hand, the graph run on real values) is in ``checks.py``. Both are harness:
-read them to see what a test measured, but do not edit them.
+tables, partitioning, lowering, the backend, then the optional profiling mode. The models they
+compile are in ``models.py`` (the standard ones, then each step's small cases); how they compile,
+run and compare (``compile_and_run``, programs written by hand, the graph run on real values) is in
+``checks.py``. Both are harness: read them to see what a test measured, but do not edit them.
 """
 
 from __future__ import annotations
@@ -38,13 +38,16 @@ from lab02_npu_backend.checks import (
     compiled_outputs_differing,
     corrupt_isa,
     dynamo_graph,
+    instructions_run,
     is_empty,
     isa_cases,
     isa_ops_except,
+    kernels_of,
     linear_inputs,
     linear_program,
     mutate_program,
     op_counts,
+    profiled_backend,
     real_values,
     returns_an_input,
     single_op_program,
@@ -79,6 +82,8 @@ from lab02_npu_backend.models import (
     split_heads,
 )
 from lab02_npu_backend.mutation import writes_in_place
+from lab02_npu_backend.profiling_tools import InstructionRecord, OpRow, profile_npu
+from lab02_npu_backend.registration import npu_simulator
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
 
@@ -923,3 +928,149 @@ def test_partition_report_dict_and_markdown(lab):
     markdown = report.to_markdown()
     assert "with-graph-break" in markdown and "| `max_pool1d` | 0 | 1 |" in markdown
     assert "| `dropout` | 0 | 0 | 1 |" in markdown
+
+
+# == 6. Extension: profiling mode ====================================================================
+# Optional: these tests carry the `extension` marker, and the grader shows their points apart from the
+# lab's main score.
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.parametrize("name", ["mlp", "llama-tiny"])
+def test_profiling_records_every_instruction_and_keeps_the_answer(lab, name):
+    """A profiled run returns bit-for-bit what the plain run returns, and records each instruction of
+    each program once, in program order, with its time; outside ``profile_npu()`` nothing is recorded."""
+    case = build_model(name)
+    with torch.no_grad():
+        plain, _ = compile_and_run(lab.npu_backend, case.model, *case.example_inputs)
+        simulators: list = []
+        torch._dynamo.reset()
+        compiled = torch.compile(case.model, backend=profiled_backend(lab, simulators))
+        with profile_npu() as profile:
+            profiled = compiled(*case.example_inputs)
+        assert simulators, "the backend made no NPU partition to profile"
+        assert torch.equal(profiled, plain), "profiling changed the answer: it must run the same kernels in order"
+        expected = instructions_run(simulators)
+        recorded = [(r.program, r.index, r.op) for r in profile.records]
+        assert recorded == expected, (
+            f"{len(recorded)} records for the {len(expected)} instructions the programs hold; the first "
+            f"difference: {next((pair for pair in zip(recorded, expected) if pair[0] != pair[1]), None)}"
+        )
+        assert all(r.seconds >= 0 for r in profile.records) and sum(r.seconds for r in profile.records) > 0
+        compiled(*case.example_inputs)  # outside any profile_npu() block
+    assert len(profile.records) == len(expected), "a run outside profile_npu() must record nothing"
+
+
+#: (op, operands, attrs, flops): the cost model of profiling.py on one instruction each.
+_CONV_WEIGHT = torch.randn(6, 2, 3, 3)
+COST_CASES = [
+    ("matmul", [torch.randn(2, 3, 4), torch.randn(4, 5)], {}, 2 * (2 * 3 * 5) * 4),
+    ("conv2d", [torch.randn(1, 4, 8, 8), _CONV_WEIGHT, torch.randn(6)],
+     {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 2}, 2 * (6 * 6 * 6) * (2 * 3 * 3)),
+    ("add", [torch.randn(4, 8), 2.0], {}, 32),
+    ("mul", [torch.randn(4, 8), torch.randn(8)], {}, 32),
+    ("mean", [torch.randn(4, 8)], {"dims": [1], "keepdim": False}, 32),
+    ("softmax", [torch.randn(2, 5), torch.rand(2, 5) > 0.5], {"dim": -1, "causal": False}, 5 * 10),
+    ("layernorm", [torch.randn(2, 8), torch.randn(8), None], {"normalized_ndim": 1, "eps": 1e-5}, 7 * 16),
+    ("rmsnorm", [torch.randn(2, 8), torch.randn(8)], {"normalized_ndim": 1, "eps": 1e-5}, 4 * 16),
+    ("activation", [torch.randn(3, 7)], {"function": "gelu", "min": None, "max": None}, 21),
+    ("concat", [[torch.randn(2, 3), torch.randn(2, 3)]], {"dim": 0}, 0),
+    ("expand", [torch.randn(1, 3)], {"shape": [4, 3]}, 0),
+]  # fmt: skip
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+def test_traffic_and_flops_follow_the_cost_model(lab):
+    """Bytes: tensor operands read whole (a list's tensors too, scalars and None nothing), the result
+    written whole. FLOPs: 2 per multiply-add for matmul and conv2d, 1 per element for elementwise ops and
+    per input element for mean, the fused ops' own counts, 0 for data movement; an unknown op raises."""
+    wrong = []
+    for op, operands, attrs, flops in COST_CASES:
+        result = kernels_of(lab)[op](operands, attrs)
+        tensors = [t for o in operands for t in (o if isinstance(o, list) else [o]) if isinstance(t, torch.Tensor)]
+        traffic = (sum(t.nbytes for t in tensors), result.nbytes)
+        if lab.instruction_traffic(operands, result) != traffic:
+            wrong.append(f"{op}: traffic {lab.instruction_traffic(operands, result)}, expected {traffic}")
+        if lab.instruction_flops(op, operands, attrs, result) != flops:
+            wrong.append(f"{op}: {lab.instruction_flops(op, operands, attrs, result)} FLOPs, expected {flops}")
+    assert not wrong, "; ".join(wrong)
+    with pytest.raises(ValueError, match="fft"):
+        lab.instruction_flops("fft", [torch.randn(4)], {}, torch.randn(4))
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_op_rows_sum_the_records_per_op_slowest_first(lab):
+    records = [
+        InstructionRecord("p0", 0, "matmul", 0.004, 100, 50, 1000),
+        InstructionRecord("p0", 1, "add", 0.001, 60, 20, 10),
+        InstructionRecord("p1", 0, "matmul", 0.002, 100, 50, 1000),
+        InstructionRecord("p1", 1, "reshape", 0.001, 20, 20, 0),
+    ]
+    assert lab.op_rows(records) == [
+        OpRow("matmul", 2, pytest.approx(0.006), pytest.approx(0.75), 300, 2000),
+        OpRow("add", 1, 0.001, pytest.approx(0.125), 80, 10),  # ties in time: by name
+        OpRow("reshape", 1, 0.001, pytest.approx(0.125), 40, 0),
+    ]
+    untimed = [InstructionRecord("p", 0, "add", 0.0, 8, 4, 1)]
+    assert lab.op_rows(untimed) == [OpRow("add", 1, 0.0, 0.0, 12, 1)], "no time recorded: every share is 0"
+    assert lab.op_rows([]) == []
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_npu_partitions_show_in_a_torch_profiler_trace(lab, tmp_path):
+    """``options={"profile": True}`` through the registered backend: each program is a ``npu:<name>`` scope
+    and each instruction a ``npu.<op>`` scope of the Chrome trace ``torch.profiler`` writes; a misspelt
+    option is refused by name."""
+    case = build_model("mlp")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(case.model, backend=npu_simulator, options={"profile": True})
+        with profile_npu() as profile, torch.profiler.profile() as trace:
+            compiled(*case.example_inputs)
+    trace.export_chrome_trace(str(tmp_path / "trace.json"))
+    names = {event.get("name") for event in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
+    programs = {record.program for record in profile.records}
+    assert programs, "nothing was profiled"
+    missing = sorted(({f"npu:{p}" for p in programs} | {f"npu.{r.op}" for r in profile.records}) - names)
+    assert not missing, f"scopes missing from the trace: {missing}"
+    with pytest.raises(ValueError, match="profle"):
+        npu_simulator(torch.fx.symbolic_trace(case.model), list(case.example_inputs), options={"profle": True})
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_a_profiled_program_keeps_the_simulators_contract(lab):
+    """Run profiled, a program behaves as the simulator runs it: an omitted optional operand is None (a
+    conv2d without bias), an output that is a view of an input comes back in fresh memory, and a kernel
+    that raises is a ``ProgramError`` naming the instruction (validation reads declarations, so matmul's
+    inner dimensions are found to differ only when it runs)."""
+    simulator = lab.NpuSimulator()
+    x, weight = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    expected = torch.nn.functional.conv2d(x, weight)
+    program, inputs = single_op_program("conv2d", {}, [x, weight], expected)
+    simulator.load(program)
+    with profile_npu() as profile:
+        (out,) = lab.ProfiledProgram(program, simulator.isa)(*inputs)
+    assert torch.equal(out, simulator.run(program, inputs)[0]), "conv2d without its optional bias: wrong result"
+    assert [r.op for r in profile.records] == ["conv2d"]
+
+    small = x[0, 0, :2, :4].clone()
+    reshape, reshape_inputs = single_op_program("reshape", {"shape": [4, 2]}, [small], torch.empty(4, 2))
+    simulator.load(reshape)
+    (viewed,) = lab.ProfiledProgram(reshape, simulator.isa)(*reshape_inputs)
+    assert viewed.untyped_storage().data_ptr() != reshape_inputs[0].untyped_storage().data_ptr(), (
+        "a profiled program's output shares memory with its input (a reshape is a view): clone it, as the "
+        "simulator does"
+    )
+
+    broken = linear_program()
+    broken["tensors"]["w"]["shape"] = [4, 5]  # w.T is [5, 4]: x [2, 3] @ w.T cannot run
+    broken["tensors"]["w_t"]["shape"] = [5, 4]
+    simulator.load(broken)  # valid as declared
+    profiled = lab.ProfiledProgram(broken, simulator.isa)
+    with profile_npu(), pytest.raises(ProgramError, match=r"matmul"):
+        profiled(torch.randn(2, 3), torch.randn(4, 5), torch.randn(4))

@@ -9,6 +9,8 @@ The public API (identical in the starter and in ``solutions.lab02_npu_backend``)
 - :mod:`.simulator`: ``NpuSimulator`` (validate and run NPU programs)
 - :mod:`.backend`: ``npu_backend``, ``npu_aot_backend``, ``compile_graph``, ``register_backend``,
   ``partition_report``, ``BACKEND_NAME`` (the backend itself)
+- :mod:`.profiling` (optional step 6): ``ProfiledProgram``, ``instruction_traffic``, ``instruction_flops``,
+  ``op_rows`` (profiling mode)
 
 The harness (ISA, program format, coverage report, models, CLI, benchmark) lives in the other
 modules of this package; you do not edit those.
@@ -17,6 +19,7 @@ modules of this package; you do not edit those.
 from .backend import BACKEND_NAME, compile_graph, npu_aot_backend, npu_backend, partition_report, register_backend
 from .lowering import LoweringError, lower_to_program
 from .partition import NpuPartitioning, partition_for_npu
+from .profiling import ProfiledProgram, instruction_flops, instruction_traffic, op_rows
 from .simulator import NpuSimulator
 from .support import ATEN_SUPPORT, TORCH_SUPPORT, NpuOperatorSupport, support_for_dialect
 
@@ -27,11 +30,15 @@ __all__ = [
     "NpuOperatorSupport",
     "NpuPartitioning",
     "NpuSimulator",
+    "ProfiledProgram",
     "TORCH_SUPPORT",
     "compile_graph",
+    "instruction_flops",
+    "instruction_traffic",
     "lower_to_program",
     "npu_aot_backend",
     "npu_backend",
+    "op_rows",
     "partition_for_npu",
     "partition_report",
     "register_backend",

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import lab02_npu_backend.test_lab as graded
+from lab02_npu_backend.ir import ProgramError
 from labkit.impl import load_lab
 
 
@@ -177,3 +178,56 @@ def test_a_layer_norm_over_the_last_dim_only_fails(reference, monkeypatch, diale
     ) as raised:
         graded.test_layer_norm_normalizes_over_every_dim_of_normalized_shape(reference, dialect)
     assert "normalized_shape=(8,)" not in str(raised.value), "a LayerNorm over the last dim is still right"
+
+
+# -- step 6 (optional): profiling mode -----------------------------------------------------------
+def test_matmul_flops_without_the_factor_of_two_fail_the_cost_model_test(reference, monkeypatch):
+    graded.test_traffic_and_flops_follow_the_cost_model(reference)
+    real = reference.profiling.instruction_flops
+
+    def one_per_multiply_add(op, operands, attrs, result):
+        return result.numel() * operands[0].shape[-1] if op == "matmul" else real(op, operands, attrs, result)
+
+    monkeypatch.setattr(reference, "instruction_flops", one_per_multiply_add)
+    with pytest.raises(AssertionError, match=r"matmul: 120 FLOPs, expected 240"):
+        graded.test_traffic_and_flops_follow_the_cost_model(reference)
+
+
+def test_traffic_that_skips_a_list_operand_fails_the_cost_model_test(reference, monkeypatch):
+    monkeypatch.setattr(
+        reference,
+        "instruction_traffic",
+        lambda operands, result: (sum(o.nbytes for o in operands if isinstance(o, torch.Tensor)), result.nbytes),
+    )
+    with pytest.raises(AssertionError, match=r"concat: traffic \(0, 48\), expected \(48, 48\)"):
+        graded.test_traffic_and_flops_follow_the_cost_model(reference)
+
+
+def test_recording_without_a_profile_block_fails(reference, monkeypatch):
+    """A profiled program that records into one global profile, whether or not a block is open."""
+    from lab02_npu_backend.profiling_tools import NpuProfile
+
+    always = NpuProfile()
+    graded.test_profiling_records_every_instruction_and_keeps_the_answer(reference, "mlp")
+    monkeypatch.setattr(reference.profiling, "active_profile", lambda: always)
+    with pytest.raises(AssertionError, match="records for the"):
+        graded.test_profiling_records_every_instruction_and_keeps_the_answer(reference, "mlp")
+
+
+def test_profiled_outputs_that_alias_an_input_fail(reference, monkeypatch):
+    graded.test_a_profiled_program_keeps_the_simulators_contract(reference)
+
+    class Aliasing(reference.ProfiledProgram):
+        def __call__(self, *inputs):
+            outputs = super().__call__(*inputs)
+            return [inputs[0].reshape(out.shape) if out.numel() == inputs[0].numel() else out for out in outputs]
+
+    monkeypatch.setattr(reference, "ProfiledProgram", Aliasing)
+    with pytest.raises(AssertionError, match="shares memory with its input"):
+        graded.test_a_profiled_program_keeps_the_simulators_contract(reference)
+
+
+def test_omitted_operands_not_filled_with_none_fail(reference, monkeypatch):
+    monkeypatch.setattr(reference.profiling, "_read", lambda names, arity, values: [values[n] for n in names])
+    with pytest.raises(ProgramError, match="conv2d"):
+        graded.test_a_profiled_program_keeps_the_simulators_contract(reference)
