@@ -8,6 +8,7 @@ Public API (the same in the starter and the reference solution):
 
 Extension (optional, step 7, its points shown apart): :func:`fused_attention`,
 ``F.scaled_dot_product_attention`` (causal or not) in one Triton kernel with an online softmax.
+Extension (optional, step 8): :func:`layernorm_gelu_fp8`, the same kernel on per-tensor-scaled FP8 input.
 """
 
 # First, before torch: run from a Python without the course's packages, say which interpreter to use.
@@ -16,7 +17,15 @@ from labkit.environment import require_course_environment
 require_course_environment()
 
 from .attention import fused_attention  # noqa: E402
+from .fp8 import layernorm_gelu_fp8  # noqa: E402
 from .lowering import LoweringHandle, install_lowering, uninstall_lowering  # noqa: E402
 from .op import layernorm_gelu  # noqa: E402
 
-__all__ = ["LoweringHandle", "fused_attention", "install_lowering", "layernorm_gelu", "uninstall_lowering"]
+__all__ = [
+    "LoweringHandle",
+    "fused_attention",
+    "install_lowering",
+    "layernorm_gelu",
+    "layernorm_gelu_fp8",
+    "uninstall_lowering",
+]

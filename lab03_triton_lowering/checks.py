@@ -419,3 +419,48 @@ def assert_attention_matches(
     raise AssertionError(
         f"{where}: max |error| {error.max_abs:.3g} next to scaled_dot_product_attention (allowed: {tolerance}){mistake}"
     )
+
+
+# -- step 8 (optional): FP8 input ----------------------------------------------------------------
+
+#: One unit in the last place of the output dtype (against float64, rounded to it): the kernel's fp32
+#: error is far below half a unit, so only the last rounding may differ. atol covers outputs near 0.
+FP8_TOLERANCE = {torch.float16: dict(rtol=2**-10, atol=1e-5), torch.bfloat16: dict(rtol=2**-7, atol=1e-4)}
+
+
+def fp8_inputs(
+    shape: tuple[int, ...], dtype: torch.dtype, scale: float, seed: int = 0, spread: float = 3.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scale)``: real values ~ N(1, spread^2) quantized to ``dtype`` with the per-tensor ``scale``
+    (each stored ``q`` stands for ``q * scale``); the scale is a one-element fp32 tensor."""
+    generator = torch.Generator().manual_seed(seed)
+    real = (torch.randn(shape, generator=generator) * spread + 1.0) * abs(scale)
+    return (real / scale).to(dtype), torch.tensor([scale], dtype=torch.float32)
+
+
+def fp8_reference(q, scale, weight, bias, eps, approximate, out_dtype) -> torch.Tensor:
+    """The formula in float64, rounded once to ``out_dtype``."""
+    wide = lambda t: None if t is None else t.double()  # noqa: E731
+    x = q.double() * scale.double()
+    normed = F.layer_norm(x, (x.shape[-1],), wide(weight), wide(bias), eps)
+    return F.gelu(normed, approximate=approximate).to(out_dtype)
+
+
+def assert_fp8_matches(lab: ModuleType, q, scale, weight=None, bias=None, eps=1e-5, approximate="none",
+                       out_dtype=torch.bfloat16, why: str = "") -> None:  # fmt: skip
+    """``layernorm_gelu_fp8`` within :data:`FP8_TOLERANCE` of :func:`fp8_reference`, of ``out_dtype``;
+    the message names the inputs and, given ``why``, what the failure most likely means."""
+    actual = lab.layernorm_gelu_fp8(q, scale, weight, bias, eps=eps, approximate=approximate, out_dtype=out_dtype)
+    assert actual.dtype == out_dtype and actual.shape == q.shape, (
+        f"layernorm_gelu_fp8 returned {actual.dtype}{list(actual.shape)}; expected {out_dtype}{list(q.shape)}"
+    )
+    expected = fp8_reference(q, scale, weight, bias, eps, approximate, out_dtype)
+    tolerance = FP8_TOLERANCE[out_dtype]
+    close = torch.isclose(actual.double(), expected.double(), **tolerance)
+    if not bool(close.all()):
+        error = output_error(actual.double(), expected.double())
+        raise AssertionError(
+            f"{q.dtype} {list(q.shape)} with scale {scale.item():g}, eps={eps}, out {out_dtype}: "
+            f"{int((~close).sum())} values outside rtol={tolerance['rtol']:.3g}, atol={tolerance['atol']:g} "
+            f"(max |error| {error.max_abs:.3g}){'; ' + why if why else ''}"
+        )

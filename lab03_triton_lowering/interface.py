@@ -9,6 +9,8 @@ also reachable where it was first defined (``kernel.GELU_APPROXIMATIONS``, ``op.
   matches;
 - :data:`ATTENTION_DTYPES`, :data:`MAX_HEAD_DIM`: what the optional extension's ``fused_attention``
   (``attention.py``) accepts;
+- :data:`FP8_DTYPES`, :data:`FP8_OUT_DTYPES`: what the optional step 8's ``layernorm_gelu_fp8``
+  (``fp8.py``) reads and writes;
 - :class:`CountingHandle`: what ``install_lowering`` returns, a window on the installed pass that
   counts its replacements in ``torch._dynamo.utils.counters["inductor"]``. ``lowering.py`` names its
   own counter key (:attr:`CountingHandle.counter`), which holds the package's operator namespace:
@@ -37,6 +39,13 @@ ATTENTION_DTYPES = (torch.float32, torch.float16)
 #: The largest head dimension ``fused_attention`` takes: one program holds its query block, ``BLOCK_M x head_dim``,
 #: and one key and one value block in registers.
 MAX_HEAD_DIM = 128
+
+#: The optional step 8's inputs: the two FP8 formats of the OCP standard and of H100/H200 tensor cores.
+#: e4m3fn (4 exponent bits, 3 mantissa bits, largest 448, no infinities) suits activations and weights;
+#: e5m2 (largest 57344, with infinities) suits gradients. Each value stands for ``x * scale``.
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+#: What ``layernorm_gelu_fp8`` writes: half precision, the dtype the next matmul reads.
+FP8_OUT_DTYPES = (torch.float16, torch.bfloat16)
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,13 @@ from lab03_triton_lowering.checks import (
     SentinelPass,
     affine_name,
     assert_attention_matches,
+    assert_fp8_matches,
     assert_matches_reference,
     assert_raises_as_promised,
     assert_rounds_once,
     attention_inputs,
     compile_with_lowering,
+    fp8_inputs,
     layer_norm_affine_forms,
     make_inputs,
     reference,
@@ -49,7 +51,7 @@ from lab03_triton_lowering.checks import (
     the_custom_operator,
     with_outliers,
 )
-from lab03_triton_lowering.interface import AFFINE_FORMS, ATTENTION_DTYPES, MAX_HEAD_DIM
+from lab03_triton_lowering.interface import AFFINE_FORMS, ATTENTION_DTYPES, FP8_DTYPES, FP8_OUT_DTYPES, MAX_HEAD_DIM
 from lab03_triton_lowering.models import (
     CONTROL_SITE,
     FUSABLE_SITES,
@@ -769,3 +771,84 @@ def test_gpu_attention_matches_sdpa(lab, dtype, causal):
     for shape in (AttentionShape(2, 4, 1000, 1000, 64), AttentionShape(1, 2, 300, 777, 128)):
         q, k, v = attention_inputs(shape, dtype, device="cuda")
         assert_attention_matches(lab, q, k, v, causal)
+
+
+# == 8. Extension: FP8 input =========================================================================
+# Optional: these tests carry the `extension` marker, and the grader shows their points apart from the
+# lab's main score. Triton's interpreter reads FP8 tensors on CPU, so every test runs without a GPU.
+FP8_IDS = [str(d).removeprefix("torch.") for d in FP8_DTYPES]
+OUT_IDS = [str(d).removeprefix("torch.") for d in FP8_OUT_DTYPES]
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("out_dtype", FP8_OUT_DTYPES, ids=OUT_IDS)
+@pytest.mark.parametrize("fp8", FP8_DTYPES, ids=FP8_IDS)
+def test_fp8_kernel_matches_the_dequantized_reference(lab, fp8, out_dtype):
+    """``gelu(layer_norm(q * scale))`` rounded once to ``out_dtype``, within one unit in its last place, for
+    every affine form (weights of any float dtype), both GELU forms and leading shapes."""
+    cases = [((3, 7), "weight_and_bias", torch.float32, "none"), ((2, 5, 64), "none", None, "tanh"),
+             ((4, 300), "weight_only", torch.float16, "none")]  # fmt: skip
+    for shape, affine, param_dtype, approximate in cases:
+        q, scale = fp8_inputs(shape, fp8, scale=0.37)
+        _, weight, bias = make_inputs(shape, affine, dtype=param_dtype or torch.float32)
+        assert_fp8_matches(lab, q, scale, weight, bias, approximate=approximate, out_dtype=out_dtype)
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.parametrize("scale", [1e-3, -0.5], ids=["small", "negative"])
+def test_fp8_scale_reaches_the_statistics_where_eps_matters(lab, scale):
+    """LayerNorm of ``s * x`` is LayerNorm of ``x`` with ``eps / s**2``: a kernel that drops the scale is
+    right whenever the variance dwarfs eps. Real values near 1e-3 (variance 1e-6 against eps 1e-5) and a
+    negative scale (it flips the normalised row) tell."""
+    q, scale_tensor = fp8_inputs((4, 96), torch.float8_e4m3fn, scale=scale, spread=1.0)
+    why = (
+        "the scale must multiply the values before the statistics: LayerNorm of s*x is LayerNorm of x with "
+        f"eps/s**2 (s = {scale:g} here), so a kernel that ignores it is right only where the variance dwarfs eps"
+    )
+    assert_fp8_matches(lab, q, scale_tensor, out_dtype=torch.float16, why=why)
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("fp8", FP8_DTYPES, ids=FP8_IDS)
+def test_fp8_rows_longer_than_a_block(lab, fp8):
+    """Rows of 8195 (past any block of 8192): both passes of the loop read FP8 and dequantize. (A scale
+    of 4 on values of variance 9: the statistics do not depend on it, the second pass's values do.)"""
+    q, scale = fp8_inputs((2, 8195), fp8, scale=4.0)
+    assert_fp8_matches(
+        lab, q, scale, out_dtype=torch.float16, why="rows longer than a block: dequantize in both passes"
+    )
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("fp8", FP8_DTYPES, ids=FP8_IDS)
+def test_fp8_extremes_of_the_format(lab, fp8):
+    """The format's largest and smallest values, a constant row and a large scale: every output finite."""
+    info = torch.finfo(fp8)
+    row = torch.tensor([info.max, -info.max, info.tiny, -info.tiny, info.smallest_normal, 0.0, 1.0, -1.0])
+    q = torch.stack([row, torch.full_like(row, 3.0), row.flip(0)]).to(fp8)
+    scale = torch.tensor([1e3])
+    assert_fp8_matches(lab, q, scale, out_dtype=torch.bfloat16, why="extreme values: statistics in fp32")
+    out = lab.layernorm_gelu_fp8(q, scale, out_dtype=torch.bfloat16)
+    assert bool(torch.isfinite(out).all()), "a finite FP8 input gave a non-finite output"
+
+
+FP8_BAD_INPUTS = {
+    "x_not_fp8": (lambda q, s: dict(x=q.to(torch.float16), scale=s), TypeError, ["x"]),
+    "scale_float64": (lambda q, s: dict(x=q, scale=s.double()), TypeError, ["scale"]),
+    "scale_two_elements": (lambda q, s: dict(x=q, scale=torch.ones(2)), ValueError, ["scale"]),
+    "out_float32": (lambda q, s: dict(x=q, scale=s, out_dtype=torch.float32), TypeError, ["out_dtype"]),
+    "weight_wrong_shape": (lambda q, s: dict(x=q, scale=s, weight=torch.ones(3)), ValueError, ["weight"]),
+}
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_fp8_bad_input_gets_a_clear_error(lab):
+    q, scale = fp8_inputs((2, 8), torch.float8_e4m3fn, scale=0.5)
+    for case, (arguments, error, words) in FP8_BAD_INPUTS.items():
+        call = lambda: lab.layernorm_gelu_fp8(**arguments(q, scale))  # noqa: E731
+        assert_raises_as_promised(call, case, error, words, "layernorm_gelu_fp8")

@@ -105,7 +105,9 @@ def test_the_readme_states_each_optional_extension_apart(rubric):
     stated = {
         int(m["lab"]): (int(m["tests"]), int(m["points"]))
         for m in re.finditer(
-            r"lab (?P<lab>\d)'s optional extension \(step \d+\): (?P<tests>\d+) tests, (?P<points>\d+) points", text()
+            r"lab (?P<lab>\d)'s optional extensions? \(steps? \d+(?: and \d+)?[^)]*\): (?P<tests>\d+) tests, "
+            r"(?P<points>\d+) points",
+            text(),
         )
     }
     want = {

@@ -80,6 +80,19 @@ def _gelu(y, APPROXIMATE_TANH: tl.constexpr, FAST_ERF: tl.constexpr):
 
 
 @triton.jit
+def _load_fp32(ptrs, mask, x_scale, HAS_SCALE: tl.constexpr, MASKED: tl.constexpr):
+    """A block of ``x`` in fp32 (masked lanes 0); an FP8 ``x`` is dequantized here, times its scale, so
+    every statistic is of the real values (the optional step 8)."""
+    if MASKED:
+        v = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    else:
+        v = tl.load(ptrs).to(tl.float32)
+    if HAS_SCALE:
+        v = v * x_scale
+    return v
+
+
+@triton.jit
 def _affine_gelu_store(
     normed,
     out_ptrs,
@@ -112,7 +125,8 @@ def layernorm_gelu_kernel(
     x_ptr,  # [n_rows, n_cols] input; columns contiguous, rows x_row_stride elements apart
     weight_ptr,  # [n_cols] or None
     bias_ptr,  # [n_cols] or None
-    out_ptr,  # [n_rows, n_cols] output, contiguous
+    out_ptr,  # [n_rows, n_cols] output, contiguous (its dtype may differ from x's: FP8 in, fp16 out)
+    scale_ptr,  # one fp32 element: x's dequantization scale (FP8 input), or None
     n_rows,
     n_cols,
     x_row_stride,
@@ -121,6 +135,7 @@ def layernorm_gelu_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     APPROXIMATE_TANH: tl.constexpr,
+    HAS_SCALE: tl.constexpr,  # x is FP8: each value is x * scale
     BLOCK_SIZE: tl.constexpr,  # columns per block, a power of two
     ROWS_PER_PROGRAM: tl.constexpr,  # rows one program normalises (a power of two)
     NUM_TILES: tl.constexpr,  # blocks per row: 1 keeps the row in registers, more loops over it
@@ -131,6 +146,9 @@ def layernorm_gelu_kernel(
     # A Python float arrives as fp32 from an eager launch but as fp64 from Inductor's generated
     # code; without this cast the whole row would be computed in (slow) fp64 there.
     eps = tl.cast(eps, tl.float32)
+    x_scale = 1.0
+    if HAS_SCALE:  # read on the device: a host read (scale.item()) would wait for the GPU
+        x_scale = tl.load(scale_ptr).to(tl.float32)
     # int64 row offsets: n_rows * n_cols can exceed 2**31 for real activations.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
     row_mask = rows < n_rows
@@ -138,7 +156,7 @@ def layernorm_gelu_kernel(
     out_rows = out_ptr + rows[:, None] * out_row_stride
     # Statistics are taken of (x - shift), shift being each row's first element: when the mean is
     # large next to the spread (mean 1000, std 1), sums of raw values lose the digits that matter.
-    shift = tl.load(x_rows, mask=row_mask[:, None], other=0.0).to(tl.float32)  # [ROWS, 1]
+    shift = _load_fp32(x_rows, row_mask[:, None], x_scale, HAS_SCALE, True)  # [ROWS, 1]
 
     if NUM_TILES == 1:
         # Each row fits one block: load the rows once and keep them in registers. The affine
@@ -146,11 +164,10 @@ def layernorm_gelu_kernel(
         cols = tl.arange(0, BLOCK_SIZE)
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
+        x = _load_fp32(x_rows + cols[None, :], mask, x_scale, HAS_SCALE, MASKED) - shift
         if MASKED:
             # Masked lanes load 0, and 0 - shift is not 0: zero them so they add nothing to the sums.
-            x = tl.where(mask, tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
-        else:
-            x = tl.load(x_rows + cols[None, :]).to(tl.float32) - shift
+            x = tl.where(mask, x, 0.0)
         mean = tl.sum(x, axis=1) / n_cols  # of the shifted values
         centered = x - mean[:, None]
         if MASKED:
@@ -181,10 +198,9 @@ def layernorm_gelu_kernel(
         for tile in range(0, NUM_TILES):
             cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            d = _load_fp32(x_rows + cols[None, :], mask, x_scale, HAS_SCALE, MASKED) - shift
             if MASKED:
-                d = tl.where(mask, tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32) - shift, 0.0)
-            else:
-                d = tl.load(x_rows + cols[None, :]).to(tl.float32) - shift
+                d = tl.where(mask, d, 0.0)
             acc += d
             acc_sq += d * d
         shifted_mean = tl.sum(acc, axis=1) / n_cols
@@ -195,10 +211,7 @@ def layernorm_gelu_kernel(
             cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
             col_mask = cols < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
-            if MASKED:
-                x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            else:
-                x = tl.load(x_rows + cols[None, :]).to(tl.float32)
+            x = _load_fp32(x_rows + cols[None, :], mask, x_scale, HAS_SCALE, MASKED)
             _affine_gelu_store(
                 (x - mean[:, None]) * rstd[:, None],
                 out_rows + cols[None, :],
@@ -257,13 +270,17 @@ def layernorm_gelu_forward(
     eps: float,
     approximate: str,
     config: LaunchConfig | None = None,
+    *,
+    scale: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Allocate the output and launch :func:`layernorm_gelu_kernel` over the rows of ``x``.
 
     Arguments are trusted (the public ``layernorm_gelu`` validates them). Any leading shape is
     flattened into rows; a row layout the kernel cannot address (last dimension not contiguous)
     is copied first. ``config`` overrides :func:`launch_config` (the benchmark's tuning sweep).
-    Returns a new contiguous tensor shaped and typed like ``x``.
+    Returns a new contiguous tensor shaped like ``x``, of ``x``'s dtype or ``out_dtype``; with ``scale``
+    (FP8 input, step 8), each value of ``x`` is ``x * scale``, the scale read in the kernel.
 
     The launch goes through ``kernel_for(kernel, device)``: on CUDA, while traced by ``make_fx`` (as
     Inductor's pattern replacement does), that is ``wrap_triton``, so the launch is recorded as a
@@ -271,13 +288,13 @@ def layernorm_gelu_forward(
     interpreter.
     """
     if x.numel() == 0:  # zero rows or zero columns: nothing to launch
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     n_cols = x.shape[-1]
     rows = x.reshape(-1, n_cols)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
     n_rows = rows.shape[0]
-    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    out = torch.empty((n_rows, n_cols), dtype=out_dtype or x.dtype, device=x.device)
     config = config or launch_config(n_cols, n_rows)
     num_tiles = config.num_tiles(n_cols)
     grid = (triton.cdiv(n_rows, config.rows_per_program),)
@@ -287,6 +304,7 @@ def layernorm_gelu_forward(
         weight,
         bias,
         out,
+        scale,
         n_rows,
         n_cols,
         rows.stride(0),
@@ -295,6 +313,7 @@ def layernorm_gelu_forward(
         HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None,
         APPROXIMATE_TANH=approximate == "tanh",
+        HAS_SCALE=scale is not None,
         BLOCK_SIZE=config.block_size,
         ROWS_PER_PROGRAM=config.rows_per_program,
         NUM_TILES=num_tiles,

@@ -203,3 +203,38 @@ def test_a_causal_mask_without_the_diagonal_fails_naming_the_diagonal(tmp_path):
         # One query and one key: only the NaN it leaves can tell; every longer sequence is named as the mistake.
         named = "causal attention keeps the diagonal" if "one_token" in test else "the diagonal is masked out"
         assert named in message, message
+
+
+# -- step 8 (optional): FP8 input ------------------------------------------------------------------
+#: The scale dropped: LayerNorm is blind to it wherever the variance dwarfs eps, as in most data.
+SCALE_IGNORED = (
+    Mistake("fp8.py", "approximate, scale=scale, out_dtype=out_dtype)", "approximate, out_dtype=out_dtype)"),
+)
+#: The long-row loop's second pass reads the stored values without the scale.
+SECOND_PASS_UNSCALED = (
+    Mistake(
+        "kernel.py",
+        "            x = _load_fp32(x_rows + cols[None, :], mask, x_scale, HAS_SCALE, MASKED)",
+        "            x = _load_fp32(x_rows + cols[None, :], mask, x_scale, False, MASKED)",
+    ),
+)
+
+
+def test_an_fp8_kernel_that_ignores_the_scale_fails_only_where_eps_matters(tmp_path):
+    run = run_with(tmp_path, SCALE_IGNORED, "test_fp8")
+    assert sorted(run.failed) == [
+        "test_fp8_scale_reaches_the_statistics_where_eps_matters[negative]",
+        "test_fp8_scale_reaches_the_statistics_where_eps_matters[small]",
+    ], run.output[-3000:]
+    for message in run.failed.values():
+        assert "LayerNorm of s*x is LayerNorm of x with eps/s**2" in message, message
+
+
+def test_an_unscaled_second_pass_fails_the_long_rows(tmp_path):
+    run = run_with(tmp_path, SECOND_PASS_UNSCALED, "test_fp8_rows_longer_than_a_block or test_kernel_matches")
+    assert sorted(run.failed) == [
+        "test_fp8_rows_longer_than_a_block[float8_e4m3fn]",
+        "test_fp8_rows_longer_than_a_block[float8_e5m2]",
+    ], run.output[-3000:]
+    for message in run.failed.values():
+        assert "dequantize in both passes" in message, message
