@@ -26,6 +26,11 @@ GPU they run the real thing instead.
     either side of a power of two) is compiled for sm_90; on a real GPU the cases run on CUDA and must
     match ``scaled_dot_product_attention``.
 
+``fp8``
+    The optional step 8's ``layernorm_gelu_fp8`` for :data:`FP8_CASES` (both FP8 formats, both output
+    dtypes, one block and long rows), compiled for sm_90 (FP8 conversions need sm_89 or newer), or run
+    on a real GPU against the float64 reference.
+
 ``cpu``
     The kernel on CPU tensors in a process that has a GPU (simulated: PyTorch reports a CUDA device,
     and any compiled launch raises). A GPU machine still runs the CPU tests, so CPU launches must
@@ -37,6 +42,7 @@ Usage::
     python -m lab03_triton_lowering.simulated_gpu inductor
     python -m lab03_triton_lowering.simulated_gpu cpu
     python -m lab03_triton_lowering.simulated_gpu attention
+    python -m lab03_triton_lowering.simulated_gpu fp8
 
 Each prints what it found and exits 1 on failure; on an unfinished starter, one line naming the
 handout step to finish first, and exit status 3 (:mod:`labkit.unfinished`). The simulation reaches
@@ -51,6 +57,7 @@ import os
 import re
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from labkit.unfinished import stop_if_unfinished
@@ -76,7 +83,7 @@ DEVICE_PROPERTIES = types.SimpleNamespace(
     memory_clock_rate=2619000,
     memory_bus_width=5120,
 )
-CHECKS = ("kernel", "inductor", "cpu", "attention")
+CHECKS = ("kernel", "inductor", "cpu", "attention", "fp8")
 PACKAGE = "lab03_triton_lowering"
 #: What an unfinished starter stops (:func:`labkit.unfinished.stop_if_unfinished`: one line, exit 3).
 CHECK_NEEDS = "the simulated GPU check"
@@ -318,6 +325,49 @@ def check_attention(lab, simulated: bool) -> bool:
     import torch
 
     from lab03_triton_lowering.checks import ATTENTION_SHAPES, assert_attention_matches, attention_inputs
+
+    def call(dtype: str, shape: str, causal: bool) -> Callable[[], object]:
+        q, k, v = attention_inputs(ATTENTION_SHAPES[shape], getattr(torch, dtype), "cpu" if simulated else "cuda")
+        if simulated:
+            return lambda: lab.fused_attention(q, k, v, causal=causal)
+        return lambda: assert_attention_matches(lab, q, k, v, causal)
+
+    cases = [(f"{dtype:<8} {shape:<20} causal={causal!s:<5}", call(dtype, shape, causal)) for dtype, shape, causal in
+             ATTENTION_CASES]  # fmt: skip
+    return _compile_or_run(f"{lab.__name__}'s fused_attention", cases, simulated, "match scaled_dot_product_attention")
+
+
+#: The optional step 8's cases: (FP8 dtype, output dtype, shape): one block, long rows, one column.
+FP8_CASES = (
+    ("float8_e4m3fn", "float16", (4, 100)),
+    ("float8_e5m2", "bfloat16", (2, 20000)),
+    ("float8_e4m3fn", "bfloat16", (3, 1)),
+)
+
+
+def check_fp8(lab, simulated: bool) -> bool:
+    """Compile (simulated) or run (real GPU) every :data:`FP8_CASES` launch of ``layernorm_gelu_fp8``."""
+    import torch
+
+    from lab03_triton_lowering.checks import assert_fp8_matches, fp8_inputs
+
+    def call(fp8: str, out: str, shape: tuple[int, ...]) -> Callable[[], object]:
+        q, scale = fp8_inputs(shape, getattr(torch, fp8), scale=0.25)
+        if not simulated:
+            q, scale = q.cuda(), scale.cuda()
+        if simulated:
+            return lambda: lab.layernorm_gelu_fp8(q, scale, out_dtype=getattr(torch, out))
+        return lambda: assert_fp8_matches(lab, q, scale, out_dtype=getattr(torch, out))
+
+    cases = [(f"{fp8:<14} -> {out:<9} {list(shape)!s:<11}", call(fp8, out, shape)) for fp8, out, shape in FP8_CASES]
+    return _compile_or_run(f"{lab.__name__}'s layernorm_gelu_fp8", cases, simulated, "match the float64 reference")
+
+
+def _compile_or_run(what: str, cases: list[tuple[str, Callable[[], object]]], simulated: bool, matched: str) -> bool:
+    """Call each case's function; simulated, every Triton launch it makes compiles for sm_90 instead of
+    running (a case that launches nothing fails). Every case is reported, then True if all passed."""
+    import torch
+
     from labkit import triton_env
 
     launches: list[str] = []
@@ -325,17 +375,12 @@ def check_attention(lab, simulated: bool) -> bool:
         compile_instead_of_launching(launches)
         triton_env.cpu_launches = "compiled"  # the CPU tensors stand in for the simulated GPU's
     where = f"{TARGET[0]} sm_{TARGET[1]}" if simulated else torch.cuda.get_device_name()
-    print(f"{'compiling' if simulated else 'running'} {lab.__name__}'s fused_attention launches on {where}")
+    print(f"{'compiling' if simulated else 'running'} {what} launches on {where}")
     failures = 0
-    for dtype, shape, causal in ATTENTION_CASES:
-        case = f"{dtype:<8} {shape:<20} causal={causal!s:<5}"
-        q, k, v = attention_inputs(ATTENTION_SHAPES[shape], getattr(torch, dtype), "cpu" if simulated else "cuda")
+    for case, call in cases:
         before = len(launches)
         try:
-            if simulated:
-                lab.fused_attention(q, k, v, causal=causal)
-            else:
-                assert_attention_matches(lab, q, k, v, causal)
+            call()
         except Exception as error:  # report every case, then fail (a starter TODO: one line, exit 3)
             failures += 1
             _print_failure(case, error)
@@ -345,8 +390,8 @@ def check_attention(lab, simulated: bool) -> bool:
             print(f"FAILED  {case}: no Triton kernel was launched")
             continue
         print(f"ok      {case}" + "".join(f": {launch}" for launch in launches[before:]))
-    verdict = f"compiled for sm_{TARGET[1]}" if simulated else "match scaled_dot_product_attention"
-    print(f"{len(ATTENTION_CASES) - failures}/{len(ATTENTION_CASES)} cases {verdict}")
+    verdict = f"compiled for sm_{TARGET[1]}" if simulated else matched
+    print(f"{len(cases) - failures}/{len(cases)} cases {verdict}")
     return failures == 0
 
 
@@ -483,8 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lab03_triton_lowering.simulated_gpu",
         description="Check the lab's kernel (kernel), Inductor's code with the lowering "
-        "(inductor), CPU launches beside a GPU (cpu) and the extension's attention kernel "
-        "(attention): on a simulated sm_90 "
+        "(inductor), CPU launches beside a GPU (cpu) and the extensions' attention kernel "
+        "(attention) and FP8 input (fp8): on a simulated sm_90 "
         "GPU, or for real where CUDA is present.",
     )
     parser.add_argument("check", choices=CHECKS)
@@ -509,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
         passed = check_inductor(lab, simulated)
     elif argv[0] == "attention":
         passed = check_attention(lab, simulated)
+    elif argv[0] == "fp8":
+        passed = check_fp8(lab, simulated)
     else:
         passed = check_cpu(lab, simulated)
     return 0 if passed else 1  # a starter TODO has exited 3 already, with one line naming the step

@@ -852,3 +852,12 @@ def test_fp8_bad_input_gets_a_clear_error(lab):
     for case, (arguments, error, words) in FP8_BAD_INPUTS.items():
         call = lambda: lab.layernorm_gelu_fp8(**arguments(q, scale))  # noqa: E731
         assert_raises_as_promised(call, case, error, words, "layernorm_gelu_fp8")
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+def test_fp8_compiles_for_a_real_gpu(lab):
+    # FP8 conversions need sm_89 or newer, and the interpreter accepts what the GPU compiler rejects: compile
+    # every launch for sm_90 (no GPU needed; on a GPU machine the cases run there against the reference).
+    result = run_simulated_gpu_check(lab, "fp8")
+    assert result.returncode == 0, f"compiling for sm_90 failed:\n{result.stdout}\n{result.stderr[-3000:]}"
