@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import collections
 import copy
+import importlib
 import itertools
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -964,8 +966,14 @@ def test_profiling_records_every_instruction_and_keeps_the_answer(lab, name):
 
 #: (op, operands, attrs, flops): the cost model of profiling.py on one instruction each.
 _CONV_WEIGHT = torch.randn(6, 2, 3, 3)
+_READ_TWICE = torch.randn(4, 8)  # one tensor as both operands: read twice, as the NPU would
+_A_VIEW = torch.randn(8, 8)[0:2]  # a view reads its own bytes, not its whole storage's
 COST_CASES = [
     ("matmul", [torch.randn(2, 3, 4), torch.randn(4, 5)], {}, 2 * (2 * 3 * 5) * 4),
+    ("matmul", [torch.randn(2, 3, 4), torch.randn(2, 4, 5)], {}, 2 * (2 * 3 * 5) * 4),
+    ("mul", [torch.randn(8), torch.randn(4, 8)], {}, 32),  # one FLOP per element of the result
+    ("mul", [_READ_TWICE, _READ_TWICE], {}, 32),
+    ("add", [_A_VIEW, 1.0], {}, 16),
     ("conv2d", [torch.randn(1, 4, 8, 8), _CONV_WEIGHT, torch.randn(6)],
      {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 2}, 2 * (6 * 6 * 6) * (2 * 3 * 3)),
     ("add", [torch.randn(4, 8), 2.0], {}, 32),
@@ -1005,9 +1013,9 @@ def test_traffic_and_flops_follow_the_cost_model(lab):
 def test_op_rows_sum_the_records_per_op_slowest_first(lab):
     records = [
         InstructionRecord("p0", 0, "matmul", 0.004, 100, 50, 1000),
-        InstructionRecord("p0", 1, "add", 0.001, 60, 20, 10),
+        InstructionRecord("p0", 1, "reshape", 0.001, 20, 20, 0),  # before add, with add's time: sorted by name
         InstructionRecord("p1", 0, "matmul", 0.002, 100, 50, 1000),
-        InstructionRecord("p1", 1, "reshape", 0.001, 20, 20, 0),
+        InstructionRecord("p1", 1, "add", 0.001, 60, 20, 10),
     ]
     assert lab.op_rows(records) == [
         OpRow("matmul", 2, pytest.approx(0.006), pytest.approx(0.75), 300, 2000),
@@ -1037,13 +1045,30 @@ def test_npu_partitions_show_in_a_torch_profiler_trace(lab, tmp_path):
     assert programs, "nothing was profiled"
     missing = sorted(({f"npu:{p}" for p in programs} | {f"npu.{r.op}" for r in profile.records}) - names)
     assert not missing, f"scopes missing from the trace: {missing}"
+    torch._dynamo.reset()
+    with torch.no_grad(), torch.profiler.profile() as unrecorded:  # no profile_npu() block: the scopes stay
+        torch.compile(case.model, backend=npu_simulator, options={"profile": True})(*case.example_inputs)
+    outside = {event.name for event in unrecorded.events()}
+    assert {f"npu.{r.op}" for r in profile.records} <= outside, "the npu.<op> scopes must not need profile_npu()"
     with pytest.raises(ValueError, match="profle"):
         npu_simulator(torch.fx.symbolic_trace(case.model), list(case.example_inputs), options={"profle": True})
 
 
+#: How long the test makes the cost model's bookkeeping take, to see that it is not timed.
+SLOW_BOOKKEEPING_SECONDS = 0.05
+
+
+def _slowed(function):
+    def slow(*args, **kwargs):
+        time.sleep(SLOW_BOOKKEEPING_SECONDS)
+        return function(*args, **kwargs)
+
+    return slow
+
+
 @pytest.mark.extension
 @pytest.mark.points(1)
-def test_a_profiled_program_keeps_the_simulators_contract(lab):
+def test_a_profiled_program_keeps_the_simulators_contract(lab, monkeypatch):
     """Run profiled, a program behaves as the simulator runs it: an omitted optional operand is None (a
     conv2d without bias), an output that is a view of an input comes back in fresh memory, and a kernel
     that raises is a ``ProgramError`` naming the instruction (validation reads declarations, so matmul's
@@ -1065,6 +1090,29 @@ def test_a_profiled_program_keeps_the_simulators_contract(lab):
     assert viewed.untyped_storage().data_ptr() != reshape_inputs[0].untyped_storage().data_ptr(), (
         "a profiled program's output shares memory with its input (a reshape is a view): clone it, as the "
         "simulator does"
+    )
+
+    returned = copy.deepcopy(reshape)
+    returned["outputs"] = [returned["inputs"][0]]  # a program that returns its input as it is
+    simulator.load(returned)
+    (same,) = lab.ProfiledProgram(returned, simulator.isa)(*reshape_inputs)
+    assert same.untyped_storage().data_ptr() != reshape_inputs[0].untyped_storage().data_ptr(), (
+        "a profiled program returned its input itself: clone it, as the simulator does"
+    )
+
+    add, add_inputs = single_op_program("add", {}, [torch.randn(4, 8), torch.randn(4, 8)], torch.empty(4, 8))
+    simulator.load(add)
+    profiled_add = lab.ProfiledProgram(add, simulator.isa)
+    profiling = importlib.import_module(f"{lab.__name__}.profiling")
+    for name in ("instruction_traffic", "instruction_flops"):  # slow bookkeeping must not count as kernel time
+        monkeypatch.setattr(profiling, name, _slowed(getattr(profiling, name)))
+    with profile_npu() as timed:
+        for _ in range(3):
+            profiled_add(*add_inputs)
+    fastest = min(record.seconds for record in timed.records)
+    assert fastest < SLOW_BOOKKEEPING_SECONDS / 2, (
+        f"an add of 32 elements recorded {fastest * 1e3:.1f} ms with {SLOW_BOOKKEEPING_SECONDS * 1e3:.0f} ms of "
+        "bookkeeping after it: time the kernel call alone"
     )
 
     broken = linear_program()
