@@ -15,7 +15,8 @@ Composition: :class:`PassManager` (validates outputs after every pass, reports),
 
 Extension (optional, its points shown apart): :func:`lower_to_onednn` / :class:`OneDNNLowering`
 lowers Conv(+ReLU, +add) to oneDNN's fused, pre-packed convolution; :func:`onednn_pipeline` is
-:func:`default_pipeline` followed by it.
+:func:`default_pipeline` followed by it. :func:`simplify_algebra` / :class:`AlgebraicSimplifier`
+(step 11) removes the exact identities (``x * 1``, ``-(-x)``, ``x.t().t()``...) and no other.
 """
 
 # First, before torch: run from a Python without the course's packages, say which interpreter to use.
@@ -23,6 +24,7 @@ from labkit.environment import require_course_environment
 
 require_course_environment()
 
+from .algebraic import AlgebraicSimplifier, simplify_algebra
 from .constant_folding import ConstantFolder, fold_constants
 from .conv_bn import ConvBNFuser, fuse_conv_bn
 from .dce import DCEPass, eliminate_dead_code, is_impure
@@ -36,6 +38,7 @@ from .pass_manager import PassManager, PassReport, PassValidationError
 from .pipeline import default_pipeline
 
 __all__ = [
+    "AlgebraicSimplifier",
     "ChannelsLastConverter",
     "ConstantFolder",
     "ConvBNFuser",
@@ -60,4 +63,5 @@ __all__ = [
     "onednn_pipeline",
     "op_name",
     "replace_ops",
+    "simplify_algebra",
 ]

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
+from torch.utils._pytree import tree_leaves
 
 from lab01_fx_passes.capture import CapturedGraph, capture
 from lab01_fx_passes.fused_ops import LINEAR_GELU
@@ -338,3 +341,68 @@ def scale_outputs_by_1_001(gm: fx.GraphModule) -> PassResult:
 def returns_the_module(gm: fx.GraphModule) -> fx.GraphModule:
     """Not a pass by the convention: it returns the module, not a PassResult."""
     return gm
+
+
+# -- step 11: exact identities -------------------------------------------------------------------------
+def special_values(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    """Seeded data that finds what an identity hides: random values, plus ``-0.0``, ``+0.0``, ``inf``,
+    ``-inf`` and ``nan`` in the first five elements (integers: 0, -1, and the dtype's extremes)."""
+    generator = torch.Generator().manual_seed(seed)
+    if dtype.is_complex:
+        x = torch.randn(*shape, dtype=dtype, generator=generator)
+        x.view(-1)[:3] = torch.tensor([complex(float("inf"), 0.0), complex(0.0, float("-inf")), complex(-0.0, 0.0)])
+        return x
+    if not dtype.is_floating_point:
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=generator).bool()
+        x = torch.randint(-50, 50, shape, generator=generator).to(dtype)
+        x.view(-1)[:4] = torch.tensor([0, -1, torch.iinfo(dtype).max, torch.iinfo(dtype).min], dtype=dtype)
+        return x
+    x = torch.randn(*shape, generator=generator).to(dtype)
+    x.view(-1)[:5] = torch.tensor([-0.0, 0.0, float("inf"), float("-inf"), float("nan")], dtype=dtype)
+    return x
+
+
+def _first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    same = (actual == expected) | (actual.isnan() & expected.isnan())
+    if actual.is_floating_point():
+        same &= torch.signbit(actual) == torch.signbit(expected)
+    where = (~same).nonzero()
+    if not len(where):
+        return ""
+    index = tuple(where[0].tolist())
+    got, want = actual[index].item(), expected[index].item()
+    return f"{len(where)} element(s) differ, first at {list(index)}: got {got}, expected {want}"
+
+
+def assert_bitwise_equal(actual: Any, expected: Any, what: str = "the simplified graph") -> None:
+    """Every output equal to the original's bit for bit: same dtype and shape, the same ``nan`` places,
+    and the same sign on every zero (``1 / -0.0 == -inf``). An exact identity changes nothing at all."""
+    actual_leaves, expected_leaves = tree_leaves(actual), tree_leaves(expected)
+    assert len(actual_leaves) == len(expected_leaves), (
+        f"{what} returns {len(actual_leaves)} values, not {len(expected_leaves)}"
+    )
+    for position, (got, want) in enumerate(zip(actual_leaves, expected_leaves)):
+        assert isinstance(got, torch.Tensor) and (got.dtype, got.shape) == (want.dtype, want.shape), (
+            f"output {position} of {what}: {getattr(got, 'dtype', type(got))} {list(getattr(got, 'shape', ()))}, "
+            f"expected {want.dtype} {list(want.shape)}: the rewrite changed what the value is "
+            "(broadcasting changes the shape, type promotion the dtype)"
+        )
+        difference = _first_difference(got, want) if not got.is_complex() else _first_difference(
+            torch.view_as_real(got), torch.view_as_real(want))  # fmt: skip
+        assert not difference, (
+            f"output {position} of {what} is not the original's, bit for bit: {difference}. An exact identity "
+            "changes no bit: was it one here? (x + 0 turns -0.0 into +0.0; x * 0 is nan on inf; a value written "
+            "in place after the rewrite now reaches the other tensor)"
+        )
+
+
+def assert_no_output_aliases_an_input(outputs: Any, inputs: Sequence[Any]) -> None:
+    """No returned tensor shares memory with an input: the original returned new tensors."""
+    addresses = {t.untyped_storage().data_ptr() for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)}
+    for position, out in enumerate(tree_leaves(outputs)):
+        if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() in addresses:
+            raise AssertionError(
+                f"output {position} is an input's memory: the original returned a new tensor (x * 1 is a copy), "
+                "the simplified graph hands the caller its own input back"
+            )

@@ -13,6 +13,9 @@ written memory...), and its docstring says which.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -518,3 +521,65 @@ class ConvThen(nn.Module):
         if self.tail == "add_relu":
             return torch.relu(other + y)
         return y
+
+
+# -- Step 11: algebraic simplification --------------------------------------------------------------
+class EveryIdentity(nn.Module):
+    """Every exact identity of step 11 on a 4x8 ``x`` (12 of them), and one that is not: ``+ 0`` on floats.
+
+    ``torch.zeros(4, 8)`` is a call in every dialect but ``symbolic_trace``, which bakes it into a
+    ``get_attr`` constant (module state: never an identity operand).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x * 2
+        a = x - 0
+        b = 1 * a
+        c = b * 1
+        e = c / 1
+        f = e + (-0.0)
+        g = -(-f)
+        h = g.t().t()
+        i = h.reshape(4, 8)
+        j = torch.add(i, torch.zeros(4, 8))  # + 0.0 on floats: not exact, left alone
+        k = j.transpose(0, 1).transpose(1, 0)
+        m = k.permute(1, 0).permute(1, 0)
+        n = m.neg().neg() + 0  # + 0 on floats again
+        return n.view(4, 8) * 3  # keeps every zero's sign: the + 0 left alone shows in the output
+
+
+class FunctionModel(nn.Module):
+    """A model whose forward is ``function(x)``: one small case per test parameter."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.function(x)
+
+
+class TwoInputFunctionModel(FunctionModel):
+    """``function(x, y)`` (``symbolic_trace`` needs each input named: no ``*inputs``)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+        return self.function(x, y)
+
+
+def function_model(function: Callable[..., Any], inputs: int) -> FunctionModel:
+    """A :class:`FunctionModel` of ``function``, taking ``inputs`` (1 or 2) tensors."""
+    return (FunctionModel, TwoInputFunctionModel)[inputs - 1](function)
+
+
+class Chain(nn.Module):
+    """``x * 2``, then each step in turn (a generated graph): the steps are ``(name, function)`` pairs."""
+
+    def __init__(self, steps: Sequence[tuple[str, Callable[[torch.Tensor], torch.Tensor]]]) -> None:
+        super().__init__()
+        self.steps = list(steps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x * 2
+        for _, step in self.steps:
+            x = step(x)
+        return x

@@ -15,9 +15,11 @@ Composition: :class:`PassManager` (validates outputs after every pass, reports),
 
 Extension (optional, its points shown apart): :func:`lower_to_onednn` / :class:`OneDNNLowering`
 lowers Conv(+ReLU, +add) to oneDNN's fused, pre-packed convolution; :func:`onednn_pipeline` is
-:func:`default_pipeline` followed by it.
+:func:`default_pipeline` followed by it. :func:`simplify_algebra` / :class:`AlgebraicSimplifier`
+(step 11) removes the exact identities (``x * 1``, ``-(-x)``, ``x.t().t()``...) and no other.
 """
 
+from .algebraic import AlgebraicSimplifier, simplify_algebra
 from .constant_folding import ConstantFolder, fold_constants
 from .conv_bn import ConvBNFuser, fuse_conv_bn
 from .dce import DCEPass, eliminate_dead_code, is_impure
@@ -31,6 +33,7 @@ from .pass_manager import PassManager, PassReport, PassValidationError
 from .pipeline import default_pipeline
 
 __all__ = [
+    "AlgebraicSimplifier",
     "ChannelsLastConverter",
     "ConstantFolder",
     "ConvBNFuser",
@@ -55,4 +58,5 @@ __all__ = [
     "onednn_pipeline",
     "op_name",
     "replace_ops",
+    "simplify_algebra",
 ]

@@ -394,3 +394,48 @@ def test_a_constant_written_through_a_view_fails_the_folding_test(reference, mon
     with pytest.raises(AssertionError, match="the second call differs .*" + re.escape(missed)) as caught:
         test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)
     assert "written in place through a view of it" in str(caught.value) and "constant_folding.py" in str(caught.value)
+
+
+# -- step 11: identities that are not exact here ------------------------------------------------------
+def _algebra_mistake(monkeypatch, name: str, replacement) -> None:
+    from solutions.lab01_fx_passes import algebraic
+
+    monkeypatch.setattr(algebraic.AlgebraicSimplifier, name, replacement)
+
+
+def test_an_identity_taken_without_looking_at_the_layout_fails_with_the_shape_or_dtype(reference, monkeypatch):
+    """``x + zeros(bigger)`` and ``int_x * 1.0`` taken as ``x``: the outputs change shape or dtype."""
+    test_lab.test_algebra_leaves_what_the_identity_hides(reference, "broadcast", "make_fx")  # the reference passes
+    _algebra_mistake(monkeypatch, "_layout_reason", lambda self, node, source: None)
+    for case, words in [("broadcast", "broadcasting"), ("int_times_float_one", "type promotion")]:
+        with pytest.raises(AssertionError, match="it is not exact here") as caught:
+            test_lab.test_algebra_leaves_what_the_identity_hides(reference, case, "make_fx")
+        assert "x * 1" in str(caught.value) or "x + 0" in str(caught.value), (case, words)
+
+
+def test_x_plus_0_taken_on_floats_fails_bit_for_bit_on_negative_zero(reference, monkeypatch):
+    """Signed zeros ignored: ``x + 0`` on floats becomes ``x``, and ``-0.0`` stays where eager gives ``+0.0``."""
+    from solutions.lab01_fx_passes import algebraic
+
+    original = algebraic.AlgebraicSimplifier.__init__
+
+    def ignores_signed_zeros(self, example_inputs, *, keep_signed_zeros=True):
+        original(self, example_inputs, keep_signed_zeros=False)
+
+    monkeypatch.setattr(algebraic.AlgebraicSimplifier, "__init__", ignores_signed_zeros)
+    with pytest.raises(AssertionError, match="not exact here"):
+        test_lab.test_algebra_leaves_what_the_identity_hides(reference, "plus_zero_on_floats", "symbolic_trace")
+    with pytest.raises(AssertionError, match=r"x \+ 0"):
+        test_lab.test_algebra_simplifies_every_identity_in_every_dialect(reference, "make_fx")
+
+
+def test_a_write_after_the_rewrite_missed_fails_the_aliasing_cases(reference, monkeypatch):
+    """No memory tracked: ``y = x * 1; y.add_(1)`` becomes one tensor, written once for both."""
+    monkeypatch.setattr(
+        "solutions.lab01_fx_passes.algebraic.AlgebraicSimplifier._written_storages", lambda self, gm: set()
+    )
+    with pytest.raises(AssertionError, match="not exact here"):
+        test_lab.test_algebra_leaves_what_the_identity_hides(reference, "base_written_through_a_view", "make_fx")
+    # Both tensors are returned there too, so the alias check still refuses, for a reason the test does not accept.
+    with pytest.raises(AssertionError, match="say 'x or the result is written in place"):
+        test_lab.test_algebra_leaves_what_the_identity_hides(reference, "result_written_in_place", "make_fx")
