@@ -834,12 +834,47 @@ def test_fp8_extremes_of_the_format(lab, fp8):
     assert_fp8_matches(lab, q, scale, out_dtype=torch.bfloat16, why="extreme values: statistics in fp32")
     out = lab.layernorm_gelu_fp8(q, scale, out_dtype=torch.bfloat16)
     assert bool(torch.isfinite(out).all()), "a finite FP8 input gave a non-finite output"
+    # bfloat16's range is float32's: outputs past float16's largest (65504) stay finite when rounded once.
+    q, scale = fp8_inputs((3, 7), fp8, scale=0.37)
+    why = "values past float16's range (65504): round once, to out_dtype, never through float16"
+    assert_fp8_matches(lab, q, scale, torch.full((7,), 1e5), out_dtype=torch.bfloat16, why=why)
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_fp8_reads_the_scale_in_the_kernel_whatever_its_shape(lab, monkeypatch):
+    """A 0-d scale and a [1, 1] one are one-element fp32 tensors too; and the kernel reads the scale, never
+    the host (``scale.item()``, ``float(scale)``: on a GPU the CPU would wait for it on every call)."""
+    q, scale = fp8_inputs((3, 7), torch.float8_e4m3fn, scale=0.37)
+    for shaped in (scale.reshape(()), scale.reshape(1, 1)):
+        assert_fp8_matches(lab, q, shaped, out_dtype=torch.float16, why=f"a scale of shape {list(shaped.shape)}")
+    host_reads = []
+
+    def watched(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            if self.untyped_storage().data_ptr() == scale.untyped_storage().data_ptr():
+                host_reads.append(name)
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in ("item", "tolist", "__float__", "numpy"):
+        monkeypatch.setattr(torch.Tensor, name, watched(name))
+    lab.layernorm_gelu_fp8(q, scale, out_dtype=torch.float16)
+    monkeypatch.undo()
+    assert not host_reads, (
+        f"layernorm_gelu_fp8 read the scale on the host ({', '.join(sorted(set(host_reads)))}): pass the tensor "
+        "to the kernel and load it there (tl.load(scale_ptr)), so the launch never waits for the device"
+    )
 
 
 FP8_BAD_INPUTS = {
     "x_not_fp8": (lambda q, s: dict(x=q.to(torch.float16), scale=s), TypeError, ["x"]),
     "scale_float64": (lambda q, s: dict(x=q, scale=s.double()), TypeError, ["scale"]),
     "scale_two_elements": (lambda q, s: dict(x=q, scale=torch.ones(2)), ValueError, ["scale"]),
+    "scale_on_another_device": (lambda q, s: dict(x=q, scale=s.to("meta")), ValueError, ["scale"]),
     "out_float32": (lambda q, s: dict(x=q, scale=s, out_dtype=torch.float32), TypeError, ["out_dtype"]),
     "weight_wrong_shape": (lambda q, s: dict(x=q, scale=s, weight=torch.ones(3)), ValueError, ["weight"]),
 }

@@ -238,3 +238,38 @@ def test_an_unscaled_second_pass_fails_the_long_rows(tmp_path):
     ], run.output[-3000:]
     for message in run.failed.values():
         assert "dequantize in both passes" in message, message
+
+
+#: The scale read on the host and passed as a fresh tensor: right numbers, a device sync on every call.
+SCALE_READ_ON_THE_HOST = (
+    Mistake("fp8.py", "approximate, scale=scale, out_dtype=out_dtype)",
+            "approximate, scale=torch.full((1,), scale.item()), out_dtype=out_dtype)"),
+)  # fmt: skip
+#: Written through float16 first: float16's range (65504) cuts bfloat16 outputs, and rounds twice.
+THROUGH_FLOAT16 = (
+    Mistake("fp8.py", "approximate, scale=scale, out_dtype=out_dtype)",
+            "approximate, scale=scale, out_dtype=torch.float16).to(out_dtype)"),
+)  # fmt: skip
+#: The device check dropped: a scale on another device reaches the launch instead of a clear error.
+NO_DEVICE_CHECK = (Mistake("fp8.py", "    if scale.device != x.device:", "    if False:"),)
+
+
+def test_an_fp8_scale_read_on_the_host_is_named(tmp_path):
+    run = run_with(tmp_path, SCALE_READ_ON_THE_HOST, "test_fp8")
+    assert sorted(run.failed) == ["test_fp8_reads_the_scale_in_the_kernel_whatever_its_shape"], run.output[-3000:]
+    assert "read the scale on the host (item)" in next(iter(run.failed.values()))
+
+
+def test_an_fp8_output_written_through_float16_fails_past_its_range(tmp_path):
+    run = run_with(tmp_path, THROUGH_FLOAT16, "test_fp8_extremes")
+    assert sorted(run.failed) == [f"test_fp8_extremes_of_the_format[{d}]" for d in ("float8_e4m3fn", "float8_e5m2")], (
+        run.output[-3000:]
+    )
+    for message in run.failed.values():
+        assert "never through float16" in message or "non-finite" in message, message
+
+
+def test_an_fp8_scale_on_another_device_without_a_check_is_named(tmp_path):
+    run = run_with(tmp_path, NO_DEVICE_CHECK, "test_fp8_bad_input")
+    assert sorted(run.failed) == ["test_fp8_bad_input_gets_a_clear_error"], run.output[-3000:]
+    assert "scale_on_another_device" in next(iter(run.failed.values()))
