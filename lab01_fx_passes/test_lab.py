@@ -1241,6 +1241,8 @@ HIDDEN = {
     "result_written_in_place": (lambda x: _result_written(x), [lambda: special_values(4, 8)], True, WRITTEN_IN_PLACE),
     "base_written_through_a_view": (lambda x: _base_written(x), [lambda: special_values(4, 8)], True,
                                     WRITTEN_IN_PLACE),
+    "result_written_through_out": (lambda x: _written_through_out(x), [lambda: special_values(4, 8)], True,
+                                   WRITTEN_IN_PLACE),
     "input_returned": (lambda x: x * 1, [lambda: special_values(4, 8)], True, RETURNED_ALIAS),
     "two_outputs_one_tensor": (lambda x: _two_outputs(x), [lambda: special_values(4, 8)], True, RETURNED_ALIAS),
     "floor_division_by_one": (lambda x: torch.div(x * 2.5, 1, rounding_mode="floor"), [lambda: special_values(4, 8)],
@@ -1260,6 +1262,13 @@ def _base_written(x):
     y = a * 1
     a.view(-1).mul_(3)
     return y
+
+
+def _written_through_out(x):
+    a = x * 2
+    y = a * 1
+    torch.mul(a, 3, out=y)
+    return y + a
 
 
 def _two_outputs(x):
@@ -1290,6 +1299,55 @@ def test_algebra_leaves_what_the_identity_hides(lab, case, dialect):
     outputs = captured.run(result.graph_module)
     assert_bitwise_equal(outputs, expected)
     assert_no_output_aliases_an_input(outputs, captured.inputs)
+
+
+#: Identities whose operand is a tensor made in the graph, or whose x is an input read again: (function, dtype).
+MADE_IN_THE_GRAPH = {
+    "minus_zeros_like": (lambda x: (x * 2) - torch.zeros_like(x), torch.float32),
+    "plus_negative_zeros": (lambda x: (x * 2) + torch.full_like(x, -0.0), torch.float32),
+    "int_plus_zeros_like": (lambda x: (x * 2) + torch.zeros_like(x), torch.int64),
+    "times_ones_like": (lambda x: torch.ones_like(x) * (x * 2), torch.float64),
+    "input_times_one_read_again": (lambda x: (x * 1) + 1, torch.float32),
+}
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+@pytest.mark.parametrize("case", sorted(MADE_IN_THE_GRAPH))
+def test_algebra_takes_identities_made_in_the_graph(lab, case, dialect):
+    """x - zeros_like(x), x + full_like(x, -0.0), int x + zeros_like(x), ones_like(x) * x: an identity operand
+    made in the graph is as good as a number, its creation goes with it; and x * 1 on an input that is read
+    again, not returned, is x (only a returned result may not become the caller's input)."""
+    function, dtype = MADE_IN_THE_GRAPH[case]
+    captured = capture(function_model(function, 1), [special_values(4, 8, dtype=dtype)], dialect)
+    expected = captured.run()
+    simplifier = lab.AlgebraicSimplifier(captured.inputs)
+    gm = assert_fired(simplifier(captured.graph_module), dialect, f"the identity of {case}")
+    assert simplifier.simplified_count == 1, (
+        f"{case}: simplified {dict(simplifier.simplified)}, skipped {dict(simplifier.skipped)}"
+    )
+    left = _names_in(lab, gm) & {"zeros_like", "full_like", "ones_like"}
+    assert not left, f"{case}: the identity operand's creation has no user left and is still in the graph: {left}"
+    assert_bitwise_equal(captured.run(gm), expected)
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("case", ["fill_value_from_an_input", "ones_from_an_input"])
+def test_algebra_trusts_no_value_an_input_decides(lab, case):
+    """full_like(x, c) with c an input, or y an input that holds ones on the example: the run sees an identity,
+    the next call need not. Only numbers in the graph and creations from constant arguments are identities."""
+    if case == "fill_value_from_an_input":
+        model, example, other = function_model(lambda x, c: (x * 2) + torch.full_like(x, c), 2), -0.0, 1.5
+    else:
+        model, example, other = function_model(lambda x, y: (x * 2) * y, 2), torch.ones(4, 8), torch.full((4, 8), 3.0)
+    x = special_values(4, 8)
+    gm = fx.symbolic_trace(model)
+    simplifier = lab.AlgebraicSimplifier((x, example))
+    result = simplifier(gm)
+    assert simplifier.simplified_count == 0, f"{case}: simplified {dict(simplifier.simplified)} from one run's values"
+    assert_bitwise_equal(run_graph(result.graph_module, x, other), model(x, other), what=f"{case}, on another call")
 
 
 #: Rewrites that look like identities and are not.

@@ -334,8 +334,9 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
         mine = self._memory.get(node)
         if not any(n is node or (mine is not None and self._memory.get(n) == mine) for n in returned):
             return False
+        # The other returned values: none of them shares the result's memory but its own views (it is a new tensor).
         outside = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
-        outside += [n for n in returned if n is not node and (mine is None or self._memory.get(n) != mine)]
+        outside += [n for n in returned if n is not node]
         memory = self._memory.get(source)
         return source in outside or (memory is not None and memory in {self._memory.get(n) for n in outside})
 
