@@ -28,6 +28,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from lab03_triton_lowering.checks import (
     ATTENTION_SHAPES,
+    FP8_TOLERANCE,
     HALF_TOLERANCE,
     TOLERANCE,
     AttentionShape,
@@ -43,6 +44,7 @@ from lab03_triton_lowering.checks import (
     attention_inputs,
     compile_with_lowering,
     fp8_inputs,
+    fp8_reference,
     layer_norm_affine_forms,
     make_inputs,
     reference,
@@ -862,8 +864,12 @@ def test_fp8_reads_the_scale_in_the_kernel_whatever_its_shape(lab, monkeypatch):
 
     for name in ("item", "tolist", "__float__", "numpy"):
         monkeypatch.setattr(torch.Tensor, name, watched(name))
-    lab.layernorm_gelu_fp8(q, scale, out_dtype=torch.float16)
+    out = lab.layernorm_gelu_fp8(q, scale, out_dtype=torch.float16)  # eps, weight, bias at their defaults
     monkeypatch.undo()
+    expected = fp8_reference(q, scale, None, None, 1e-5, "none", torch.float16)
+    assert bool(torch.isclose(out.double(), expected.double(), **FP8_TOLERANCE[torch.float16]).all()), (
+        "layernorm_gelu_fp8(q, scale) with its defaults is not the formula with eps=1e-5 and no weight or bias"
+    )
     assert not host_reads, (
         f"layernorm_gelu_fp8 read the scale on the host ({', '.join(sorted(set(host_reads)))}): pass the tensor "
         "to the kernel and load it there (tl.load(scale_ptr)), so the launch never waits for the device"
@@ -872,8 +878,9 @@ def test_fp8_reads_the_scale_in_the_kernel_whatever_its_shape(lab, monkeypatch):
 
 FP8_BAD_INPUTS = {
     "x_not_fp8": (lambda q, s: dict(x=q.to(torch.float16), scale=s), TypeError, ["x"]),
-    "scale_float64": (lambda q, s: dict(x=q, scale=s.double()), TypeError, ["scale"]),
+    "scale_float64": (lambda q, s: dict(x=q, scale=s.double()), TypeError, ["scale", "float64"]),
     "scale_two_elements": (lambda q, s: dict(x=q, scale=torch.ones(2)), ValueError, ["scale"]),
+    "scale_empty": (lambda q, s: dict(x=q, scale=torch.ones(0)), ValueError, ["scale"]),
     "scale_on_another_device": (lambda q, s: dict(x=q, scale=s.to("meta")), ValueError, ["scale"]),
     "out_float32": (lambda q, s: dict(x=q, scale=s, out_dtype=torch.float32), TypeError, ["out_dtype"]),
     "weight_wrong_shape": (lambda q, s: dict(x=q, scale=s, weight=torch.ones(3)), ValueError, ["weight"]),
