@@ -8,7 +8,8 @@ The scorer reads only that file. The probe's events:
 - ``configure`` (the process started with the grader's plugins), ``collected`` (the real tests, in
   order), ``collect_error``;
 - per test: ``start``, one ``report`` per phase (``setup``, ``call``, ``teardown``: outcome,
-  message, duration, ``"timeout": true`` when the grader's alarm stopped it), ``finish``;
+  message, duration, ``"timeout": true`` when the grader's alarm stopped it), ``finish``; and
+  ``returned`` when the test's body returned (the probe's question to the supervisor, below);
 - ``session_finish``;
 - ``introspection_refused`` (``what``, ``file``, ``line``): a student file asked for a frame, the
   garbage collector's objects, ``ctypes``..., and was refused; the submission is flagged for review.
@@ -23,6 +24,11 @@ nothing on disk, on the command line, in the environment or in the graded proces
 call tells a canary from its test. Honest code cannot make a canary pass; code that
 rewrites pytest's outcomes makes one pass and the run is void. In the recorded log a canary's events
 carry the node id :func:`canary_nodeid` gives it.
+
+A few canaries of each run are *full* (:func:`full_canaries`): the supervisor answers "run it" when
+their call begins, and the probe asks again (a ``returned`` event) only if the test's body returned,
+when the answer fails it. Code that rewrites the failing reports of the tests that called it (their
+body failed, so the probe never asked) rewrites a full canary's too, and the run is void.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from typing import Any
 #: The probe's events (see the module docstring).
 CONFIGURE, COLLECTED, COLLECT_ERROR = "configure", "collected", "collect_error"
 START, REPORT, FINISH, SESSION_FINISH = "start", "report", "finish", "session_finish"
+#: The probe's question when a test's body has returned normally (is this twin the canary after all?).
+RETURNED = "returned"
 #: A student file tried introspection the grading refuses (:mod:`grader.execute.introspection_guard`).
 INTROSPECTION_EVENT = "introspection_refused"
 PROBE_EVENTS = frozenset(
-    {CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, FINISH, SESSION_FINISH, INTROSPECTION_EVENT}
+    {CONFIGURE, COLLECTED, COLLECT_ERROR, START, REPORT, RETURNED, FINISH, SESSION_FINISH, INTROSPECTION_EVENT}
 )
 #: The supervisor's events.
 KILLED_EVENT = "killed"  # the supervisor killed a test that overran its limit and did not stop
@@ -50,6 +58,8 @@ PHASES = ("setup", "call", "teardown")
 #: The supervisor's answers on the verdict pipe: at the start of each call (run it, or fail it: a canary)
 #: and after each test (go on, or stop: the streak rule). One byte each.
 VERDICT_RUN, VERDICT_CANARY, GO_ON, STOP = b"R", b"C", b"G", b"S"
+#: The share of a part's time limits that *full* canaries (:func:`full_canaries`) may add to its run.
+FULL_CANARY_SHARE = 0.1
 #: The recorded node id of a canary case starts with this.
 CANARY_PREFIX = "grader-canary"
 
@@ -62,6 +72,11 @@ def canary_nodeid(position: int, copied: str) -> str:
 def is_canary(nodeid: str) -> bool:
     """True for a recorded canary case (see :func:`canary_nodeid`)."""
     return nodeid.startswith(CANARY_PREFIX + "#")
+
+
+def original_nodeid(recorded: str) -> str:
+    """The node id of the test a recorded one runs (a canary's is the test it copies)."""
+    return recorded.split("::", 1)[1] if is_canary(recorded) else recorded
 
 
 def run_order(real: Sequence[str], seed: int) -> list[tuple[str, bool]]:
@@ -80,6 +95,33 @@ def run_order(real: Sequence[str], seed: int) -> list[tuple[str, bool]]:
         canary_first = rng.random() < 0.5
         order += [(nodeid, canary_first), (nodeid, not canary_first)]
     return order
+
+
+def full_canaries(
+    real: Sequence[str], seed: int, cost: Callable[[str], float], share: float = FULL_CANARY_SHARE
+) -> frozenset[str]:
+    """The tests whose canary runs its twin's whole body before it fails: a *full* canary.
+
+    A plain canary fails before it calls anything, so code that rewrites only the failing reports of
+    tests that called it spares every plain canary. A full canary calls the submission exactly as its
+    twin does, and the graded process learns that it was the canary only if the body returned: a body
+    that failed is reported the same way either way, so rewriting its report rewrites the canary's too.
+
+    Chosen with ``seed`` (the supervisor's alone) in a random order: tests are added while their costs
+    (``cost``: a test's wall-clock limit) stay within ``share`` of all of ``real``'s, and one is chosen
+    whatever its cost when there is any test, so a lab of a few tests has one too.
+    """
+    rng = random.Random(f"full-canaries-{seed}")
+    shuffled = list(dict.fromkeys(real))
+    rng.shuffle(shuffled)
+    allowance = share * sum(cost(nodeid) for nodeid in shuffled)
+    chosen: list[str] = []
+    spent = 0.0
+    for nodeid in shuffled:
+        if not chosen or spent + cost(nodeid) <= allowance:
+            chosen.append(nodeid)
+            spent += cost(nodeid)
+    return frozenset(chosen)
 
 
 def read_events(path: Path) -> tuple[dict[str, Any], ...]:

@@ -11,7 +11,10 @@ events that fit the run:
   position of that order (canaries included: the recorder renames a canary's events with
   :func:`~grader.evidence.events.canary_nodeid`);
 - on each ``start`` it answers the probe on the verdict pipe whether this item is the test or its
-  canary (the probe reads that byte when the call begins), and on each ``finish`` whether to go on or
+  canary (the probe reads that byte when the call begins), for a *full* canary "run it" like its twin's
+  (:func:`~grader.evidence.events.full_canaries`), and on a ``returned`` (the test's body returned; at
+  most one per test, before its call report) whether it was the canary after all; on each ``finish``
+  whether to go on or
   stop: the **streak rule** is counted here, over real tests only, and its ``stopped`` event is the
   recorder's own (the probe cannot send one);
 - ``report`` and ``finish`` only for the test that is running, each phase at most once: **the first
@@ -28,6 +31,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +46,7 @@ from grader.evidence.events import (
     PROBE_EVENTS,
     REJECTED_EVENT,
     REPORT,
+    RETURNED,
     SESSION_FINISH,
     START,
     STOP,
@@ -49,7 +54,9 @@ from grader.evidence.events import (
     VERDICT_CANARY,
     VERDICT_RUN,
     canary_nodeid,
+    full_canaries,
     is_canary,
+    original_nodeid,
     run_order,
     stop_reason,
 )  # fmt: skip
@@ -73,6 +80,8 @@ class EventRecorder:
             streak rule's length (None: never stop).
         stream_cap_bytes: the most the process may send; past it the rest is dropped and
             :attr:`flooded` is set.
+        cost: a test's cost for choosing its full canaries (its wall-clock limit); None: no full canaries.
+        plain: tests whose canary stays plain (one of their canaries was killed in an earlier process).
     """
 
     def __init__(
@@ -84,8 +93,15 @@ class EventRecorder:
         verdicts: int | None = None,
         streak: int = 0,
         max_streak: int | None = None,
+        cost: Callable[[str], float] | None = None,
+        plain: Collection[str] = (),
     ) -> None:
         self.log, self.seed, self.cap, self.verdicts = log, seed, stream_cap_bytes, verdicts
+        self.cost, self.plain = cost, frozenset(plain)
+        self.full: frozenset[str] = frozenset()  # tests whose canary is full (chosen when they are collected)
+        self.running_full = False  # the running item is a full canary
+        self.returned = False  # the running item's body returned (its one ``returned`` came)
+        self.last_timed_out: tuple[str, bool] = ("", False)  # the last finished item's test, and if it ran out of time
         self.streak, self.max_streak = streak, max_streak
         self.timed_out = False  # a phase of the running real test reported the grader's time limit
         self.order: list[tuple[str, bool]] | None = None
@@ -175,6 +191,8 @@ class EventRecorder:
             if not isinstance(nodeids, list) or not all(isinstance(n, str) for n in nodeids):
                 return "a collected event without its node ids"
             self.order = run_order(nodeids, self.seed)
+            if self.cost is not None:
+                self.full = full_canaries([n for n in nodeids if n not in self.plain], self.seed, self.cost)
             return ""
         if self.order is None:
             return f"a {kind} before the tests were collected"
@@ -191,13 +209,17 @@ class EventRecorder:
             if nodeid != expected:
                 return f"a start of {str(nodeid)[:200]!r} where the run order has {expected!r}"
             recorded = canary_nodeid(self.position, expected) if canary else expected
+            # A full canary whose twin just ran out of time is plain: nothing was forged in a timeout.
+            full = canary and expected in self.full and self.last_timed_out != (expected, True)
             self.position += 1
             self.running, self.phases, self.timed_out = (recorded, time.monotonic()), set(), False
-            self.setup_done = None
+            self.setup_done, self.running_full, self.returned = None, full, False
             if not canary:
                 self.started.append(recorded)
             event["nodeid"] = recorded
-            self._answer(VERDICT_CANARY if canary else VERDICT_RUN)
+            if full:
+                event["full_canary"] = True
+            self._answer(VERDICT_CANARY if canary and not full else VERDICT_RUN)
             return ""
         if self.running is None or nodeid not in (self.running[0], original_nodeid(self.running[0])):
             return f"a {kind} for {str(nodeid)[:200]!r}, which is not running"
@@ -213,8 +235,17 @@ class EventRecorder:
                 self.setup_done = time.monotonic()
             self.timed_out = self.timed_out or bool(event.get("timeout"))
             return ""
+        if kind == RETURNED:
+            if self.returned or "call" in self.phases:
+                return f"a returned for {self.running[0]} after its body had returned"
+            if is_canary(self.running[0]) and not self.running_full:
+                return f"a returned for {self.running[0]}, whose body never runs"
+            self.returned = True
+            self._answer(VERDICT_CANARY if self.running_full else VERDICT_RUN)
+            return ""
         if kind == FINISH:
             finished, self.running = self.running[0], None
+            self.last_timed_out = (original_nodeid(finished), self.timed_out)
             self._count_streak(finished)
             return ""
         return f"an unexpected {kind}"
@@ -275,11 +306,6 @@ class EventRecorder:
                     "kind": str(event.get("event", ""))[:40],
                 }
             )
-
-
-def original_nodeid(recorded: str) -> str:
-    """The node id of the test a recorded one runs (a canary's is the test it copies)."""
-    return recorded.split("::", 1)[1] if is_canary(recorded) else recorded
 
 
 def append_event(log: Path, event: str, **fields: Any) -> None:

@@ -13,7 +13,7 @@ limit; one that sleeps or deadlocks burns none, and is stopped by a generous wal
 
     test CPU limit   = max(min_test_timeout_s, time_factor x the reference's CPU time on that test)
     test wall limit  = wall_factor x its CPU limit                       (the backstop)
-    part budget      = sum of the part's wall limits + start-up allowance
+    part budget      = sum of the part's wall limits + the full canaries' allowance + start-up allowance
 
 The reference is timed with the compilers' caches off (every ``torch.compile`` of a test compiles from
 scratch), so a limit holds however warm a submission's caches are: a test that runs cold because an
@@ -41,6 +41,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from grader.evidence.events import FULL_CANARY_SHARE
+
 if TYPE_CHECKING:
     from grader.course.rubric import LabRubric, Rubric, RubricTest
 
@@ -55,7 +57,7 @@ class RunLimits:
     Attributes:
         test_timeout_s: one CPU limit for every test (``--test-timeout``); None: from the reference's times.
         lab_timeout_s: each lab part's wall-clock budget (``--lab-timeout``); None: the sum of its test
-            limits plus a start-up allowance.
+            limits, the full canaries' allowance and a start-up allowance.
         time_factor: a test's CPU limit is this many times the reference solution's CPU time on it...
         min_test_timeout_s: ...but never less than this many CPU seconds.
         wall_factor: a test's wall-clock backstop is this many times its CPU limit.
@@ -248,7 +250,11 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
         startup = 0.0
         if lab.reference_wall_s is not None:
             startup = limits.time_factor * max(0.0, lab.reference_wall_s - sum(measured))
-        lab_s = round(sum(limit.wall_s for limit in tests.values()) + max(limits.min_startup_s, startup), 1)
+        walls = [limit.wall_s for limit in tests.values()]
+        # Full canaries (grader.evidence.events.full_canaries) run their twin's body once more: at most
+        # FULL_CANARY_SHARE of the tests' limits, and one test whatever its limit.
+        canaries = FULL_CANARY_SHARE * sum(walls) + max(walls, default=0.0)
+        lab_s = round(sum(walls) + canaries + max(limits.min_startup_s, startup), 1)
     return LabBudget(tests, limit_for_test(None, limits), lab_s, limits.max_consecutive_timeouts)
 
 

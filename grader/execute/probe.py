@@ -15,9 +15,11 @@ library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. It
    twins, two copies made the same way (name, node id, markers, fixtures, and one body: the same
    function, its code object, its closure). The probe does not know which twin is the canary: the
    supervisor holds the seed and answers one byte on a third pipe (``--grader-verdict-fd``) when the
-   call begins: run the test, or fail (a canary). After each test a second byte says go on or stop
-   (the streak rule, counted by the supervisor). Only after the call does this process know what the
-   item was (it then names the canary's reports apart, for pytest-json-report).
+   call begins: run the test, or fail (a canary). A *full* canary is told "run" like its twin, and
+   when the body returns the probe asks again (a ``returned`` event): then a full canary fails. After
+   each test another byte says go on or stop (the streak rule, counted by the supervisor). Only after
+   the call does this process know what a plain canary was (it then names the canary's reports apart,
+   for pytest-json-report); a full canary whose body failed it never learns.
 4. **The rubric** (``--grader-rubric FILE``, with ``--collect-only`` on the pristine course): every
    collected test's node id, function name, points, GPU need, visibility, area and shared fixtures
    (the course's fixtures of a wider scope than one test that it requests), written as JSON.
@@ -36,7 +38,8 @@ library, pytest and :mod:`grader.evidence.events`, and keeps nothing on disk. It
 Everything here can be undone by code running in the same process: the probe *detects* tampering with
 pytest's results (a canary passes, or its event stream breaks the run order), it cannot prevent it.
 What it guarantees is narrower: before a call, nothing in this process's memory tells a canary from
-its test, because that fact is not in this process until the call asks for it.
+its test, because that fact is not in this process until the call asks for it; and a failing call of
+a full canary is never told, so rewriting a failure that called the submission's code risks the run.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from grader.evidence.events import (
     FINISH,
     INTROSPECTION_EVENT,
     REPORT,
+    RETURNED,
     SESSION_FINISH,
     START,
     STOP,
@@ -224,8 +228,9 @@ class TimeKeeper:
 class Verdicts:
     """The supervisor's answers, one byte each, on an inherited pipe (see the module docstring).
 
-    The answer for an item is read once: when its call begins, or, if its setup did not pass (no call
-    follows), when that setup is reported. The go-on-or-stop byte after each test is read with a time
+    The answer for an item is read when its call begins, or, if its setup did not pass (no call
+    follows), when that setup is reported; and once more if its body returned (a full canary then
+    learns what it was). The go-on-or-stop byte after each test is read with a time
     limit, so a supervisor that refused the test's events (a void run) cannot hang the process.
     """
 
@@ -272,13 +277,26 @@ def _verdict(item: pytest.Item) -> bool:
     return item.stash[_WAS_CANARY]
 
 
+def _canary_after_all(item: pytest.Item) -> bool:
+    """``item``'s body returned: ask the supervisor whether it was a full canary (then it fails)."""
+    if _verdicts is None:
+        return False
+    _emit(RETURNED, nodeid=item.nodeid)
+    item.stash[_WAS_CANARY] = _verdicts.read(Verdicts.END_WAIT_S) == VERDICT_CANARY
+    return item.stash[_WAS_CANARY]
+
+
 def _twin_body(function: Callable, item_of: Callable[[], pytest.Item]) -> Callable:
-    """The one body every item runs: ask the supervisor, then fail (a canary) or run ``function``."""
+    """The one body every item runs: ask the supervisor, then fail (a canary) or run ``function``;
+    when it returns, ask again (a full canary, which ran the test like its twin, fails then)."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if _verdict(item_of()):
             raise AssertionError  # a canary always fails
-        return function(*args, **kwargs)
+        result = function(*args, **kwargs)
+        if _canary_after_all(item_of()):
+            raise AssertionError  # a full canary fails too, but only after its twin's body passed
+        return result
 
     return _wrapped(function, body)
 

@@ -238,6 +238,7 @@ def supervise(
     budget: LabBudget,
     deadline: float,
     gpu_off: bool = True,
+    plain_canaries: Collection[str] = (),
 ) -> Supervised:
     """Run one graded pytest process (``argv`` without the channel options) until it exits or must be killed.
 
@@ -245,7 +246,8 @@ def supervise(
     its output passes ``limits.output_cap_bytes``, when a test runs past its limit plus a grace
     period, or when it goes over a resource cap (:mod:`grader.execute.resources`; ``gpu_off``: no CUDA,
     so one process's memory is a kernel limit too). The exit code is negative for a signal (``-11`` =
-    segfault), None only if waiting failed.
+    segfault), None only if waiting failed. ``plain_canaries``: tests whose canary must not be full
+    (:func:`~grader.evidence.events.full_canaries`: one of theirs was killed in an earlier process).
     """
     events_read, events_write = os.pipe()
     control_read, control_write = os.pipe()
@@ -258,6 +260,8 @@ def supervise(
         verdicts=verdict_write,
         streak=int(control.get("streak", 0)),
         max_streak=budget.max_consecutive_timeouts or None,
+        cost=budget.limit,
+        plain=plain_canaries,
     )
     argv = [
         *argv,
@@ -401,6 +405,7 @@ def run_lab(
     editable = student_files(sandbox)
     start = time.monotonic()
     killed: list[str] = []
+    plain_canaries: set[str] = set()  # tests a killed canary copied: their canaries stay plain after
     started: list[str] = []
     stopped = ""
     commands: list[list[str]] = []
@@ -450,6 +455,7 @@ def run_lab(
                     budget=budget,
                     deadline=start + budget.lab_s,
                     gpu_off=cuda_hidden(gpu),
+                    plain_canaries=plain_canaries,
                 )
                 kept = report_file(len(commands) - 1)
                 problem = keep_report(drop / REPORT_NAME, raw_dir / kept, limits.report_cap_bytes)
@@ -473,6 +479,8 @@ def run_lab(
                 break
             if not is_canary(victim):
                 killed.append(victim)
+            else:
+                plain_canaries.add(original_nodeid(victim))
             if ended.overrun:
                 append_event(
                     events, KILLED_EVENT, nodeid=ended.overrun, limit_s=budget.limit(original_nodeid(ended.overrun))

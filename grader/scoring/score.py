@@ -51,6 +51,7 @@ from grader.evidence.events import (
     REJECTED_EVENT,
     STOPPED_EVENT,
     is_canary,
+    original_nodeid,
     stop_reason,
 )
 from grader.evidence.layout import RUBRIC_FILE, SUBMISSION_FILE, read_json
@@ -231,12 +232,29 @@ def lab_status(run: LabRun, seen: dict[str, Observed]) -> tuple[str, str]:
     return "graded", ""
 
 
+def full_canary_twins(events: tuple[dict[str, Any], ...]) -> frozenset[str]:
+    """The tests a full canary copied in this log: pytest-json-report may hold that canary's reports under
+    the test's own node id (a full canary whose body failed never learns what it was)."""
+    return frozenset(
+        original_nodeid(str(event.get("nodeid")))
+        for event in events
+        if event.get("event") == "start" and event.get("full_canary")
+    )
+
+
 def score_test(
-    test: RubricTest, seen: Observed | None, reports: tuple[dict[str, str] | None, ...], status: str, gpu: str
+    test: RubricTest,
+    seen: Observed | None,
+    reports: tuple[dict[str, str] | None, ...],
+    status: str,
+    gpu: str,
+    unconfirmable: frozenset[str] = frozenset(),
 ) -> TestResult:
     """One rubric test's outcome (see the module docstring for the rules).
 
     ``reports``: each pytest process's final report as node id -> outcome (None where it wrote none).
+    ``unconfirmable``: tests whose report entry may be their full canary's (:func:`full_canary_twins`):
+    their pass stands on the event log alone.
     """
 
     def result(outcome: str, message: str = "") -> TestResult:
@@ -295,7 +313,7 @@ def score_test(
     if seen.phases.get("call", ("",))[0] != "passed":
         return result("crashed", "the test did not report a result")
     reported = reports[seen.process] if seen.process < len(reports) else None
-    if reported is not None and reported.get(test.nodeid) != "passed":
+    if reported is not None and test.nodeid not in unconfirmable and reported.get(test.nodeid) != "passed":
         return result("failed", "the final pytest report does not confirm this pass")
     return result(PASSED)
 
@@ -345,7 +363,8 @@ def _part(
         seen, wall = observe(run.events), run.wall_s
         reports = tuple(_report_outcomes(report) for report in run.reports)
         status, reason = lab_status(run, seen)
-    results = tuple(score_test(test, seen.get(test.nodeid), reports, status, gpu) for test in tests)
+    unconfirmable = full_canary_twins(run.events) if run is not None else frozenset()
+    results = tuple(score_test(test, seen.get(test.nodeid), reports, status, gpu, unconfirmable) for test in tests)
     if status == "stopped" and run is not None:
         reason = stop_reason(_stop_streak(run), sum(test.outcome == "not-run" for test in results))
     if run is not None and run.report_problems:

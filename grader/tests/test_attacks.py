@@ -87,7 +87,7 @@ def test_every_attack_class_of_the_corpus_is_there():
 @pytest.mark.parametrize("name", ATTACKS)
 def test_an_attack_earns_only_its_honest_part_and_leaks_nothing(graded_corpus, name):
     """An attack earns what its ``expected.json`` says its honest part earns: 0 for all but a correct
-    solution that also attacks, and the one open hole the corpus records (attack_forges_only_its_callers)."""
+    solution that also attacks."""
     result = summary(graded_corpus / name)
     honest = sum(lab.get("score", 0) + lab.get("heldout", 0) for lab in expected(name)["labs"].values())
     assert result.total["score"] == honest, f"{name}: the honest part of this submission earns {honest}: {result.total}"

@@ -58,20 +58,27 @@ def test_a_test_gets_a_multiple_of_the_references_cpu_time_with_a_floor_and_a_wa
     assert _limit(1.0, limits=RunLimits(wall_factor=2)).wall_s == 20.0
 
 
-def test_the_lab_budget_is_the_sum_of_its_tests_backstops_plus_start_up():
+def full_canaries_allowance(*walls: float) -> float:
+    """What full canaries may add to a part: 10% of its limits, and one test whatever its limit."""
+    return 0.1 * sum(walls) + max(walls)
+
+
+def test_the_lab_budget_is_the_sum_of_its_tests_backstops_plus_full_canaries_plus_start_up():
     lab = lab_with(0.1, 2.0, None, wall=12.1)  # start-up = 12.1 - 2.1 = 10 s, x 10 = 100 s
     budget = lab_budget(lab, LIMITS)
     assert [budget.limit(test.nodeid) for test in lab.tests] == [50.0, 100.0, 1500.0]
     assert [budget.test(test.nodeid).cpu_s for test in lab.tests] == [10.0, 20.0, 300.0]
-    assert budget.lab_s == 50 + 100 + 1500 + 100
-    assert lab_budget(lab_with(0.1, wall=0.5), LIMITS).lab_s == 50 + 60, "start-up allowance is at least 60 s"
+    assert budget.lab_s == 50 + 100 + 1500 + full_canaries_allowance(50, 100, 1500) + 100
+    assert lab_budget(lab_with(0.1, wall=0.5), LIMITS).lab_s == 50 + full_canaries_allowance(50) + 60, (
+        "start-up allowance is at least 60 s"
+    )
     assert lab_budget(lab, RunLimits(lab_timeout_s=99)).lab_s == 99
     assert budget.test("not/in/the/rubric::test_x").cpu_s == LIMITS.min_test_timeout_s, "the floor"
 
 
 def test_submission_budget_and_options_for_another_process():
     rubric = Rubric((lab_with(1.0, wall=2.0), LabRubric("labY", "labY", "Y", error="broken")))
-    assert submission_budget_s(rubric, LIMITS) == 50 + 60
+    assert submission_budget_s(rubric, LIMITS) == 50 + full_canaries_allowance(50) + 60
     assert time_limit_args(RunLimits(test_timeout_s=5)) == [
         "--time-factor",
         "10",

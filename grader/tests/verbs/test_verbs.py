@@ -107,9 +107,9 @@ def test_report_covers_every_student_of_the_corpus(graded_corpus, tmp_path):
     assert (overfit["labA_score"], overfit["labA_heldout_score"], overfit["labA_heldout_max"]) == ("10", "1", "6")
     data = json.loads((tmp_path / JSON_FILE).read_text())
     # solution, big_output, segfault, import_error, overfit, and after a hang elsewhere:
-    # hangs_in_one_function, swallows_timeout (resumed after its killed test), slow_but_correct; and two
-    # attacks: attack_leaks_by_report_error (correct) and attack_forges_only_its_callers (forged passes)
-    assert data["labs"]["labA"]["tests"]["test_fib"]["passed"] == 10
+    # hangs_in_one_function, swallows_timeout (resumed after its killed test), slow_but_correct; and an
+    # attack that is also correct: attack_leaks_by_report_error (attack_forges_only_its_callers is void)
+    assert data["labs"]["labA"]["tests"]["test_fib"]["passed"] == 9
     sums = data["labs"]["labA"]["talking_points"]["sums"]
     assert sums["students"] == len(corpus_names()) and 0 < sums["ready_rate"] < 1
     page = (tmp_path / HTML_FILE).read_text()
