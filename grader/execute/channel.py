@@ -18,7 +18,8 @@ events that fit the run:
   stop: the **streak rule** is counted here, over real tests only, and its ``stopped`` event is the
   recorder's own (the probe cannot send one);
 - ``report`` and ``finish`` only for the test that is running, each phase at most once: **the first
-  report of a (test, phase) wins**.
+  report of a (test, phase) wins**; a call reported passed whose body never sent its ``returned`` is
+  refused (a pass rewritten from a failure: its body raised, so the probe never asked).
 
 Every event refused is recorded as a ``rejected`` event saying what was wrong: the scorer voids a lab
 whose stream was tampered with. The recorder also knows which test is running and since when (the
@@ -230,6 +231,8 @@ class EventRecorder:
                 return f"a report of an unknown phase {str(when)[:40]!r}"
             if when in self.phases:
                 return f"a second {when} report for {self.running[0]} (the first one stands)"
+            if when == "call" and event.get("outcome") == "passed" and self.verdicts is not None and not self.returned:
+                return f"a passed call of {self.running[0]} whose body never returned (the probe asks when it does)"
             self.phases.add(when)
             if when == "setup":
                 self.setup_done = time.monotonic()

@@ -242,6 +242,10 @@ def full_canary_twins(events: tuple[dict[str, Any], ...]) -> frozenset[str]:
     )
 
 
+#: A voided test's message: tampering in either part of a lab voids all of it (the README: "void: 0 points").
+VOIDED = "the run was voided (see the lab's reason)"
+
+
 def score_test(
     test: RubricTest,
     seen: Observed | None,
@@ -273,7 +277,7 @@ def score_test(
         )
 
     if status == "void":
-        return result("void", "the run was voided (see the lab's reason)")
+        return result("void", VOIDED)
     if seen is None or not seen.started:
         why = {
             "timeout": "the lab timed out before this test",
@@ -420,6 +424,8 @@ def score_lab(
             reason = "; ".join([*([reason] if reason else []), HELDOUT_REPORT_NOTE])
     order = {test.nodeid: index for index, test in enumerate(lab.tests)}
     tests = tuple(sorted(visible + heldout, key=lambda test: order[test.nodeid]))
+    if status == "void":  # tampering in one part voids the other's points too
+        tests = tuple(replace(test, points=0, outcome="void", message=VOIDED) for test in tests)
     main = [test for test in tests if not test.extension]  # an optional extension's points are shown apart
     score = sum(test.points for test in main)
     pending = sum(test.max_points for test in main if test.outcome == PENDING)

@@ -142,3 +142,30 @@ def test_a_pass_stands_on_the_event_log_where_a_full_canary_shares_the_report_en
     assert {t.nodeid: t.outcome for t in score_lab(RUBRIC, plain).tests}[test_a] == "failed", (
         "without a full canary, the final report must still confirm every pass"
     )
+
+
+def test_a_pass_whose_body_never_returned_is_refused():
+    """Code that knows which twin was a plain canary (it never called the submission) can rewrite the
+    other twin's failure alone: no canary passes, but that pass came without its body's ``returned``."""
+    supervisor = Supervisor(TESTS, cost=lambda nodeid: 1.0)
+    nodeid, _ = supervisor.recorder.order[0]
+    supervisor.send(START, nodeid)
+    supervisor.send(REPORT, nodeid, when="setup", outcome="passed")
+    supervisor.send(REPORT, nodeid, when="call", outcome="passed")
+    assert "whose body never returned" in supervisor.rejections()[0]
+
+
+def test_tampering_in_one_part_voids_the_whole_lab():
+    """A visible part voided (a canary passed) while forged held-out passes kept their points: 5/16 void."""
+    from dataclasses import replace
+
+    from grader.evidence.runs import LabRuns
+    from grader.tests.scoring.test_score import RubricTest
+
+    heldout = RubricTest("labX_demo/heldout/test_heldout.py::test_more", "test_more", 4, False, "hidden", "more")
+    rubric = replace(RUBRIC, tests=(*RUBRIC.tests, heldout))
+    forged = run_of(*(passed(n) for n in ALL_CPU), passed(canary_nodeid(0, ALL_CPU[0])), report_passed=ALL_CPU)
+    honest_looking = run_of(passed(heldout.nodeid), report_passed=[heldout.nodeid], heldout=True)
+    lab = score_lab(rubric, LabRuns(forged, honest_looking))
+    assert (lab.status, lab.score) == ("void", 0)
+    assert {test.outcome for test in lab.tests} == {"void"} and lab.heldout.score == 0
