@@ -108,8 +108,9 @@ def full_canaries(
     that failed is reported the same way either way, so rewriting its report rewrites the canary's too.
 
     Chosen with ``seed`` (the supervisor's alone) in a random order: tests are added while their costs
-    (``cost``: a test's wall-clock limit) stay within ``share`` of all of ``real``'s, and one is chosen
-    whatever its cost when there is any test, so a lab of a few tests has one too.
+    (``cost``: the reference's recorded seconds on a test) stay within ``share`` of all of ``real``'s;
+    when none fits (a part of a few tests), the cheapest one (a random one of the cheapest) is chosen,
+    so every part has one.
     """
     rng = random.Random(f"full-canaries-{seed}")
     shuffled = list(dict.fromkeys(real))
@@ -118,9 +119,11 @@ def full_canaries(
     chosen: list[str] = []
     spent = 0.0
     for nodeid in shuffled:
-        if not chosen or spent + cost(nodeid) <= allowance:
+        if spent + cost(nodeid) <= allowance:
             chosen.append(nodeid)
             spent += cost(nodeid)
+    if not chosen and shuffled:
+        chosen.append(min(shuffled, key=cost))
     return frozenset(chosen)
 
 

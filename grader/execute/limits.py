@@ -38,7 +38,7 @@ read the same numbers, and ``raw/<lab>/limits.json`` records them for every grad
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from grader.evidence.events import FULL_CANARY_SHARE
@@ -146,15 +146,23 @@ class LabBudget:
         lab_s: the part's wall-clock budget (all its pytest processes together).
         max_consecutive_timeouts: tests in a row that may run out of time before the part is stopped
             (0: never stopped).
+        reference_s: node id -> the reference's recorded seconds on it (what :meth:`cost` reads to
+            draw the full canaries, :func:`grader.evidence.events.full_canaries`).
     """
 
     tests: dict[str, TestLimit]
     default: TestLimit
     lab_s: float
     max_consecutive_timeouts: int
+    reference_s: dict[str, float] = field(default_factory=dict)
 
     def test(self, nodeid: str) -> TestLimit:
         return self.tests.get(nodeid, self.default)
+
+    def cost(self, nodeid: str) -> float:
+        """What running ``nodeid`` once more is expected to cost: the reference's recorded seconds (its
+        wall clock or its CPU time, the larger), or its wall-clock limit where it was never timed."""
+        return self.reference_s.get(nodeid, self.test(nodeid).wall_s)
 
     def limit(self, nodeid: str, builds_shared_fixtures: bool = False) -> float:
         """The test's wall-clock backstop (what the supervisor watches from outside); for the test that
@@ -255,7 +263,12 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
         # FULL_CANARY_SHARE of the tests' limits, and one test whatever its limit.
         canaries = FULL_CANARY_SHARE * sum(walls) + max(walls, default=0.0)
         lab_s = round(sum(walls) + canaries + max(limits.min_startup_s, startup), 1)
-    return LabBudget(tests, limit_for_test(None, limits), lab_s, limits.max_consecutive_timeouts)
+    reference = {
+        test.nodeid: max(test.reference_s or 0.0, test.reference_cpu_s or 0.0)
+        for test in lab.tests
+        if test.heldout == heldout and test.reference_s is not None
+    }
+    return LabBudget(tests, limit_for_test(None, limits), lab_s, limits.max_consecutive_timeouts, reference)
 
 
 def whole_lab_s(lab: LabRubric, limits: RunLimits) -> float:

@@ -260,7 +260,7 @@ def supervise(
         verdicts=verdict_write,
         streak=int(control.get("streak", 0)),
         max_streak=budget.max_consecutive_timeouts or None,
-        cost=budget.limit,
+        cost=budget.cost,
         plain=plain_canaries,
     )
     argv = [
