@@ -242,7 +242,7 @@ def full_canary_twins(events: tuple[dict[str, Any], ...]) -> frozenset[str]:
     )
 
 
-#: A voided test's message: tampering in either part of a lab voids all of it (the README: "void: 0 points").
+#: A voided test's message: tampering in either part of a lab voids all of it, every test at 0 points.
 VOIDED = "the run was voided (see the lab's reason)"
 
 
