@@ -98,7 +98,7 @@ def run_order(real: Sequence[str], seed: int) -> list[tuple[str, bool]]:
 
 
 def full_canaries(
-    real: Sequence[str], seed: int, cost: Callable[[str], float], share: float = FULL_CANARY_SHARE
+    real: Sequence[str], seed: int, cost: Callable[[str], float | None], share: float = FULL_CANARY_SHARE
 ) -> frozenset[str]:
     """The tests whose canary runs its twin's whole body before it fails: a *full* canary.
 
@@ -108,22 +108,24 @@ def full_canaries(
     that failed is reported the same way either way, so rewriting its report rewrites the canary's too.
 
     Chosen with ``seed`` (the supervisor's alone) in a random order: tests are added while their costs
-    (``cost``: the reference's recorded seconds on a test) stay within ``share`` of all of ``real``'s;
-    when none fits (a part of a few tests), the cheapest one (a random one of the cheapest) is chosen,
+    (``cost``: the reference's recorded seconds on a test, None where it was never timed) stay within
+    ``share`` of all the timed tests'; when none fits (a part of a few tests, or none timed), the
+    cheapest one (a random one of the cheapest; an untimed one only where no test was timed) is chosen,
     so every part has one.
     """
     rng = random.Random(f"full-canaries-{seed}")
     shuffled = list(dict.fromkeys(real))
     rng.shuffle(shuffled)
-    allowance = share * sum(cost(nodeid) for nodeid in shuffled)
+    timed = {nodeid: seconds for nodeid in shuffled if (seconds := cost(nodeid)) is not None}
+    allowance = share * sum(timed.values())
     chosen: list[str] = []
     spent = 0.0
-    for nodeid in shuffled:
-        if spent + cost(nodeid) <= allowance:
+    for nodeid, seconds in timed.items():
+        if spent + seconds <= allowance:
             chosen.append(nodeid)
-            spent += cost(nodeid)
+            spent += seconds
     if not chosen and shuffled:
-        chosen.append(min(shuffled, key=cost))
+        chosen.append(min(timed, key=timed.__getitem__) if timed else shuffled[0])
     return frozenset(chosen)
 
 

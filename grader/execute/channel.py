@@ -81,7 +81,7 @@ class EventRecorder:
             streak rule's length (None: never stop).
         stream_cap_bytes: the most the process may send; past it the rest is dropped and
             :attr:`flooded` is set.
-        cost: a test's cost for choosing its full canaries (its wall-clock limit); None: no full canaries.
+        cost: a test's cost for drawing the full canaries (the reference's seconds on it); None: no full canaries.
         plain: tests whose canary stays plain (one of their canaries was killed in an earlier process).
     """
 
@@ -94,7 +94,7 @@ class EventRecorder:
         verdicts: int | None = None,
         streak: int = 0,
         max_streak: int | None = None,
-        cost: Callable[[str], float] | None = None,
+        cost: Callable[[str], float | None] | None = None,
         plain: Collection[str] = (),
     ) -> None:
         self.log, self.seed, self.cap, self.verdicts = log, seed, stream_cap_bytes, verdicts

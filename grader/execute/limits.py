@@ -159,10 +159,11 @@ class LabBudget:
     def test(self, nodeid: str) -> TestLimit:
         return self.tests.get(nodeid, self.default)
 
-    def cost(self, nodeid: str) -> float:
+    def cost(self, nodeid: str) -> float | None:
         """What running ``nodeid`` once more is expected to cost: the reference's recorded seconds (its
-        wall clock or its CPU time, the larger), or its wall-clock limit where it was never timed."""
-        return self.reference_s.get(nodeid, self.test(nodeid).wall_s)
+        wall clock or its CPU time, the larger); None where it was never timed (a GPU test graded on a
+        machine without one, a new test)."""
+        return self.reference_s.get(nodeid)
 
     def limit(self, nodeid: str, builds_shared_fixtures: bool = False) -> float:
         """The test's wall-clock backstop (what the supervisor watches from outside); for the test that

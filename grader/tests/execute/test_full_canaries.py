@@ -34,7 +34,8 @@ TESTS = [f"lab/test_lab.py::test_{n}" for n in range(10)]
 
 def test_full_canaries_stay_within_their_share_of_the_references_time_and_every_part_has_one():
     """Drawn by their limits, 21 of lab 3's full canaries took 57 s where its tests took 120 s: a test that
-    compiles in a subprocess has the floor's limit and 27 s of wall clock. Drawn by the reference's time now."""
+    compiles in a subprocess has the floor's limit and 27 s of wall clock. Drawn by the reference's time now,
+    over the timed tests only: 19 GPU tests never timed on CPU had counted 1,500 s each, and 131 of 149 drew."""
     one_second = lambda nodeid: 1.0  # noqa: E731
     chosen = full_canaries(TESTS, seed=3, cost=one_second)
     assert len(chosen) == 1, "10% of ten equal costs: one test"
@@ -47,6 +48,11 @@ def test_full_canaries_stay_within_their_share_of_the_references_time_and_every_
         assert TESTS[0] not in chosen and 1 <= len(chosen) <= 10, "within 10% of the reference's time: 10.9 s"
     few = {TESTS[0]: 30.0, TESTS[1]: 20.0, TESTS[2]: 0.5}
     assert full_canaries(list(few), seed=0, cost=few.__getitem__) == {TESTS[2]}, "none fits: the cheapest"
+    gpu = {nodeid: (None if n < 5 else 1.0) for n, nodeid in enumerate(TESTS)}  # five never timed here
+    for seed in range(30):
+        chosen = full_canaries(TESTS, seed, gpu.__getitem__)
+        assert len(chosen) == 1 and gpu[next(iter(chosen))] == 1.0, "untimed tests neither count nor are drawn"
+    assert len(full_canaries(TESTS, seed=0, cost=lambda nodeid: None)) == 1, "nothing timed: one all the same"
     assert full_canaries([], seed=0, cost=one_second) == frozenset()
 
 
