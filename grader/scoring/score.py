@@ -129,6 +129,21 @@ def observe(events: tuple[dict[str, Any], ...]) -> dict[str, Observed]:
     return seen
 
 
+def with_full_canaries_that_died(seen: dict[str, Observed], events: tuple[dict[str, Any], ...]) -> dict[str, Observed]:
+    """``seen``, where a full canary that the process died in (it ran its twin's body, which ended the
+    process) stands for its twin that never started: that test crashed, it was not left unrun."""
+    died = {}
+    for event in events:
+        if event.get("event") == "start" and event.get("full_canary"):
+            canary = seen.get(str(event.get("nodeid")))
+            ended = canary is None or canary.finished or "teardown" in canary.phases
+            if not ended and canary.killed_after_s is None and not canary.over_limit:  # those are run again
+                twin = original_nodeid(str(event.get("nodeid")))
+                if twin not in seen or not seen[twin].started:
+                    died[twin] = canary
+    return {**seen, **died}
+
+
 def _event_kinds(events: tuple[dict[str, Any], ...]) -> set[str]:
     return {str(event.get("event")) for event in events}
 
@@ -364,7 +379,7 @@ def _part(
     if run is None:
         status, reason, seen, reports, wall = *not_run, {}, (), 0.0
     else:
-        seen, wall = observe(run.events), run.wall_s
+        seen, wall = with_full_canaries_that_died(observe(run.events), run.events), run.wall_s
         reports = tuple(_report_outcomes(report) for report in run.reports)
         status, reason = lab_status(run, seen)
     unconfirmable = full_canary_twins(run.events) if run is not None else frozenset()

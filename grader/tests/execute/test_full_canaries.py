@@ -178,3 +178,14 @@ def test_tampering_in_one_part_voids_the_whole_lab():
     lab = score_lab(rubric, LabRuns(forged, honest_looking))
     assert (lab.status, lab.score) == ("void", 0)
     assert {test.outcome for test in lab.tests} == {"void"} and lab.heldout.score == 0
+
+
+def test_a_full_canary_that_ends_the_process_crashes_its_test():
+    """os._exit in clamp, drawn full and run first: its test never started, and was scored "not-run"."""
+    test_a = node("test_a")
+    dying = [
+        {"event": START, "nodeid": canary_nodeid(0, test_a), "full_canary": True},
+        {"event": REPORT, "nodeid": canary_nodeid(0, test_a), "when": "setup", "outcome": "passed"},
+    ]
+    lab = score_lab(RUBRIC, run_of(dying, finished=False, report_passed=[]))
+    assert {t.nodeid: t.outcome for t in lab.tests}[test_a] == "crashed"
