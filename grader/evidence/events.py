@@ -58,7 +58,8 @@ PHASES = ("setup", "call", "teardown")
 #: The supervisor's answers on the verdict pipe: at the start of each call (run it, or fail it: a canary)
 #: and after each test (go on, or stop: the streak rule). One byte each.
 VERDICT_RUN, VERDICT_CANARY, GO_ON, STOP = b"R", b"C", b"G", b"S"
-#: The share of a part's time limits that *full* canaries (:func:`full_canaries`) may add to its run.
+#: The share of a part's recorded reference time its *full* canaries (:func:`full_canaries`) may take;
+#: the part's budget grows by this share of its time limits (:func:`grader.execute.limits.lab_budget`).
 FULL_CANARY_SHARE = 0.1
 #: The recorded node id of a canary case starts with this.
 CANARY_PREFIX = "grader-canary"
