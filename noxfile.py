@@ -142,14 +142,16 @@ def grade_me(session: nox.Session) -> None:
 @nox.session(name="report-lab02", venv_backend="none")
 def report_lab02(session: nox.Session) -> None:
     """Lab 2's NPU coverage report (your code; the reference where present): -- --model all, --dialect aten."""
-    run_in_course_env(session, "-m", "lab02_npu_backend.report", *session.posargs, env={"LABKIT_IMPL": default_impl()})
+    run_in_course_env(
+        session, "-m", "lab02_npu_backend.given.report", *session.posargs, env={"LABKIT_IMPL": default_impl()}
+    )
 
 
 @nox.session(name="draw-lab01", venv_backend="none")
 def draw_lab01(session: nox.Session) -> None:
     """Lab 1's graphs before and after the pipeline as pictures (the reference where present): -- --model resnet50."""
     run_in_course_env(
-        session, "-m", "lab01_fx_passes.draw_graphs", *session.posargs, env={"LABKIT_IMPL": default_impl()}
+        session, "-m", "lab01_fx_passes.given.draw_graphs", *session.posargs, env={"LABKIT_IMPL": default_impl()}
     )
 
 
@@ -246,7 +248,9 @@ def install_mutation_tools(session: nox.Session) -> None:
 def _bench_session(lab_id: str, package: str) -> None:
     @nox.session(name=f"bench-{lab_id}", venv_backend="none")
     def bench(session: nox.Session) -> None:
-        run_in_course_env(session, "-m", f"{package}.benchmark", *session.posargs, env={"LABKIT_IMPL": default_impl()})
+        run_in_course_env(
+            session, "-m", f"{package}.given.benchmark", *session.posargs, env={"LABKIT_IMPL": default_impl()}
+        )
 
     bench.__doc__ = f"Benchmark {package} (the reference where present, unless LABKIT_IMPL says otherwise)."
 

@@ -14,7 +14,7 @@ a package index. From a checkout of the course, this command:
 3. **grades** the reference and the untouched starter through the real grading path with the GPU on
    (``python -m grader selfcheck --labs lab03 --gpu on``): the reference must earn every point, the
    starter none;
-4. **benchmarks** the kernel (``python -m lab03_triton_lowering.benchmark``, the reference);
+4. **benchmarks** the kernel (``python -m lab03_triton_lowering.given.benchmark``, the reference);
 
 and writes everything to ``OUT/gpu-check.json`` (each step's log beside it), then prints one summary.
 The exit status is 0 only when the suite passed, the reference earned every point and the starter 0.
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_bench:
         bench_out = out / "benchmark"
         status, seconds = run_logged(
-            [sys.executable, "-m", f"{PACKAGE}.benchmark", "--out", str(bench_out), *args.bench_args.split()],
+            [sys.executable, "-m", f"{PACKAGE}.given.benchmark", "--out", str(bench_out), *args.bench_args.split()],
             out / "benchmark.log",
             env={**env, "LABKIT_IMPL": "solution"},
         )

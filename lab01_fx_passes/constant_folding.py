@@ -36,8 +36,8 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten  # noqa: F401  (finds UNKNOWN inside nested args)
 
-from lab01_fx_passes.graph_tools import add_attribute  # noqa: F401  (new buffers)
-from lab01_fx_passes.interface import UNKNOWN, ConstantFolderBase  # noqa: F401  (given: the analysis' unknown value)
+from lab01_fx_passes.given.graph_tools import add_attribute  # noqa: F401  (new buffers)
+from lab01_fx_passes.given.interface import UNKNOWN, ConstantFolderBase  # noqa: F401  (given: the analysis' unknown value)
 
 from .dce import is_impure  # noqa: F401  (step 2's: a random or in-place call is never constant)
 
@@ -53,7 +53,7 @@ class ConstantFolder(ConstantFolderBase):
 
     :attr:`constants` maps every constant call node to its value (filled by :meth:`fold`).
 
-    Given (:class:`~lab01_fx_passes.interface.ConstantFolderBase`): the constructor (an
+    Given (:class:`~lab01_fx_passes.given.interface.ConstantFolderBase`): the constructor (an
     ``fx.Interpreter`` that keeps every value; :attr:`constants` empty, :attr:`folded_count` 0,
     ``self._modules`` the module's submodules by name) and :meth:`apply`, the function form.
     """

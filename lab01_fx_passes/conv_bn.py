@@ -30,9 +30,9 @@ followed by ``aten._native_batch_norm_legit_no_training``, ``aten.native_batch_n
 becomes one convolution reading new ``get_attr`` constants. The pass never modifies a module or
 tensor in place: the traced model shares them.
 
-A pass that changes nothing says why (:func:`~lab01_fx_passes.pass_report.unchanged`): the
+A pass that changes nothing says why (:func:`~lab01_fx_passes.given.pass_report.unchanged`): the
 fuser counts every pair it refused, by reason (:attr:`ConvBNFuser.skipped`). The targets it
-matches, the reasons and the fuser's counters are given (:mod:`lab01_fx_passes.interface`).
+matches, the reasons and the fuser's counters are given (:mod:`lab01_fx_passes.given.interface`).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from torch import fx, nn  # noqa: F401
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.nn.utils.fusion import fuse_conv_bn_weights  # noqa: F401  (computes the fused weight and bias)
 
-from lab01_fx_passes.graph_tools import add_attribute, call_argument  # noqa: F401
-from lab01_fx_passes.interface import (  # noqa: F401  (given: the targets to match, the reasons to count)
+from lab01_fx_passes.given.graph_tools import add_attribute, call_argument  # noqa: F401
+from lab01_fx_passes.given.interface import (  # noqa: F401  (given: the targets to match, the reasons to count)
     ATEN_CONVOLUTIONS,
     ATEN_TENSOR_BATCH_NORMS,
     ATEN_TUPLE_BATCH_NORMS,
@@ -76,10 +76,10 @@ class ConvBNFuser(ConvBNFuserBase):
     under fresh names (``gm``'s own forward does not use them).
 
     The constructor finds the pairs (``fused_count`` is right before :meth:`transform` runs) and
-    counts in ``skipped``, under the reasons of :mod:`~lab01_fx_passes.interface`, every BatchNorm
+    counts in ``skipped``, under the reasons of :mod:`~lab01_fx_passes.given.interface`, every BatchNorm
     fed by a convolution that it refuses to fold: :meth:`why_unchanged` turns them into the reason
     :func:`fuse_conv_bn` gives when nothing was folded. Given
-    (:class:`~lab01_fx_passes.interface.ConvBNFuserBase`): the two counters, :meth:`why_unchanged`
+    (:class:`~lab01_fx_passes.given.interface.ConvBNFuserBase`): the two counters, :meth:`why_unchanged`
     and :meth:`apply`, the function form.
     """
 

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import call_argument  # noqa: F401  (reads `training=`, `p=` by name)
-from lab01_fx_passes.interface import (  # noqa: F401  (given: the operators and the base class)
+from lab01_fx_passes.given.graph_tools import call_argument  # noqa: F401  (reads `training=`, `p=` by name)
+from lab01_fx_passes.given.interface import (  # noqa: F401  (given: the operators and the base class)
     AUGMENTED_ASSIGNMENTS,
     RANDOM_OPS,
     STATEFUL_IN_TRAINING,
@@ -68,7 +68,7 @@ class DCEPass(DCEPassBase):
 
     Usage: ``result = DCEPass()(gm)``. Modifies ``gm`` in place and returns
     ``PassResult(gm, modified)``; :attr:`removed_count` says how many nodes went. Given
-    (:class:`~lab01_fx_passes.interface.DCEPassBase`): :attr:`removed_count`, set to 0 by the
+    (:class:`~lab01_fx_passes.given.interface.DCEPassBase`): :attr:`removed_count`, set to 0 by the
     constructor, and :meth:`apply`, the function form.
     """
 

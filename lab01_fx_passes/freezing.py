@@ -16,7 +16,7 @@ Freezing bakes values into the graph, so it is safe only while those values cann
 rules make it so; the first three are checked here, the last one at every call:
 
 1. **Only module state.** Only placeholders Dynamo marks as a parameter or buffer of the module
-   (:func:`~lab01_fx_passes.graph_tools.is_module_state`) are frozen, never the call's own inputs.
+   (:func:`~lab01_fx_passes.given.graph_tools.is_module_state`) are frozen, never the call's own inputs.
 2. **Not written by the graph.** A value the graph modifies in place (a training-mode BatchNorm
    updates its running statistics; ``num_batches_tracked.add_(1)``) is different on every call: a
    placeholder read by an impure node (:func:`~lab01_fx_passes.dce.is_impure`), directly or through
@@ -45,8 +45,8 @@ import torch  # noqa: F401  (torch.is_grad_enabled())
 from torch import fx, nn  # noqa: F401
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import add_attribute, is_module_state  # noqa: F401
-from lab01_fx_passes.interface import (  # noqa: F401  (given: the aliasing ops, the reasons, the record)
+from lab01_fx_passes.given.graph_tools import add_attribute, is_module_state  # noqa: F401
+from lab01_fx_passes.given.interface import (  # noqa: F401  (given: the aliasing ops, the reasons, the record)
     ALIASING_OPS,
     MODIFIED_IN_PLACE,
     NO_MODULE_STATE,
@@ -57,7 +57,7 @@ from lab01_fx_passes.interface import (  # noqa: F401  (given: the aliasing ops,
     FrozenValue,
     ParameterFreezerBase,
 )
-from lab01_fx_passes.pass_report import unchanged  # noqa: F401
+from lab01_fx_passes.given.pass_report import unchanged  # noqa: F401
 
 from .dce import is_impure  # noqa: F401  (step 2: in-place, random and stateful nodes)
 from .op_names import op_name  # noqa: F401
@@ -87,7 +87,7 @@ class ParameterFreezer(ParameterFreezerBase):
         ValueError: (on call) when the graph has a different number of placeholders than
             ``example_inputs`` has values.
 
-    Given (:class:`~lab01_fx_passes.interface.ParameterFreezerBase`): the constructor
+    Given (:class:`~lab01_fx_passes.given.interface.ParameterFreezerBase`): the constructor
     (``self.example_inputs`` a tuple or None, :attr:`frozen` and :attr:`kept` empty) and the name
     ``"freeze_parameters"`` the pass manager reports.
     """

@@ -20,7 +20,7 @@ The four steps of every graph optimisation, in miniature:
    after ``addmm``) must have exactly one user, the next node of the chain. If anything else
    reads the Linear's output, it needs the value *before* GELU, which the fused op never
    materialises: fusing would change the program.
-3. **Rewrite**: one ``call_function`` node on :data:`~lab01_fx_passes.fused_ops.LINEAR_GELU`
+3. **Rewrite**: one ``call_function`` node on :data:`~lab01_fx_passes.given.fused_ops.LINEAR_GELU`
    (``torch.ops.lab01.linear_gelu.default(x, weight, bias, approximate=...)``) takes the GELU's
    place; the chain behind it is erased.
 4. **Verify**: the tests (and the pass manager) compare outputs before and after.
@@ -35,9 +35,9 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.fused_ops import LINEAR_GELU  # noqa: F401  (the fused node's target)
-from lab01_fx_passes.graph_tools import call_argument, node_value  # noqa: F401
-from lab01_fx_passes.interface import LinearGeluFuserBase, LinearMatch  # noqa: F401  (given: what match_linear returns)
+from lab01_fx_passes.given.fused_ops import LINEAR_GELU  # noqa: F401  (the fused node's target)
+from lab01_fx_passes.given.graph_tools import call_argument, node_value  # noqa: F401
+from lab01_fx_passes.given.interface import LinearGeluFuserBase, LinearMatch  # noqa: F401  (given: what match_linear returns)
 
 from .op_names import op_name  # noqa: F401
 
@@ -77,7 +77,7 @@ class LinearGeluFuser(LinearGeluFuserBase):
 
     Usage: ``result = LinearGeluFuser()(gm)``; modifies ``gm`` in place, returns
     ``PassResult(gm, modified)``; :attr:`fused_count` says how many pairs were fused. Given
-    (:class:`~lab01_fx_passes.interface.LinearGeluFuserBase`): :attr:`fused_count`, set to 0 by the
+    (:class:`~lab01_fx_passes.given.interface.LinearGeluFuserBase`): :attr:`fused_count`, set to 0 by the
     constructor, and :meth:`apply`, the function form.
     """
 

@@ -45,13 +45,13 @@ from torch import fx, nn  # noqa: F401
 from torch.fx.node import map_arg  # noqa: F401  (rewrites every node inside output.args)
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import (  # noqa: F401  (writes_in_place(node, op_name(node, modules)))
+from lab01_fx_passes.given.graph_tools import (  # noqa: F401  (writes_in_place(node, op_name(node, modules)))
     add_attribute,
     call_argument,
     fetch_attr,
     writes_in_place,
 )
-from lab01_fx_passes.interface import (  # noqa: F401  (given: the targets, the reasons, the output wrapper)
+from lab01_fx_passes.given.interface import (  # noqa: F401  (given: the targets, the reasons, the output wrapper)
     ATEN_CONV2DS,
     NO_CONVOLUTIONS,
     TORCH_CONV2DS,
@@ -62,7 +62,7 @@ from lab01_fx_passes.interface import (  # noqa: F401  (given: the targets, the 
     contiguous_output,
     is_view,
 )
-from lab01_fx_passes.pass_report import unchanged  # noqa: F401  (the reason when nothing was converted)
+from lab01_fx_passes.given.pass_report import unchanged  # noqa: F401  (the reason when nothing was converted)
 
 from .op_names import op_name  # noqa: F401  (in-place writes: a view written after it is taken stays a view)
 
@@ -74,7 +74,7 @@ class ChannelsLastConverter(ChannelsLastConverterBase):
     constants, never changed ones), returns ``PassResult(gm, modified)``; :attr:`converted_count`
     says how many convolutions were converted, :attr:`reshaped_count` how many views became
     reshapes, :attr:`skipped` why the other convolutions were left alone (reason -> count). Given
-    (:class:`~lab01_fx_passes.interface.ChannelsLastConverterBase`): the three counters, set by the
+    (:class:`~lab01_fx_passes.given.interface.ChannelsLastConverterBase`): the three counters, set by the
     constructor, and :meth:`why_unchanged`.
     """
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import torch  # noqa: F401  (you will need torch._ops.OpOverload)
 from torch import fx, nn
 
-from lab01_fx_passes.graph_tools import (  # noqa: F401  (OpName: given; call_argument reads `inplace=` however it was passed)
+from lab01_fx_passes.given.graph_tools import (  # noqa: F401  (OpName: given; call_argument reads `inplace=` however it was passed)
     OpName,
     call_argument,
 )

@@ -35,8 +35,8 @@ import torch.nn.functional as F  # noqa: F401
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import add_attribute  # noqa: F401
-from lab01_fx_passes.interface import ACTIVATIONS, OpReplacerBase  # noqa: F401  (given: the activations it can swap)
+from lab01_fx_passes.given.graph_tools import add_attribute  # noqa: F401
+from lab01_fx_passes.given.interface import ACTIVATIONS, OpReplacerBase  # noqa: F401  (given: the activations it can swap)
 
 from .op_names import op_name  # noqa: F401
 
@@ -47,7 +47,7 @@ class OpReplacer(OpReplacerBase):
     Modifies ``gm`` in place and returns ``PassResult(gm, modified)``; :attr:`replaced_count` says
     how many nodes were replaced. The pass changes the model's outputs on purpose:
     ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows. Given
-    (:class:`~lab01_fx_passes.interface.OpReplacerBase`): ``changes_semantics`` and :attr:`name`.
+    (:class:`~lab01_fx_passes.given.interface.OpReplacerBase`): ``changes_semantics`` and :attr:`name`.
 
     Raises:
         TypeError: if ``mapping`` is not a mapping of strings to strings.

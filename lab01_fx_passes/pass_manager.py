@@ -35,7 +35,7 @@ import torch  # noqa: F401
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.pass_report import Pass, PassReport, PassValidationError, pass_name, reason_of  # noqa: F401
+from lab01_fx_passes.given.pass_report import Pass, PassReport, PassValidationError, pass_name, reason_of  # noqa: F401
 from labkit.numerics import TOLERANCE_FACTOR, OutputError, ReferenceOutputs, output_error  # noqa: F401
 
 

@@ -49,9 +49,9 @@ from hypothesis import strategies as st
 from torch import fx, nn
 from torch.utils._pytree import tree_flatten
 
-from lab01_fx_passes.backend import lab_backend
-from lab01_fx_passes.capture import ATEN_DIALECTS, DIALECTS, capture
-from lab01_fx_passes.checks import (
+from lab01_fx_passes.given.backend import lab_backend
+from lab01_fx_passes.given.capture import ATEN_DIALECTS, DIALECTS, capture
+from lab01_fx_passes.given.checks import (
     ATOL,
     RANDOM_LIKE,
     RTOL,
@@ -91,8 +91,8 @@ from lab01_fx_passes.checks import (
     tiny_resnet_graph,
     unchanged_because,
 )
-from lab01_fx_passes.graph_tools import is_module_state
-from lab01_fx_passes.models import (
+from lab01_fx_passes.given.graph_tools import is_module_state
+from lab01_fx_passes.given.models import (
     STATISTICS_LOG,
     Chain,
     ConstantsSharingMemoryWithWrites,
@@ -122,8 +122,8 @@ from lab01_fx_passes.models import (
     function_model,
     large_output_resnet50,
 )
-from lab01_fx_passes.pass_report import reason_of
-from lab01_fx_passes.wrong_folds import MISTAKES, wrong_fold
+from lab01_fx_passes.given.pass_report import reason_of
+from lab01_fx_passes.given.wrong_folds import MISTAKES, wrong_fold
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
 
@@ -1179,7 +1179,7 @@ def test_onednn_pipeline_holds_the_float32_budget_on_large_outputs(lab, large_ou
 # Optional, like step 10: `extension` tests, points shown apart. An identity is exact, so the tolerance
 # is zero: the simplified graph's outputs must be the original's bit for bit (the sign of every zero and
 # the place of every nan included), on data holding -0.0, inf and nan.
-from lab01_fx_passes.algebra_ops import (  # noqa: E402  (step 11's names, beside its tests)
+from lab01_fx_passes.given.algebra_ops import (  # noqa: E402  (step 11's names, beside its tests)
     CHANGES_DTYPE,
     CHANGES_SHAPE,
     CHANGES_STRIDES,

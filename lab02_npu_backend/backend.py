@@ -6,12 +6,12 @@ A ``torch.compile`` backend is a function ``(GraphModule, example_inputs) -> cal
 2. partitions the graph (:mod:`.partition`): NPU partitions become ``call_module`` submodules;
 3. replaces each partition with an :class:`NpuPartition` that lowers it to an NPU program on first
    use for each input shape (:mod:`.lowering`) and runs it on the :class:`~.simulator.NpuSimulator`;
-4. records the graph's coverage (:func:`lab02_npu_backend.coverage.record`) for reports.
+4. records the graph's coverage (:func:`lab02_npu_backend.given.coverage.record`) for reports.
 
 Training: the simulator's outputs carry no autograd history, so a plain backend would return
 tensors whose gradients are silently missing. When gradients are needed, go through AOTAutograd
 instead: the NPU runs the (aten) forward graph, PyTorch's CPU kernels run the backward. (Or raise
-``lab02_npu_backend.coverage.NpuTrainingUnsupported``: a clear refusal is allowed, wrong numbers never.)
+``lab02_npu_backend.given.coverage.NpuTrainingUnsupported``: a clear refusal is allowed, wrong numbers never.)
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from torch import fx, nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from lab02_npu_backend import coverage  # noqa: F401
-from lab02_npu_backend.coverage import GraphBreak, PartitionReport  # noqa: F401
+from lab02_npu_backend.given import coverage  # noqa: F401
+from lab02_npu_backend.given.coverage import GraphBreak, PartitionReport  # noqa: F401
 
 from .lowering import lower_to_program  # noqa: F401
 from .partition import partition_for_npu  # noqa: F401

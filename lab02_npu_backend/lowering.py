@@ -21,7 +21,7 @@ same shape, a cat with an empty tensor) emit no instruction: their rule returns 
 Shapes come from running the partition once on *fake* tensors of the real input shapes, so a
 program is specialised to one set of input shapes (the backend caches one program per shape).
 
-Given: :class:`Ref` and :class:`ProgramBuilder` (in :mod:`lab02_npu_backend.program_builder`; the
+Given: :class:`Ref` and :class:`ProgramBuilder` (in :mod:`lab02_npu_backend.given.program_builder`; the
 builder infers each result's shape by running your simulator kernel on meta tensors), with the rule
 type :data:`LowerFn`, :class:`RmsNormChain` and :func:`rule_registrar`, which makes the decorator
 :func:`lowers` of the :data:`LOWERINGS` registry; a few example rules.
@@ -41,9 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from lab02_npu_backend.graphs import fake_node_values, is_number, target_name  # noqa: F401
-from lab02_npu_backend.ir import Program
-from lab02_npu_backend.program_builder import (  # noqa: F401
+from lab02_npu_backend.given.graphs import fake_node_values, is_number, target_name  # noqa: F401
+from lab02_npu_backend.given.ir import Program
+from lab02_npu_backend.given.program_builder import (  # noqa: F401
     LowerFn,
     LoweringError,
     ProgramBuilder,
@@ -137,7 +137,7 @@ def lower_to_program(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name:
         name: the program's name.
 
     Returns:
-        The program (plain JSON data, see :mod:`lab02_npu_backend.ir`), from ``builder.program``.
+        The program (plain JSON data, see :mod:`lab02_npu_backend.given.ir`), from ``builder.program``.
 
     Raises:
         LoweringError: naming the node that has no rule, or whose lowering's result does not have
@@ -145,8 +145,8 @@ def lower_to_program(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name:
 
     """
     # guidance: begin
-    # Steps: fake_node_values (from lab02_npu_backend.graphs) for every node's output;
-    # builder = ProgramBuilder(name, KERNELS) (from lab02_npu_backend.program_builder); find the
+    # Steps: fake_node_values (from lab02_npu_backend.given.graphs) for every node's output;
+    # builder = ProgramBuilder(name, KERNELS) (from lab02_npu_backend.given.program_builder); find the
     # RMSNorm chains; walk the nodes in order (builder.naming(node.name) before lowering each, so
     # tensors are named after nodes), mapping each node to its lowered value; emit rmsnorm at each
     # chain's result and nothing for its inner nodes; the output node's argument (a node or a tuple

@@ -8,16 +8,16 @@ node, where it ended up and why, and warns when a graph full of compute got no N
 
 Nor does it see writes in place. Its edges are data only: ``x[:, 1:] = y`` (``operator.setitem``)
 returns nothing, so no later reader of ``x`` depends on it (a setitem is not even a node with a
-value: :func:`~lab02_npu_backend.graphs.compute_nodes` counts it because it copies elements), and
+value: :func:`~lab02_npu_backend.given.graphs.compute_nodes` counts it because it copies elements), and
 fusing puts each partition where its last node was. A partition holding a read of ``x`` from
 before the write and a node from after it runs that read after the write: a silently wrong answer
 (an encoder-decoder's shifted decoder input, embedded before it was shifted). This is the
 partitioning twin of lab 1's single-user check: a node may move into a partition only when no other
-reader can see the difference. :mod:`lab02_npu_backend.mutation` (given) finds every write, the
+reader can see the difference. :mod:`lab02_npu_backend.given.mutation` (given) finds every write, the
 nodes whose value is the written tensor or a view of it, and whether anyone else can observe the
 write (``private``).
 
-Given (:mod:`lab02_npu_backend.partition_tools`): the result type :class:`NpuPartitioning`, the
+Given (:mod:`lab02_npu_backend.given.partition_tools`): the result type :class:`NpuPartitioning`, the
 submodule prefix :data:`NPU_SUBMODULE_PREFIX`, the predicate :data:`calls_only` and
 :func:`retarget_tensor_indexing` (a PyTorch quirk, not the lesson).
 """
@@ -37,10 +37,10 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition  # noqa: F401
 from torch.fx.passes.operator_support import OperatorSupportBase, chain, create_op_support  # noqa: F401
 
-from lab02_npu_backend.coverage import GraphCoverage, NodeDecision, NpuCoverageWarning, collecting  # noqa: F401
-from lab02_npu_backend.graphs import compute_nodes, graph_dialect, is_tuple_unpack, node_flops, target_name  # noqa: F401
-from lab02_npu_backend.mutation import TensorWrite, find_tensor_writes  # noqa: F401
-from lab02_npu_backend.partition_tools import (  # noqa: F401
+from lab02_npu_backend.given.coverage import GraphCoverage, NodeDecision, NpuCoverageWarning, collecting  # noqa: F401
+from lab02_npu_backend.given.graphs import compute_nodes, graph_dialect, is_tuple_unpack, node_flops, target_name  # noqa: F401
+from lab02_npu_backend.given.mutation import TensorWrite, find_tensor_writes  # noqa: F401
+from lab02_npu_backend.given.partition_tools import (  # noqa: F401
     NPU_SUBMODULE_PREFIX,
     NpuPartitioning,
     calls_only,

@@ -2,7 +2,7 @@
 
 The simulator plays the hardware. It trusts nothing: before a program runs, :meth:`NpuSimulator.load`
 validates every instruction against the ISA and raises a ``ProgramError`` naming the first
-instruction that breaks a rule (the rules are listed in :mod:`lab02_npu_backend.ir`). Validation
+instruction that breaks a rule (the rules are listed in :mod:`lab02_npu_backend.given.ir`). Validation
 happens once per program; running is then a tight loop over pre-bound kernels, checking each
 result's shape and dtype against the program's declarations so that a wrong kernel or a wrong
 lowering can never pass silently. The backend calls programs on every model call: keep ``run``
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: F401
 
-from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label  # noqa: F401
-from lab02_npu_backend.isa import (  # noqa: F401
+from lab02_npu_backend.given.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label  # noqa: F401
+from lab02_npu_backend.given.isa import (  # noqa: F401
     ATTRIBUTE_TYPES,
     DTYPES,
     Isa,
@@ -36,7 +36,7 @@ from lab02_npu_backend.isa import (  # noqa: F401
     resolve_isa,
 )
 
-#: The meaning of every ISA op (read "semantics" in isa.json): one :data:`~lab02_npu_backend.isa.Kernel`
+#: The meaning of every ISA op (read "semantics" in isa.json): one :data:`~lab02_npu_backend.given.isa.Kernel`
 #: each, which says what a kernel receives (operands, attributes) and returns.
 KERNELS: dict[str, Kernel] = {
     "matmul": lambda ops, a: torch.matmul(ops[0], ops[1]),
@@ -63,7 +63,7 @@ class NpuSimulator:
     """Validates and runs NPU programs against an ISA.
 
     Args:
-        isa: a loaded :class:`~lab02_npu_backend.isa.Isa`, a path to an ISA JSON file (loaded and
+        isa: a loaded :class:`~lab02_npu_backend.given.isa.Isa`, a path to an ISA JSON file (loaded and
             validated now: a broken file raises ``IsaError``), or ``None`` for the lab's ``isa.json``.
 
     Raises:
@@ -83,7 +83,7 @@ class NpuSimulator:
         Validation (raise ``ProgramError``; per instruction, start the message with
         ``instruction_label(index, instruction)``, e.g. "instruction 1 (matmul -> xw): ..."):
 
-        - the program has every key of :class:`~lab02_npu_backend.ir.Program`, the right format and
+        - the program has every key of :class:`~lab02_npu_backend.given.ir.Program`, the right format and
           version; every tensor declaration has a shape (non-negative ints) and a known dtype;
           inputs and outputs are declared;
         - each instruction is an object with exactly ``op``, ``inputs``, ``output``, ``attrs``;

@@ -20,13 +20,13 @@ coverage report lists them as *elided*, outside the NPU fraction, so identities 
 
 To see which targets a model produces, print its graphs::
 
-    from lab02_npu_backend.graphs import capture_graphs
+    from lab02_npu_backend.given.graphs import capture_graphs
     captured = capture_graphs(model, *inputs)
     print(captured.torch[0].graph); print(captured.aten[0].graph)
 
-Given (:mod:`lab02_npu_backend.support_tools`): the table types :data:`Target` and
+Given (:mod:`lab02_npu_backend.given.support_tools`): the table types :data:`Target` and
 :data:`SupportTable`, the check type :data:`Constraint`, ``pow``'s check (:func:`pow_check`) and
-:func:`only_first_output_used` for multi-output aten ops; :mod:`lab02_npu_backend.graphs` reads
+:func:`only_first_output_used` for multi-output aten ops; :mod:`lab02_npu_backend.given.graphs` reads
 arguments and values (:func:`node_arg`, :func:`is_number`, :func:`tensors_in`, :func:`node_value`).
 """
 
@@ -43,9 +43,9 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true  # noqa: F401
 from torch.fx.passes.operator_support import OperatorSupport
 
-from lab02_npu_backend.graphs import is_number, is_tuple_unpack, node_arg, node_value, target_name, tensors_in  # noqa: F401
-from lab02_npu_backend.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa  # noqa: F401
-from lab02_npu_backend.support_tools import (  # noqa: F401
+from lab02_npu_backend.given.graphs import is_number, is_tuple_unpack, node_arg, node_value, target_name, tensors_in  # noqa: F401
+from lab02_npu_backend.given.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa  # noqa: F401
+from lab02_npu_backend.given.support_tools import (  # noqa: F401
     Constraint,
     SupportTable,
     Target,
@@ -137,9 +137,9 @@ class NpuOperatorSupport(OperatorSupport):
            partitioner would pull graph inputs into a partition);
         2. its target is in ``self.table`` (note: some targets are unhashable; treat those as absent)
            and its arguments pass :data:`CONSTRAINTS`;
-        3. tuple unpacking (:func:`~lab02_npu_backend.graphs.is_tuple_unpack`) is always fine;
+        3. tuple unpacking (:func:`~lab02_npu_backend.given.graphs.is_tuple_unpack`) is always fine;
            otherwise the node produces at least one tensor (size arithmetic on ints stays on the host);
-        4. all tensors it reads and writes (:func:`~lab02_npu_backend.graphs.node_value`) share one
+        4. all tensors it reads and writes (:func:`~lab02_npu_backend.given.graphs.node_value`) share one
            dtype: the NPU never converts dtypes implicitly (one exception: a boolean ``attn_mask`` of
            ``scaled_dot_product_attention`` is the softmax unit's own boolean ``mask`` operand); the
            NPU can hold that dtype (it is in ``DTYPE_NAMES``), even for an entry ``()`` that emits

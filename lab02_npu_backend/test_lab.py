@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab02_npu_backend import coverage
-from lab02_npu_backend.checks import (
+from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.checks import (
     TOLERANCE,
     assert_partitioned_graph_computes,
     backend_for,
@@ -54,12 +54,12 @@ from lab02_npu_backend.checks import (
     returns_an_input,
     single_op_program,
 )
-from lab02_npu_backend.coverage import NpuCoverageWarning, NpuTrainingUnsupported
-from lab02_npu_backend.divergence import diagnose_model
-from lab02_npu_backend.graphs import capture_graphs, compute_nodes, source_node_name
-from lab02_npu_backend.ir import ProgramError
-from lab02_npu_backend.isa import ISA_PATH, IsaError
-from lab02_npu_backend.models import (
+from lab02_npu_backend.given.coverage import NpuCoverageWarning, NpuTrainingUnsupported
+from lab02_npu_backend.given.divergence import diagnose_model
+from lab02_npu_backend.given.graphs import capture_graphs, compute_nodes, source_node_name
+from lab02_npu_backend.given.ir import ProgramError
+from lab02_npu_backend.given.isa import ISA_PATH, IsaError
+from lab02_npu_backend.given.models import (
     REAL_MODELS,
     STANDARD_MODELS,
     ConvBatchNorms,
@@ -83,9 +83,9 @@ from lab02_npu_backend.models import (
     neg_sub_div,
     split_heads,
 )
-from lab02_npu_backend.mutation import writes_in_place
-from lab02_npu_backend.profiling_tools import InstructionRecord, OpRow, profile_npu
-from lab02_npu_backend.registration import npu_simulator
+from lab02_npu_backend.given.mutation import writes_in_place
+from lab02_npu_backend.given.profiling_tools import InstructionRecord, OpRow, profile_npu
+from lab02_npu_backend.given.registration import npu_simulator
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
 
@@ -771,7 +771,7 @@ ENTRY_POINT_SCRIPT = textwrap.dedent(
         out = torch.compile(model, backend="npu_simulator")(x)
         assert torch.allclose(out, model(x), rtol=1e-4, atol=1e-4), "wrong output"
     assert any(name.endswith("lab02_npu_backend.backend") for name in sys.modules), "lab backend never loaded"
-    from lab02_npu_backend.coverage import collect
+    from lab02_npu_backend.given.coverage import collect
 
     torch._dynamo.reset()
     with torch.no_grad(), collect() as graphs:
@@ -786,7 +786,7 @@ def test_entry_point_compiles_without_importing_the_lab(lab):
     from importlib.metadata import entry_points
 
     points = {ep.name: ep.value for ep in entry_points(group="torch_dynamo_backends")}
-    assert points.get("npu_simulator") == "lab02_npu_backend.registration:npu_simulator", (
+    assert points.get("npu_simulator") == "lab02_npu_backend.given.registration:npu_simulator", (
         "pyproject.toml must declare the npu_simulator entry point (pip install -e . to refresh it)"
     )
     env = {**os.environ, "LABKIT_IMPL": os.environ.get("LABKIT_IMPL", "student")}

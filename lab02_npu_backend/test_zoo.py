@@ -1,10 +1,10 @@
-"""The zoo (:mod:`lab02_npu_backend.zoo`): every family compiled with the backend in both dialects.
+"""The zoo (:mod:`lab02_npu_backend.given.zoo`): every family compiled with the backend in both dialects.
 
 Not graded, and not part of ``nox -s lab02``: it runs with ``-m zoo`` (``nox -s zoo-lab02``; the
 course's CI runs it on the reference, about 2 minutes on 2 cores). Each family and dialect must give
 eager's answer within what float32 can promise (:class:`labkit.numerics.ReferenceOutputs`; a
 mismatch names the first node that differs and the partition it ran in), keep at least
-:data:`~lab02_npu_backend.zoo.ZOO_BAR` of its nodes that do work on the NPU (or the floor and
+:data:`~lab02_npu_backend.given.zoo.ZOO_BAR` of its nodes that do work on the NPU (or the floor and
 reason its ``below_bar`` entry gives), and 95% of its FLOPs. The coverage table is written to
 ``results/lab02/zoo-coverage.md`` and printed at the end.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab02_npu_backend import coverage
-from lab02_npu_backend.coverage import PartitionReport
-from lab02_npu_backend.divergence import diagnose_model
-from lab02_npu_backend.report import zoo_row, zoo_table_lines
-from lab02_npu_backend.zoo import BY_NAME, FAMILIES, ZOO_BAR, build_family
+from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.coverage import PartitionReport
+from lab02_npu_backend.given.divergence import diagnose_model
+from lab02_npu_backend.given.report import zoo_row, zoo_table_lines
+from lab02_npu_backend.given.zoo import BY_NAME, FAMILIES, ZOO_BAR, build_family
 from labkit.numerics import ReferenceOutputs
 
 pytestmark = pytest.mark.zoo

@@ -10,7 +10,7 @@ recurrence, the handout's "Extension" section). When a block raises the maximum 
 ``acc / l``.
 
 The rules of ``kernel.py`` hold here too (launch through ``kernel_for``; on CPU the interpreter, on a
-GPU the compiler, ``python -m lab03_triton_lowering.simulated_gpu attention`` compiles your launches
+GPU the compiler, ``python -m lab03_triton_lowering.given.simulated_gpu attention`` compiles your launches
 for sm_90 without a GPU). And two of its own:
 
 - ``tl.dot`` needs blocks of at least 16 on each side, and on a GPU it multiplies float32 in TF32
@@ -25,7 +25,7 @@ import torch
 import triton  # noqa: F401  (triton.jit, triton.cdiv, triton.next_power_of_2)
 import triton.language as tl
 
-from lab03_triton_lowering.interface import ATTENTION_DTYPES, MAX_HEAD_DIM  # noqa: F401  (given: what it accepts)
+from lab03_triton_lowering.given.interface import ATTENTION_DTYPES, MAX_HEAD_DIM  # noqa: F401  (given: what it accepts)
 from labkit.triton_env import kernel_for  # noqa: F401  (launch the kernel through it: see fused_attention)
 
 

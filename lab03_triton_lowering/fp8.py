@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from lab03_triton_lowering.interface import FP8_DTYPES, FP8_OUT_DTYPES  # noqa: F401  (what the step accepts)
+from lab03_triton_lowering.given.interface import FP8_DTYPES, FP8_OUT_DTYPES  # noqa: F401  (what the step accepts)
 
 
 def check_fp8_arguments(x: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> None:

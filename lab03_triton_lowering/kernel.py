@@ -18,7 +18,7 @@ Rules that hold on both machines you target (the tests check both):
 - On CPU the kernel runs in Triton's interpreter (NumPy). It has no ``libdevice.tanh`` and no
   bf16 arithmetic: write tanh with ``tl.exp``, and convert loads to fp32 before any math.
 - On a GPU the kernel is compiled. A kernel may not read plain Python globals (use literals), and
-  every construct must be Triton, not Python (``python -m lab03_triton_lowering.simulated_gpu kernel``
+  every construct must be Triton, not Python (``python -m lab03_triton_lowering.given.simulated_gpu kernel``
   compiles your launches for an sm_90 GPU without needing one).
 - One process may hold both: a GPU machine runs the CPU tests too. Launch through
   ``labkit.triton_env.kernel_for(kernel, x.device)``, which picks, per launch, the compiled kernel
@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lab03_triton_lowering.interface import GELU_APPROXIMATIONS  # noqa: F401  (given: the GELU forms)
+from lab03_triton_lowering.given.interface import GELU_APPROXIMATIONS  # noqa: F401  (given: the GELU forms)
 from labkit.triton_env import kernel_for  # noqa: F401  (launch the kernel through it: see layernorm_gelu_forward)
 
 #: The largest block one program holds in registers. Rows up to this length are read exactly once;

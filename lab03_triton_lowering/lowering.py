@@ -30,8 +30,8 @@ from torch._inductor import config as inductor_config  # noqa: F401
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files  # noqa: F401
 from torch._inductor.pattern_matcher import Match, PatternMatcherPass, fwd_only, register_replacement  # noqa: F401
 
-from lab03_triton_lowering.interface import AFFINE_FORMS, CountingHandle  # noqa: F401  (given: the affine forms, the handle)
-from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips  # noqa: F401
+from lab03_triton_lowering.given.interface import AFFINE_FORMS, CountingHandle  # noqa: F401  (given: the affine forms, the handle)
+from lab03_triton_lowering.given.round_trips import fwd_only_folding_round_trips  # noqa: F401
 
 from .kernel import GELU_APPROXIMATIONS  # noqa: F401
 from .op import OP_NAMESPACE, SUPPORTED_DTYPES, layernorm_gelu_replacement  # noqa: F401

@@ -20,7 +20,7 @@ Two registrations, one per device, because the two devices need different things
 
 import torch
 
-from lab03_triton_lowering.interface import SUPPORTED_DTYPES  # noqa: F401  (given: the dtypes check_arguments accepts)
+from lab03_triton_lowering.given.interface import SUPPORTED_DTYPES  # noqa: F401  (given: the dtypes check_arguments accepts)
 
 from .kernel import GELU_APPROXIMATIONS, layernorm_gelu_forward  # noqa: F401
 

@@ -26,7 +26,7 @@ from torch._inductor.pattern_matcher import fwd_only
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from lab03_triton_lowering.checks import (
+from lab03_triton_lowering.given.checks import (
     ATTENTION_SHAPES,
     FP8_TOLERANCE,
     HALF_TOLERANCE,
@@ -53,15 +53,21 @@ from lab03_triton_lowering.checks import (
     the_custom_operator,
     with_outliers,
 )
-from lab03_triton_lowering.interface import AFFINE_FORMS, ATTENTION_DTYPES, FP8_DTYPES, FP8_OUT_DTYPES, MAX_HEAD_DIM
-from lab03_triton_lowering.models import (
+from lab03_triton_lowering.given.interface import (
+    AFFINE_FORMS,
+    ATTENTION_DTYPES,
+    FP8_DTYPES,
+    FP8_OUT_DTYPES,
+    MAX_HEAD_DIM,
+)
+from lab03_triton_lowering.given.models import (
     CONTROL_SITE,
     FUSABLE_SITES,
     NON_FUSABLE_SITES,
     FusableSites,
     NonFusableSites,
 )
-from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips
+from lab03_triton_lowering.given.round_trips import fwd_only_folding_round_trips
 from labkit.numerics import output_error, outputs_close
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +329,7 @@ def test_gpu_kernel_matches_pytorch(lab, shape, dtype):
 @pytest.mark.gpu
 @pytest.mark.points(10)
 def test_gpu_fused_kernel_beats_sequential_ops_on_the_spec_shape(lab):
-    from lab03_triton_lowering.benchmark import SPEC_SHAPE, median_ms, sequential
+    from lab03_triton_lowering.given.benchmark import SPEC_SHAPE, median_ms, sequential
 
     x, weight, bias = make_inputs(SPEC_SHAPE, dtype=torch.float16, device="cuda")
     fused = lab.layernorm_gelu(x, weight, bias)

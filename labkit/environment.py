@@ -1,6 +1,6 @@
 """Is this Python the course's environment? If not, say which interpreter to use instead.
 
-Every command of the course (``python -m grader ...``, ``python -m lab02_npu_backend.report``, the
+Every command of the course (``python -m grader ...``, ``python -m lab02_npu_backend.given.report``, the
 benchmarks) needs the packages pinned in ``pyproject.toml`` (torch, pytest-json-report, ...). nox
 installs them once into the shared environment ``.nox/course-env`` (see ``noxfile.py``); a plain
 ``python`` from the shell is usually *another* interpreter, and fails deep inside an import with
@@ -133,7 +133,7 @@ def what_to_run(command: str, nox_session: str | None = None) -> str:
 
 def current_command() -> str:
     """This process's command line after the interpreter and its options
-    (``-m lab02_npu_backend.report --model all``)."""
+    (``-m lab02_npu_backend.given.report --model all``)."""
     argv = list(getattr(sys, "orig_argv", sys.argv))[1:]
     for index, arg in enumerate(argv):
         if arg in ("-m", "-c") or not arg.startswith("-"):
@@ -156,7 +156,7 @@ def require_course_environment(
     """Stop with a clear message when this interpreter lacks the course's packages.
 
     Called first thing by ``python -m grader`` and by each lab's ``__init__`` (so ``python -m
-    lab02_npu_backend.report`` fails before ``import torch`` does). While ``python -m package.module``
+    lab02_npu_backend.given.report`` fails before ``import torch`` does). While ``python -m package.module``
     imports its package, the message is printed and the process exits with status 2 (no traceback to
     read); anywhere else (``python -m grader``, an import inside pytest, a notebook) it raises.
 

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from lab01_fx_passes.capture import capture
-from lab01_fx_passes.checks import (
+from lab01_fx_passes.given.capture import capture
+from lab01_fx_passes.given.checks import (
     RANDOM_LIKE,
     assert_close,
     batch_norms,
@@ -25,8 +25,8 @@ from lab01_fx_passes.checks import (
     inspected,
     node_count,
 )  # fmt: skip
-from lab01_fx_passes.models import TinyResNet, randomize_batch_norm
-from lab01_fx_passes.wrong_folds import wrong_fold
+from lab01_fx_passes.given.models import TinyResNet, randomize_batch_norm
+from lab01_fx_passes.given.wrong_folds import wrong_fold
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs
 

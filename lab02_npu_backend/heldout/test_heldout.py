@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from lab02_npu_backend import coverage
-from lab02_npu_backend.llama_tiny import LlamaConfig, LlamaTiny
+from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.llama_tiny import LlamaConfig, LlamaTiny
 from labkit.numerics import output_error, outputs_close
 
 TOLERANCE = 1e-4
@@ -129,7 +129,9 @@ def test_aten_and_torch_reports_agree_on_another_model(lab):
 
 @pytest.mark.points(2)
 @pytest.mark.area(SHAPES)
-@pytest.mark.filterwarnings("ignore::lab02_npu_backend.coverage.NpuCoverageWarning")  # the NPU computes in float32
+@pytest.mark.filterwarnings(
+    "ignore::lab02_npu_backend.given.coverage.NpuCoverageWarning"
+)  # the NPU computes in float32
 def test_a_float64_model_keeps_float64_precision(lab):
     torch.manual_seed(26)
     model = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 3)).double().eval()
@@ -217,7 +219,7 @@ def test_a_view_taken_before_a_write_sees_it(lab, dialect):
 @pytest.mark.parametrize("dialect", ["torch", "aten"])
 def test_an_encoder_decoder_from_transformers_matches_eager(lab, dialect):
     """T5 with its decoder input shifted right (writes in place on the ids), as the zoo builds it."""
-    from lab02_npu_backend.zoo import build_family
+    from lab02_npu_backend.given.zoo import build_family
 
     case = build_family("t5")
     backend = lab.npu_backend if dialect == "torch" else lab.npu_aot_backend

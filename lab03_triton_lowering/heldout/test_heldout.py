@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch._inductor import config as inductor_config
 
-from lab03_triton_lowering.checks import (
+from lab03_triton_lowering.given.checks import (
     HALF_TOLERANCE,
     TOLERANCE,
     AttentionShape,
@@ -20,7 +20,7 @@ from lab03_triton_lowering.checks import (
     attention_inputs,
     reference,
 )
-from lab03_triton_lowering.interface import ATTENTION_DTYPES
+from lab03_triton_lowering.given.interface import ATTENTION_DTYPES
 from labkit.numerics import output_error, outputs_close
 
 KERNEL = "kernel: other row lengths, eps values and affine parameters"

@@ -31,7 +31,7 @@ def without_site_packages(*command: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("module", ["lab02_npu_backend.report", "lab01_fx_passes.benchmark"])
+@pytest.mark.parametrize("module", ["lab02_npu_backend.given.report", "lab01_fx_passes.given.benchmark"])
 def test_a_lab_script_from_another_python_names_the_course_interpreter(module):
     done = without_site_packages("-m", module, "--help")
     assert done.returncode == 2, done.stderr

@@ -113,9 +113,9 @@ def test_a_style_for_a_node_the_graph_lacks_is_an_error():
 
 
 # -- lab 1: what each pass did ---------------------------------------------------------------------
-from lab01_fx_passes import draw_graphs  # noqa: E402
-from lab01_fx_passes.capture import capture  # noqa: E402
-from lab01_fx_passes.pass_changes import diff_graphs, node_histories, snapshot  # noqa: E402
+from lab01_fx_passes.given import draw_graphs  # noqa: E402
+from lab01_fx_passes.given.capture import capture  # noqa: E402
+from lab01_fx_passes.given.pass_changes import diff_graphs, node_histories, snapshot  # noqa: E402
 
 
 class ReluNeg(nn.Module):
@@ -199,8 +199,8 @@ def test_lab01_without_graphviz_says_how_to_install_it(tmp_path, monkeypatch, ca
 
 
 # -- lab 2: where each node runs -------------------------------------------------------------------
-from lab02_npu_backend import report as lab02_report  # noqa: E402
-from lab02_npu_backend.partition_drawing import draw_model, draw_partitioned, partition_graphs  # noqa: E402
+from lab02_npu_backend.given import report as lab02_report  # noqa: E402
+from lab02_npu_backend.given.partition_drawing import draw_model, draw_partitioned, partition_graphs  # noqa: E402
 
 
 class CumsumBetweenLinears(nn.Module):
@@ -353,7 +353,7 @@ def test_a_large_graph_is_drawn_in_parts_with_an_index(tmp_path, monkeypatch):
 @needs_graphviz
 @pytest.mark.parametrize("name", ["mlp", "transformer-encoder"])
 def test_lab02_pictures_of_the_course_models_are_readable_and_their_legend_true(tmp_path, name):
-    from lab02_npu_backend.models import build_model
+    from lab02_npu_backend.given.models import build_model
 
     lab = load_lab("lab02_npu_backend", "solution")
     case = build_model(name)

@@ -67,7 +67,7 @@ def test_a_compiled_launch_after_an_interpreted_one_in_the_same_process(tmp_path
         tmp_path,
         """
         import labkit.triton_env as triton_env
-        from lab03_triton_lowering.simulated_gpu import CompileOnlyDriver, compile_instead_of_launching
+        from lab03_triton_lowering.given.simulated_gpu import CompileOnlyDriver, compile_instead_of_launching
         x = torch.randn(4, 16); out = torch.empty(4)
         kernel_for(row_sums, "cpu")[(4,)](x, out, N=16)
         triton.runtime.driver.set_active(CompileOnlyDriver())

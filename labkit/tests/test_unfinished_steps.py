@@ -32,7 +32,7 @@ def test_the_step_comes_from_the_todo_or_else_from_the_file():
 
 def test_lab03_benchmark_on_the_starter_ends_in_one_line_naming_step_1(monkeypatch, capsys):
     """On a GPU the starter's first call raises its TODO; the benchmark says which step, no traceback."""
-    from lab03_triton_lowering import benchmark
+    from lab03_triton_lowering.given import benchmark
 
     monkeypatch.setenv("LABKIT_IMPL", "student")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

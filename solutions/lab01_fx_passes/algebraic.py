@@ -21,11 +21,11 @@ and some rewrites that look like identities are not: ``x * 0`` is ``nan`` where 
 ``torch.div(x, 1, rounding_mode="floor")`` is ``floor(x)``. The pass leaves them alone.
 
 The rules (keys of :attr:`simplified`), each checked on a real run of the graph
-(:func:`~lab01_fx_passes.algebra_ops.observe_values` on :attr:`example_inputs`):
+(:func:`~lab01_fx_passes.given.algebra_ops.observe_values` on :attr:`example_inputs`):
 
 - **arithmetic** (``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1``, ``-(-x)``):
   the identity operand is a Python number (``0``, ``-0.0``, ``1``, ``True``; never complex) or a
-  tensor made in the graph by a :data:`~lab01_fx_passes.algebra_ops.CONSTANT_CREATIONS` call from
+  tensor made in the graph by a :data:`~lab01_fx_passes.given.algebra_ops.CONSTANT_CREATIONS` call from
   constant arguments, whose every element is the identity. The result must look exactly like
   ``x`` (same shape, strides, dtype and device: :class:`TensorInfo`), ``x`` must not be complex,
   an addition's zeros must be ``-0.0`` and a subtraction's ``+0.0`` on floating ``x`` (unless
@@ -53,7 +53,7 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.algebra_ops import (
+from lab01_fx_passes.given.algebra_ops import (
     ADD_ZERO,
     ADDITIONS,
     CHANGES_DTYPE,
@@ -81,8 +81,8 @@ from lab01_fx_passes.algebra_ops import (
     AlgebraicSimplifierBase,
     observe_values,
 )
-from lab01_fx_passes.graph_tools import OpName, TensorInfo, writes_in_place
-from lab01_fx_passes.pass_report import unchanged
+from lab01_fx_passes.given.graph_tools import OpName, TensorInfo, writes_in_place
+from lab01_fx_passes.given.pass_report import unchanged
 
 from .op_names import op_name
 
@@ -115,7 +115,7 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
 
     Modifies ``gm`` in place; returns ``PassResult(gm, True)`` when a node was replaced, otherwise
     ``unchanged(gm, reason)`` naming why each identity found was left alone. Given
-    (:class:`~lab01_fx_passes.algebra_ops.AlgebraicSimplifierBase`): :attr:`example_inputs`,
+    (:class:`~lab01_fx_passes.given.algebra_ops.AlgebraicSimplifierBase`): :attr:`example_inputs`,
     :attr:`keep_signed_zeros`, the counters :attr:`simplified` (rule -> count) and :attr:`skipped`
     (reason -> count), :attr:`simplified_count` and :meth:`why_unchanged`.
     """

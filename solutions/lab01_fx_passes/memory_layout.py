@@ -47,8 +47,8 @@ from torch import fx, nn
 from torch.fx.node import map_arg
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import add_attribute, call_argument, fetch_attr, writes_in_place
-from lab01_fx_passes.interface import (
+from lab01_fx_passes.given.graph_tools import add_attribute, call_argument, fetch_attr, writes_in_place
+from lab01_fx_passes.given.interface import (
     ATEN_CONV2DS,
     TORCH_CONV2DS,
     VIEW_MODIFIED_IN_PLACE,
@@ -58,7 +58,7 @@ from lab01_fx_passes.interface import (
     contiguous_output,
     is_view,
 )
-from lab01_fx_passes.pass_report import unchanged
+from lab01_fx_passes.given.pass_report import unchanged
 
 from .freezing import shares_memory_with
 from .op_names import op_name
@@ -102,7 +102,7 @@ class ChannelsLastConverter(ChannelsLastConverterBase):
     constants, never changed ones), returns ``PassResult(gm, modified)``; :attr:`converted_count`
     says how many convolutions were converted, :attr:`reshaped_count` how many views became
     reshapes, :attr:`skipped` why the other convolutions were left alone (reason -> count). Given
-    (:class:`~lab01_fx_passes.interface.ChannelsLastConverterBase`): the three counters, set by the
+    (:class:`~lab01_fx_passes.given.interface.ChannelsLastConverterBase`): the three counters, set by the
     constructor, and :meth:`why_unchanged`.
     """
 

@@ -49,7 +49,7 @@ every activation to oneDNN's own blocked layout and back.
 - *Weights that are graph inputs* (Dynamo before freezing): nothing to pack once for all calls.
 
 What each convolution is (input shape, output layout, dtype, device) is observed on one run of the
-graph on the example inputs (:func:`~lab01_fx_passes.graph_tools.observe_tensors`): the same in
+graph on the example inputs (:func:`~lab01_fx_passes.given.graph_tools.observe_tensors`): the same in
 every dialect, and true of the graph as the earlier passes left it.
 
 The price: the graph holds opaque oneDNN tensors, so it cannot be deep-copied, saved with
@@ -66,8 +66,8 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import TensorInfo, add_attribute, call_argument, fetch_attr, observe_tensors
-from lab01_fx_passes.onednn_ops import (  # noqa: F401  (the operators, reasons and record this pass uses)
+from lab01_fx_passes.given.graph_tools import TensorInfo, add_attribute, call_argument, fetch_attr, observe_tensors
+from lab01_fx_passes.given.onednn_ops import (  # noqa: F401  (the operators, reasons and record this pass uses)
     ATEN_CONV2D,
     ATEN_CONVOLUTION,
     AUTOGRAD,
@@ -101,7 +101,7 @@ from lab01_fx_passes.onednn_ops import (  # noqa: F401  (the operators, reasons 
     onednn_dtypes,
     pair,
 )
-from lab01_fx_passes.pass_report import unchanged
+from lab01_fx_passes.given.pass_report import unchanged
 
 from .op_names import op_name
 from .pass_manager import PassManager
@@ -175,7 +175,7 @@ class OneDNNLowering(OneDNNLoweringBase):
     (:data:`CONV`, :data:`CONV_RELU`, :data:`CONV_ADD`, :data:`CONV_ADD_RELU`); :attr:`skipped`
     says why other convolutions were left alone, :attr:`unfused` why a ReLU or add after a lowered
     convolution stayed a separate node (reason -> count). Given
-    (:class:`~lab01_fx_passes.onednn_ops.OneDNNLoweringBase`): the constructor, which keeps
+    (:class:`~lab01_fx_passes.given.onednn_ops.OneDNNLoweringBase`): the constructor, which keeps
     ``self.example_inputs`` (a tuple or None) and sets up the three counters, :attr:`lowered_count`,
     :meth:`why_unchanged` and the name ``"lower_to_onednn"``.
     """

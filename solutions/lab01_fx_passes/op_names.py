@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import torch
 from torch import fx, nn
 
-from lab01_fx_passes.graph_tools import OpName, call_argument
+from lab01_fx_passes.given.graph_tools import OpName, call_argument
 
 
 def _split_in_place(name: str) -> tuple[str, bool]:

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import add_attribute
-from lab01_fx_passes.interface import ACTIVATIONS, OpReplacerBase
+from lab01_fx_passes.given.graph_tools import add_attribute
+from lab01_fx_passes.given.interface import ACTIVATIONS, OpReplacerBase
 
 from .op_names import op_name
 
@@ -83,7 +83,7 @@ class OpReplacer(OpReplacerBase):
     Modifies ``gm`` in place and returns ``PassResult(gm, modified)``; :attr:`replaced_count` says
     how many nodes were replaced. The pass changes the model's outputs on purpose:
     ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows. Given
-    (:class:`~lab01_fx_passes.interface.OpReplacerBase`): ``changes_semantics`` and :attr:`name`.
+    (:class:`~lab01_fx_passes.given.interface.OpReplacerBase`): ``changes_semantics`` and :attr:`name`.
 
     Raises:
         TypeError: if ``mapping`` is not a mapping of strings to strings.

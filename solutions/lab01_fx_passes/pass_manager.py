@@ -35,7 +35,7 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.pass_report import (
+from lab01_fx_passes.given.pass_report import (
     Pass,
     PassReport,
     PassValidationError,

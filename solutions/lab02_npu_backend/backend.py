@@ -6,7 +6,7 @@ A ``torch.compile`` backend is a function ``(GraphModule, example_inputs) -> cal
 2. partitions the graph (:mod:`.partition`): NPU partitions become ``call_module`` submodules;
 3. replaces each partition with an :class:`NpuPartition` that lowers it to an NPU program on first
    use for each input shape (:mod:`.lowering`) and runs it on the :class:`~.simulator.NpuSimulator`;
-4. records the graph's coverage (:func:`lab02_npu_backend.coverage.record`) for reports.
+4. records the graph's coverage (:func:`lab02_npu_backend.given.coverage.record`) for reports.
 
 Training: the simulator's outputs carry no autograd history, so a plain backend would return
 tensors whose gradients are silently missing. When gradients are needed the backend goes through
@@ -24,8 +24,8 @@ from torch import fx, nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from lab02_npu_backend import coverage
-from lab02_npu_backend.coverage import GraphBreak, PartitionReport
+from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.coverage import GraphBreak, PartitionReport
 
 from .lowering import lower_to_program
 from .partition import partition_for_npu

@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from lab02_npu_backend.graphs import fake_node_values, is_number, target_name
-from lab02_npu_backend.ir import Program
-from lab02_npu_backend.program_builder import (  # noqa: F401
+from lab02_npu_backend.given.graphs import fake_node_values, is_number, target_name
+from lab02_npu_backend.given.ir import Program
+from lab02_npu_backend.given.program_builder import (  # noqa: F401
     LowerFn,
     LoweringError,
     ProgramBuilder,

@@ -13,7 +13,7 @@ run that read after the write: a silently wrong answer. So the writes of a graph
 them (the partitioning twin of lab 1's single-user check: a node joins a partition only when no
 other reader can see the difference):
 
-1. a *shared* write (one that someone else can observe, :mod:`lab02_npu_backend.mutation`) runs on
+1. a *shared* write (one that someone else can observe, :mod:`lab02_npu_backend.given.mutation`) runs on
    the CPU, and so does every node whose value is the written tensor (or a view of it) before the
    write: on the NPU a view is a copy, and a copy does not see a later write;
 2. no partition spans a write that runs on the CPU: the partitioner's proposals are cut there, so
@@ -36,10 +36,10 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase, chain, create_op_support
 
-from lab02_npu_backend.coverage import GraphCoverage, NodeDecision, NpuCoverageWarning, collecting
-from lab02_npu_backend.graphs import compute_nodes, graph_dialect, is_tuple_unpack, node_flops, target_name
-from lab02_npu_backend.mutation import TensorWrite, find_tensor_writes
-from lab02_npu_backend.partition_tools import (
+from lab02_npu_backend.given.coverage import GraphCoverage, NodeDecision, NpuCoverageWarning, collecting
+from lab02_npu_backend.given.graphs import compute_nodes, graph_dialect, is_tuple_unpack, node_flops, target_name
+from lab02_npu_backend.given.mutation import TensorWrite, find_tensor_writes
+from lab02_npu_backend.given.partition_tools import (
     NPU_SUBMODULE_PREFIX,
     NpuPartitioning,
     calls_only,

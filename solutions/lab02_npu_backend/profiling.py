@@ -26,13 +26,13 @@ The cost model (the NPU has no views: every instruction reads its operands and w
 
 - **bytes**: each tensor operand's ``nbytes`` read (each tensor of a list too; scalars and omitted
   operands move nothing), the result's ``nbytes`` written;
-- **FLOPs**, as :mod:`lab02_npu_backend.flops` counts them (2 per multiply-add):
+- **FLOPs**, as :mod:`lab02_npu_backend.given.flops` counts them (2 per multiply-add):
   ``matmul`` ``2 * result.numel() * K`` (K: ``a``'s last dimension); ``conv2d``
   ``2 * result.numel() * (weight.numel() / out_channels)`` (the bias is not counted, as PyTorch's
   ``FlopCounterMode`` does not); ``add``, ``mul``, ``rsqrt``, ``activation``: one per result element;
   ``mean``: one per input element; ``softmax``, ``layernorm``, ``rmsnorm``: their
-  :data:`~lab02_npu_backend.profiling_tools.FUSED_FLOPS_PER_ELEMENT` per input element; the
-  data-movement ops (:data:`~lab02_npu_backend.profiling_tools.DATA_MOVEMENT_OPS`): 0.
+  :data:`~lab02_npu_backend.given.profiling_tools.FUSED_FLOPS_PER_ELEMENT` per input element; the
+  data-movement ops (:data:`~lab02_npu_backend.given.profiling_tools.DATA_MOVEMENT_OPS`): 0.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from typing import Any
 
 import torch
 
-from lab02_npu_backend.ir import Program, ProgramError, instruction_label
-from lab02_npu_backend.isa import Isa
-from lab02_npu_backend.profiling_tools import (
+from lab02_npu_backend.given.ir import Program, ProgramError, instruction_label
+from lab02_npu_backend.given.isa import Isa
+from lab02_npu_backend.given.profiling_tools import (
     DATA_MOVEMENT_OPS,
     FUSED_FLOPS_PER_ELEMENT,
     InstructionRecord,
@@ -95,8 +95,8 @@ def instruction_flops(op: str, operands: Sequence[Any], attrs: dict[str, Any], r
 class ProfiledProgram:
     """A validated program run one timed instruction at a time: ``profiled(*inputs) -> outputs``.
 
-    Each run records one :class:`~lab02_npu_backend.profiling_tools.InstructionRecord` per instruction
-    into the active profile (:func:`~lab02_npu_backend.profiling_tools.active_profile`; none outside a
+    Each run records one :class:`~lab02_npu_backend.given.profiling_tools.InstructionRecord` per instruction
+    into the active profile (:func:`~lab02_npu_backend.given.profiling_tools.active_profile`; none outside a
     ``with profile_npu()`` block), inside ``record_function`` scopes for ``torch.profiler``.
 
     Args:

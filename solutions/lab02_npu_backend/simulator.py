@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label
-from lab02_npu_backend.isa import (
+from lab02_npu_backend.given.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program, ProgramError, instruction_label
+from lab02_npu_backend.given.isa import (
     ATTRIBUTE_TYPES,
     DTYPES,
     Isa,
@@ -251,7 +251,7 @@ class NpuSimulator:
     """Validates and runs NPU programs against an ISA.
 
     Args:
-        isa: a loaded :class:`~lab02_npu_backend.isa.Isa`, a path to an ISA JSON file (loaded and
+        isa: a loaded :class:`~lab02_npu_backend.given.isa.Isa`, a path to an ISA JSON file (loaded and
             validated now: a broken file raises ``IsaError``), or ``None`` for the lab's ``isa.json``.
 
     Raises:

@@ -30,9 +30,9 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.passes.operator_support import OperatorSupport
 
-from lab02_npu_backend.graphs import is_number, is_tuple_unpack, node_arg, node_value, target_name, tensors_in
-from lab02_npu_backend.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa
-from lab02_npu_backend.support_tools import Constraint, SupportTable, Target, only_first_output_used, pow_check
+from lab02_npu_backend.given.graphs import is_number, is_tuple_unpack, node_arg, node_value, target_name, tensors_in
+from lab02_npu_backend.given.isa import DTYPE_NAMES, SHAPE_ONLY_OPS, Isa, default_isa
+from lab02_npu_backend.given.support_tools import Constraint, SupportTable, Target, only_first_output_used, pow_check
 
 aten = torch.ops.aten
 

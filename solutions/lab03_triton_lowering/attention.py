@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lab03_triton_lowering.interface import ATTENTION_DTYPES, MAX_HEAD_DIM
+from lab03_triton_lowering.given.interface import ATTENTION_DTYPES, MAX_HEAD_DIM
 from labkit.triton_env import kernel_for
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from lab03_triton_lowering.interface import FP8_DTYPES, FP8_OUT_DTYPES
+from lab03_triton_lowering.given.interface import FP8_DTYPES, FP8_OUT_DTYPES
 
 from .kernel import layernorm_gelu_forward
 from .op import check_arguments

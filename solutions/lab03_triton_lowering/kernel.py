@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lab03_triton_lowering.interface import GELU_APPROXIMATIONS  # noqa: F401  (op.py and lowering.py read it here)
+from lab03_triton_lowering.given.interface import GELU_APPROXIMATIONS  # noqa: F401  (op.py and lowering.py read it here)
 from labkit.triton_env import kernel_for
 
 #: The widest block: rows up to this length are held in registers and read once; longer rows are
@@ -35,7 +35,7 @@ from labkit.triton_env import kernel_for
 #: programs fit on an SM).
 MAX_BLOCK_SIZE = 4096
 #: Rows per program and warps per program for a row held in one block, by block width: the fastest
-#: configuration of ``python -m lab03_triton_lowering.benchmark --tune`` on an H200 (float16, 65536
+#: configuration of ``python -m lab03_triton_lowering.given.benchmark --tune`` on an H200 (float16, 65536
 #: rows). Narrower blocks take :data:`NARROW_BLOCK_ELEMENTS` elements per program with 4 warps.
 SINGLE_TILE_LAUNCH = {4096: (2, 8), 2048: (2, 4)}
 NARROW_BLOCK_ELEMENTS = 8192

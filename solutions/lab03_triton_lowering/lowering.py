@@ -22,7 +22,7 @@ Two things this file does that the pattern matcher does not do for us:
 
 - **Half precision, with or without the round trip.** Whether the model's graph still rounds
   the LayerNorm output to fp16 before GELU depends on the PyTorch release (see
-  :mod:`lab03_triton_lowering.round_trips`), so every half-precision pattern is registered
+  :mod:`lab03_triton_lowering.given.round_trips`), so every half-precision pattern is registered
   twice: as traced, and with the round trip folded away. The kernel rounds once, on its store,
   which is what Inductor computes in the folded case and closer to fp32 than eager in the other.
 - **A count that survives Inductor's caches.** A compile served from the FX graph cache (or
@@ -45,8 +45,8 @@ from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._inductor.pattern_matcher import Match, PatternMatcherPass, fwd_only, register_replacement
 
-from lab03_triton_lowering.interface import AFFINE_FORMS, CountingHandle
-from lab03_triton_lowering.round_trips import fwd_only_folding_round_trips
+from lab03_triton_lowering.given.interface import AFFINE_FORMS, CountingHandle
+from lab03_triton_lowering.given.round_trips import fwd_only_folding_round_trips
 
 from .kernel import GELU_APPROXIMATIONS
 from .op import OP_NAMESPACE, SUPPORTED_DTYPES, layernorm_gelu_replacement

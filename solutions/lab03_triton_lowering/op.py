@@ -20,7 +20,7 @@ Two registrations, one per device, because the two devices need different things
 
 import torch
 
-from lab03_triton_lowering.interface import SUPPORTED_DTYPES
+from lab03_triton_lowering.given.interface import SUPPORTED_DTYPES
 from labkit.triton_env import traced
 
 from .kernel import GELU_APPROXIMATIONS, layernorm_gelu_forward

@@ -38,7 +38,7 @@ def test_instructor_sections_are_stripped_and_unbalanced_markers_refused():
     "line, shown",
     [
         ("nox -s lab01 -- --impl=solution", True),
-        ("LABKIT_IMPL=solution python -m lab01_fx_passes.benchmark", True),
+        ("LABKIT_IMPL=solution python -m lab01_fx_passes.given.benchmark", True),
         ("python3 -m nox -s grade", True),
         ("nox -s lab01 tests", True),
         ("python -m grader batch CLASS --out graded", True),
@@ -53,11 +53,11 @@ def test_reference_mentions_find_instructor_commands_only(line, shown):
 
 
 def test_documented_commands_come_from_shell_blocks_and_inline_code():
-    text = """Run `nox -s lab01` or `python -m lab02_npu_backend.report --model all`; `torch.compile(m)` is code.
+    text = """Run `nox -s lab01` or `python -m lab02_npu_backend.given.report --model all`; `torch.compile(m)` is code.
 
 ```bash
 python3 -m pip install nox && python3 -m nox -s grade-me   # comment
-LABKIT_IMPL=student python -m lab01_fx_passes.benchmark --quick
+LABKIT_IMPL=student python -m lab01_fx_passes.given.benchmark --quick
 cd somewhere
 ```
 
@@ -68,10 +68,10 @@ nox -s not-a-command-either
 """
     assert documented_commands(text) == [
         "nox -s lab01",
-        "python -m lab02_npu_backend.report --model all",
+        "python -m lab02_npu_backend.given.report --model all",
         "python3 -m pip install nox",
         "python3 -m nox -s grade-me",
-        "LABKIT_IMPL=student python -m lab01_fx_passes.benchmark --quick",
+        "LABKIT_IMPL=student python -m lab01_fx_passes.given.benchmark --quick",
     ]
 
 
@@ -90,8 +90,8 @@ nox -s not-a-command-either
         ("nox -s draw-lab01", (PY, "-m", "nox", "-s", "draw-lab01"), "runs", ""),
         ("nox -s bench-lab01 -- --quick", (PY, "-m", "nox", "-s", "bench-lab01", "--", "--quick"), "runs", ""),
         (
-            "python -m lab02_npu_backend.report --model all",
-            (PY, "-m", "lab02_npu_backend.report", "--model", "all"),
+            "python -m lab02_npu_backend.given.report --model all",
+            (PY, "-m", "lab02_npu_backend.given.report", "--model", "all"),
             "runs",
             "",
         ),
@@ -106,7 +106,7 @@ nox -s not-a-command-either
         ("nox -s labNN", (), "parses", "a template (labNN stands for a value)"),
         ("nox -s lab01 -- --step N", (), "parses", "a template (N stands for a value)"),
         (
-            "python -m lab01_fx_passes.draw_graphs --model <name>",
+            "python -m lab01_fx_passes.given.draw_graphs --model <name>",
             (),
             "parses",
             "a template (<name> stands for a value)",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab01_fx_passes import benchmark as lab01_benchmark
+from lab01_fx_passes.given import benchmark as lab01_benchmark
 from labkit.bench import INCONCLUSIVE, MET, MISSED, Timing
 
 
@@ -76,7 +76,7 @@ def test_lab01_agreement_is_decided_on_the_spec_set_only(disagreements, images, 
 # -- The script end to end, on the reference, in its smallest form (wiring, not speed) -----------
 def test_lab01_benchmark_writes_timings_with_spread_targets_and_a_chart(tmp_path, monkeypatch, capsys):
     """The whole script on a small ResNet (ResNet-50 takes minutes): every table, the JSON and the PNG."""
-    from lab01_fx_passes.models import TinyResNet, randomize_batch_norm
+    from lab01_fx_passes.given.models import TinyResNet, randomize_batch_norm
 
     monkeypatch.setenv("LABKIT_IMPL", "solution")
     monkeypatch.setattr(lab01_benchmark, "build_resnet50", lambda weights: randomize_batch_norm(TinyResNet(), 0).eval())

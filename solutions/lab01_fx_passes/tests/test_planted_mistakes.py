@@ -15,9 +15,9 @@ from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes import test_lab
-from lab01_fx_passes.capture import ATEN_DIALECTS, capture
-from lab01_fx_passes.checks import ATOL, RTOL, conv_bn_model, conv_input
-from lab01_fx_passes.models import ConstantsSharingMemoryWithWrites, ConvBNStack, ViewsOfWrittenMemory
+from lab01_fx_passes.given.capture import ATEN_DIALECTS, capture
+from lab01_fx_passes.given.checks import ATOL, RTOL, conv_bn_model, conv_input
+from lab01_fx_passes.given.models import ConstantsSharingMemoryWithWrites, ConvBNStack, ViewsOfWrittenMemory
 from labkit.impl import load_lab
 from labkit.numerics import output_error
 

@@ -27,8 +27,8 @@ import pytest
 import torch
 from torch import fx, nn
 
-from lab01_fx_passes.capture import CapturedGraph, capture
-from lab01_fx_passes.checks import (
+from lab01_fx_passes.given.capture import CapturedGraph, capture
+from lab01_fx_passes.given.checks import (
     BATCH_NORM_FUNCTIONS,
     CONVOLUTION_FUNCTIONS,
     batch_norms,

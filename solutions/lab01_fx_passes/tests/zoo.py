@@ -16,8 +16,8 @@ import torch
 import torchvision
 from torch import nn
 
-from lab01_fx_passes.capture import DIALECTS
-from lab01_fx_passes.models import randomize_batch_norm
+from lab01_fx_passes.given.capture import DIALECTS
+from lab01_fx_passes.given.models import randomize_batch_norm
 
 #: Every classification model torchvision ships, in its own order.
 MODELS: tuple[str, ...] = tuple(torchvision.models.list_models(module=torchvision.models))

@@ -2,8 +2,8 @@
 
 import json
 
-from lab02_npu_backend import benchmark as lab02_benchmark
-from lab02_npu_backend.models import STANDARD_MODELS
+from lab02_npu_backend.given import benchmark as lab02_benchmark
+from lab02_npu_backend.given.models import STANDARD_MODELS
 from labkit.bench import INCONCLUSIVE, MET, MISSED, Timing
 
 

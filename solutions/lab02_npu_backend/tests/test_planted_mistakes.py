@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lab02_npu_backend.test_lab as graded
-from lab02_npu_backend.ir import ProgramError
+from lab02_npu_backend.given.ir import ProgramError
 from labkit.impl import load_lab
 
 
@@ -66,8 +66,8 @@ def _gelu_as_relu(b, out, input, approximate="none"):
 
 @pytest.mark.parametrize("dialect", ["torch", "aten"])
 def test_a_wrong_lowering_is_named_with_its_partition_and_node(reference, monkeypatch, dialect):
-    from lab02_npu_backend.divergence import diagnose_model
-    from lab02_npu_backend.models import build_model
+    from lab02_npu_backend.given.divergence import diagnose_model
+    from lab02_npu_backend.given.models import build_model
 
     case = build_model("mlp")
     assert "no node" in diagnose_model(reference, case.model, case.example_inputs, dialect)
@@ -82,7 +82,7 @@ def test_a_wrong_lowering_is_named_with_its_partition_and_node(reference, monkey
 
 
 def test_an_ordering_bug_is_named_on_the_cpu_with_every_partition_right(reference, monkeypatch):
-    from lab02_npu_backend.divergence import diagnose_model
+    from lab02_npu_backend.given.divergence import diagnose_model
 
     monkeypatch.setattr(reference.partition, "pin_cpu_writes", lambda writes, reasons, order: {})
     monkeypatch.setattr(reference.partition, "split_at_writes", lambda partitions, cpu_writes, order: list(partitions))
@@ -205,7 +205,7 @@ def test_traffic_that_skips_a_list_operand_fails_the_cost_model_test(reference, 
 
 def test_recording_without_a_profile_block_fails(reference, monkeypatch):
     """A profiled program that records into one global profile, whether or not a block is open."""
-    from lab02_npu_backend.profiling_tools import NpuProfile
+    from lab02_npu_backend.given.profiling_tools import NpuProfile
 
     always = NpuProfile()
     graded.test_profiling_records_every_instruction_and_keeps_the_answer(reference, "mlp")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._inductor import config as inductor_config
 
-from lab03_triton_lowering import benchmark
+from lab03_triton_lowering.given import benchmark
 from labkit.bench import INCONCLUSIVE, MET, MISSED, Timing
 from labkit.impl import load_lab
 

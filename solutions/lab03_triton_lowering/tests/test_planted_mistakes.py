@@ -191,7 +191,7 @@ DIAGONAL_MASKED_OUT = (Mistake("attention.py", "(keys[None, :] <= rows[:, None])
 
 
 def test_a_causal_mask_without_the_diagonal_fails_naming_the_diagonal(tmp_path):
-    from lab03_triton_lowering.checks import ATTENTION_SHAPES
+    from lab03_triton_lowering.given.checks import ATTENTION_SHAPES
 
     run = run_with(tmp_path, DIAGONAL_MASKED_OUT, "keeps_the_diagonal or around_block_boundaries")
     assert sorted(run.failed) == sorted(

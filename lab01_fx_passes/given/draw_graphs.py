@@ -1,12 +1,12 @@
 """Draw a model's graph before and after the lab's pipeline, per dialect, with what each pass did marked.
 
-    python -m lab01_fx_passes.draw_graphs --model tiny_resnet --dialect all
-    python -m lab01_fx_passes.draw_graphs --model linear_gelu_mlp --dialect make_fx
-    python -m lab01_fx_passes.draw_graphs --model resnet50 --dialect symbolic_trace --full-labels
+    python -m lab01_fx_passes.given.draw_graphs --model tiny_resnet --dialect all
+    python -m lab01_fx_passes.given.draw_graphs --model linear_gelu_mlp --dialect make_fx
+    python -m lab01_fx_passes.given.draw_graphs --model resnet50 --dialect symbolic_trace --full-labels
 
-For each dialect the model is captured (:mod:`lab01_fx_passes.capture`), the selected
+For each dialect the model is captured (:mod:`lab01_fx_passes.given.capture`), the selected
 implementation's ``default_pipeline`` runs on a copy of the graph with every pass recorded
-(:mod:`lab01_fx_passes.pass_changes`), and two pictures are drawn with PyTorch's ``FxGraphDrawer``
+(:mod:`lab01_fx_passes.given.pass_changes`), and two pictures are drawn with PyTorch's ``FxGraphDrawer``
 (:mod:`labkit.graph_drawing`):
 
 - ``<dialect>-before``: the captured graph; a node a pass later removed or changed has that pass's
@@ -35,9 +35,15 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from lab01_fx_passes.capture import DIALECTS, capture
-from lab01_fx_passes.models import ConvBNStack, LinearGeluMLP, TinyResNet, large_output_resnet50, randomize_batch_norm
-from lab01_fx_passes.pass_changes import Event, NodeHistories, PassChanges, node_histories, run_recorded
+from lab01_fx_passes.given.capture import DIALECTS, capture
+from lab01_fx_passes.given.models import (
+    ConvBNStack,
+    LinearGeluMLP,
+    TinyResNet,
+    large_output_resnet50,
+    randomize_batch_norm,
+)
+from lab01_fx_passes.given.pass_changes import Event, NodeHistories, PassChanges, node_histories, run_recorded
 from labkit.graph_drawing import GRAPHVIZ_MISSING, PALETTE, Drawing, NodeStyle, graphviz_available, write_graph
 from labkit.impl import load_lab, selected_impl
 from labkit.step_summary import shorten

@@ -16,7 +16,7 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassBase
 
-from lab01_fx_passes.pass_report import explain_skips
+from lab01_fx_passes.given.pass_report import explain_skips
 
 # -- What each identity is about, by op_name(...).name ------------------------------------------------
 #: ``x + 0`` and ``0 + x`` (``operator.add``, ``torch.add``, ``x.add(0)``, ``aten.add.Tensor``/``.Scalar``).

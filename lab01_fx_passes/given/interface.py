@@ -13,7 +13,7 @@ Each file you write imports the part of this module it needs, so the names you u
   you write subclasses it and adds the algorithm: call ``super().__init__(...)`` first in your
   constructor.
 
-Step 10's counterpart is :mod:`lab01_fx_passes.onednn_ops`.
+Step 10's counterpart is :mod:`lab01_fx_passes.given.onednn_ops`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from lab01_fx_passes.graph_tools import is_module_state
-from lab01_fx_passes.pass_report import explain_skips, unchanged
+from lab01_fx_passes.given.graph_tools import is_module_state
+from lab01_fx_passes.given.pass_report import explain_skips, unchanged
 
 aten = torch.ops.aten
 

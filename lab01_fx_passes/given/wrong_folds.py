@@ -28,7 +28,7 @@ from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
-from lab01_fx_passes.graph_tools import add_attribute
+from lab01_fx_passes.given.graph_tools import add_attribute
 
 #: BN statistics ``(mean, var, eps, gamma, beta)`` -> what the wrong fold uses instead.
 Statistics = tuple[torch.Tensor, torch.Tensor, float, torch.Tensor, torch.Tensor]

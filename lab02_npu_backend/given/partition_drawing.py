@@ -1,6 +1,6 @@
 """Pictures of partitioned graphs: where each node runs, in which NPU partition, and why the rest fall back.
 
-``python -m lab02_npu_backend.report --model resnet18 --draw`` draws, for every graph the backend
+``python -m lab02_npu_backend.given.report --model resnet18 --draw`` draws, for every graph the backend
 receives, the graph as it arrived, with:
 
 - each **NPU partition** (a fused submodule of ``partition_for_npu``) in a box of its own, its
@@ -9,7 +9,7 @@ receives, the graph as it arrived, with:
 - each **elided** node (it does no work anywhere: outside the NPU fraction) grey, with the reason;
 - everything else (inputs, outputs, parameters, tuple unpacking) white.
 
-The graphs are captured once more for the picture (:func:`lab02_npu_backend.graphs.capture_graphs`,
+The graphs are captured once more for the picture (:func:`lab02_npu_backend.given.graphs.capture_graphs`,
 the graphs a backend receives in each dialect) and partitioned by the selected implementation's
 ``partition_for_npu`` with its ``support_for_dialect`` table, exactly as its ``compile_graph`` does,
 on a copy: the picture shows the graph before partitioning, coloured by what partitioning decided.
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from lab02_npu_backend.coverage import GraphCoverage, NpuCoverageWarning
-from lab02_npu_backend.graphs import capture_graphs
+from lab02_npu_backend.given.coverage import GraphCoverage, NpuCoverageWarning
+from lab02_npu_backend.given.graphs import capture_graphs
 from labkit.graph_drawing import Cluster, Drawing, NodeStyle, write_graph
 
 #: Fills of the NPU partitions' nodes, in turn: shades of the NPU's green (neighbouring partitions differ).
@@ -46,7 +46,7 @@ class PartitionedGraph:
         dialect: ``"torch"`` or ``"aten"``.
         graph_module: the graph as the backend received it (not partitioned).
         partitions: NPU submodule name -> the names of the nodes it holds (in ``graph_module``).
-        coverage: the partitioning's :class:`~lab02_npu_backend.coverage.GraphCoverage`.
+        coverage: the partitioning's :class:`~lab02_npu_backend.given.coverage.GraphCoverage`.
         weights: the placeholders that bring the model's parameters and buffers (collapsed in pictures).
     """
 

@@ -18,9 +18,9 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassBase
 
-from lab01_fx_passes.graph_tools import OpName
-from lab01_fx_passes.interface import NO_CONVOLUTIONS, WEIGHTS_ARE_INPUTS  # noqa: F401  (shared with steps 1 and 6)
-from lab01_fx_passes.pass_report import explain_skips
+from lab01_fx_passes.given.graph_tools import OpName
+from lab01_fx_passes.given.interface import NO_CONVOLUTIONS, WEIGHTS_ARE_INPUTS  # noqa: F401  (shared with steps 1 and 6)
+from lab01_fx_passes.given.pass_report import explain_skips
 
 aten = torch.ops.aten
 mkldnn = torch.ops.mkldnn
@@ -42,7 +42,8 @@ TORCH_CONV2D = torch.conv2d
 CONV, CONV_RELU, CONV_ADD, CONV_ADD_RELU = "conv", "conv+relu", "conv+add", "conv+add+relu"
 
 #: Why a convolution was left alone (the keys of :attr:`OneDNNLowering.skipped`; also
-#: :data:`~lab01_fx_passes.interface.WEIGHTS_ARE_INPUTS` and :data:`~lab01_fx_passes.interface.NO_CONVOLUTIONS`).
+#: :data:`~lab01_fx_passes.given.interface.WEIGHTS_ARE_INPUTS` and
+#: :data:`~lab01_fx_passes.given.interface.NO_CONVOLUTIONS`).
 NO_EXAMPLE_INPUTS = "no example inputs: the input shapes and layouts are unknown (OneDNNLowering(example_inputs))"
 NO_ONEDNN = "this PyTorch has no oneDNN (torch.backends.mkldnn.is_available() is False)"
 TRAINING = "its module is in training mode: the fused kernels have no backward"

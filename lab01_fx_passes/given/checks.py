@@ -35,11 +35,11 @@ from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_leaves
 
-from lab01_fx_passes.capture import CapturedGraph, capture
-from lab01_fx_passes.fused_ops import LINEAR_GELU
-from lab01_fx_passes.graph_tools import OpName, fetch_attr
-from lab01_fx_passes.models import TinyResNet, eps_sensitive_batch_norm, randomize_batch_norm
-from lab01_fx_passes.pass_report import reason_of
+from lab01_fx_passes.given.capture import CapturedGraph, capture
+from lab01_fx_passes.given.fused_ops import LINEAR_GELU
+from lab01_fx_passes.given.graph_tools import OpName, fetch_attr
+from lab01_fx_passes.given.models import TinyResNet, eps_sensitive_batch_norm, randomize_batch_norm
+from lab01_fx_passes.given.pass_report import reason_of
 from labkit.fx_nodes import code_matches_graph
 from labkit.numerics import output_error, outputs_close, run_in_float64
 

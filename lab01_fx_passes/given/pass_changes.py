@@ -29,8 +29,8 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.graph_tools import fetch_attr
-from lab01_fx_passes.pass_report import Pass, pass_name
+from lab01_fx_passes.given.graph_tools import fetch_attr
+from lab01_fx_passes.given.pass_report import Pass, pass_name
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ device. One program is one NPU partition of an FX graph::
 
 Rules (the simulator enforces them, naming the instruction that breaks one):
 
-- ``op`` is an op of the ISA (:mod:`lab02_npu_backend.isa`); ``inputs`` follow the op's operand list:
+- ``op`` is an op of the ISA (:mod:`lab02_npu_backend.given.isa`); ``inputs`` follow the op's operand list:
   a tensor name for a ``tensor`` operand, a tensor name or a JSON number for ``tensor_or_scalar``,
   a list of names for ``tensor_list``, ``null`` for an omitted optional operand.
 - ``attrs`` holds only attributes the op declares, with the declared types; required ones present.

@@ -15,7 +15,7 @@ GPU they run the real thing instead.
 
 ``inductor``
     Simulated: PyTorch's device queries are answered for the same GPU, the test model
-    :class:`~lab03_triton_lowering.models.FusableSites` is built in float16 and bfloat16 on (fake)
+    :class:`~lab03_triton_lowering.given.models.FusableSites` is built in float16 and bfloat16 on (fake)
     CUDA tensors, and Inductor compiles it with your lowering installed, up to its generated Python
     code. Real GPU: the model is compiled and run on CUDA. Either way the check reads that code:
     every site must launch your Triton kernel (compiled *by Inductor*), not call an opaque operator.
@@ -38,11 +38,11 @@ GPU they run the real thing instead.
 
 Usage::
 
-    python -m lab03_triton_lowering.simulated_gpu kernel
-    python -m lab03_triton_lowering.simulated_gpu inductor
-    python -m lab03_triton_lowering.simulated_gpu cpu
-    python -m lab03_triton_lowering.simulated_gpu attention
-    python -m lab03_triton_lowering.simulated_gpu fp8
+    python -m lab03_triton_lowering.given.simulated_gpu kernel
+    python -m lab03_triton_lowering.given.simulated_gpu inductor
+    python -m lab03_triton_lowering.given.simulated_gpu cpu
+    python -m lab03_triton_lowering.given.simulated_gpu attention
+    python -m lab03_triton_lowering.given.simulated_gpu fp8
 
 Each prints what it found and exits 1 on failure; on an unfinished starter, one line naming the
 handout step to finish first, and exit status 3 (:mod:`labkit.unfinished`). The simulation reaches
@@ -324,7 +324,7 @@ def check_attention(lab, simulated: bool) -> bool:
     """Compile (simulated) or run (real GPU) every :data:`ATTENTION_CASES` launch; True if all compiled or matched."""
     import torch
 
-    from lab03_triton_lowering.checks import ATTENTION_SHAPES, assert_attention_matches, attention_inputs
+    from lab03_triton_lowering.given.checks import ATTENTION_SHAPES, assert_attention_matches, attention_inputs
 
     def call(dtype: str, shape: str, causal: bool) -> Callable[[], object]:
         q, k, v = attention_inputs(ATTENTION_SHAPES[shape], getattr(torch, dtype), "cpu" if simulated else "cuda")
@@ -349,7 +349,7 @@ def check_fp8(lab, simulated: bool) -> bool:
     """Compile (simulated) or run (real GPU) every :data:`FP8_CASES` launch of ``layernorm_gelu_fp8``."""
     import torch
 
-    from lab03_triton_lowering.checks import assert_fp8_matches, fp8_inputs
+    from lab03_triton_lowering.given.checks import assert_fp8_matches, fp8_inputs
 
     def call(fp8: str, out: str, shape: tuple[int, ...]) -> Callable[[], object]:
         q, scale = fp8_inputs(shape, getattr(torch, fp8), scale=0.25)
@@ -400,7 +400,7 @@ def _fake_cuda_model(dtype):
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from lab03_triton_lowering.models import FusableSites
+    from lab03_triton_lowering.given.models import FusableSites
 
     torch.manual_seed(0)
     model = FusableSites().to(dtype).eval()
@@ -449,7 +449,7 @@ def _compile_on_gpu(model, x) -> list[str]:
 
 def _read_inductor_code(code: str, replaced: int) -> list[str]:
     """Print what Inductor generated for FusableSites; return the problems found."""
-    from lab03_triton_lowering.models import FUSABLE_SITES
+    from lab03_triton_lowering.given.models import FUSABLE_SITES
 
     launches = re.findall(r"^\s*(layernorm_gelu_kernel_\d+\.run\(.*)$", code, flags=re.MULTILINE)
     opaque = re.findall(r"^\s*\w+ = (torch\.ops\.\w+\.layernorm_gelu\w*\.default\(.*)$", code, flags=re.MULTILINE)
@@ -518,7 +518,7 @@ def _gpu_model(dtype):
     """FusableSites and an input on the real GPU."""
     import torch
 
-    from lab03_triton_lowering.models import FusableSites
+    from lab03_triton_lowering.given.models import FusableSites
 
     torch.manual_seed(0)
     return FusableSites().to("cuda", dtype).eval(), torch.randn(2, 5, 32, device="cuda", dtype=dtype)
@@ -526,7 +526,7 @@ def _gpu_model(dtype):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lab03_triton_lowering.simulated_gpu",
+        prog="python -m lab03_triton_lowering.given.simulated_gpu",
         description="Check the lab's kernel (kernel), Inductor's code with the lowering "
         "(inductor), CPU launches beside a GPU (cpu) and the extensions' attention kernel "
         "(attention) and FP8 input (fp8): on a simulated sm_90 "
@@ -537,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         # TRITON_INTERPRET=1 decorates every kernel interpreted at import: restart without it.
         env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-        os.execve(sys.executable, [sys.executable, "-m", "lab03_triton_lowering.simulated_gpu", *argv], env)
+        os.execve(sys.executable, [sys.executable, "-m", "lab03_triton_lowering.given.simulated_gpu", *argv], env)
 
     import torch
     import triton

@@ -3,7 +3,7 @@ block collects, the simulator that loads programs profiled, and the per-op table
 
 How the pieces fit (your part is :mod:`lab02_npu_backend.profiling`)::
 
-    from lab02_npu_backend.registration import npu_simulator   # the backend "npu_simulator" names
+    from lab02_npu_backend.given.registration import npu_simulator   # the backend "npu_simulator" names
     compiled = torch.compile(model, backend=npu_simulator, options={"profile": True})
     with profile_npu() as profile, torch.profiler.profile() as trace:
         compiled(x)
@@ -31,15 +31,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab02_npu_backend import flops
-from lab02_npu_backend.isa import Isa
+from lab02_npu_backend.given import flops
+from lab02_npu_backend.given.isa import Isa
 from labkit.impl import load_lab
 
 PACKAGE = "lab02_npu_backend"
 #: The options ``torch.compile(..., backend=npu_simulator, options=...)`` accepts.
 BACKEND_OPTIONS = ("profile",)
 #: FLOPs per element of the first operand for the ISA's fused ops: the cost model of
-#: :mod:`lab02_npu_backend.flops`, which coverage by FLOPs uses, so both count alike.
+#: :mod:`lab02_npu_backend.given.flops`, which coverage by FLOPs uses, so both count alike.
 FUSED_FLOPS_PER_ELEMENT: dict[str, int] = {
     "softmax": flops.FLOPS_PER_ELEMENT[torch.ops.aten._softmax],
     "layernorm": flops.FLOPS_PER_ELEMENT[torch.ops.aten.native_layer_norm],
@@ -171,31 +171,6 @@ def profile_partitions(compiled: Any, profiled_program: type) -> list[ProfilingS
             module.simulator = ProfilingSimulator(module.simulator, profiled_program)
             profiled.append(module.simulator)
     return profiled
-
-
-def profile_model(model: nn.Module, example_inputs: Sequence[Any], *, runs: int = 5) -> tuple[NpuProfile, Any]:
-    """Profile ``model`` on the NPU: compile it with ``options={"profile": True}`` (Dynamo's torch-level
-    graphs, inference), run it once so every program is lowered and loaded (first-call costs are not the
-    kernels'), then ``runs`` times inside :func:`profile_npu`, then once more under ``torch.profiler``
-    for the trace. The profile's runs are kept apart from the trace's: ``torch.profiler`` records every
-    aten op a kernel calls, which makes the kernels themselves look 1.4 to 4 times slower.
-
-    Returns:
-        The profile of the ``runs`` runs, and the ``torch.profiler`` session of the last run
-        (``.export_chrome_trace(path)`` writes the trace).
-    """
-    from lab02_npu_backend.registration import npu_simulator
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        compiled = torch.compile(model, backend=npu_simulator, options={"profile": True})
-        compiled(*example_inputs)
-        with profile_npu() as profile:
-            for _ in range(runs):
-                compiled(*example_inputs)
-        with torch.profiler.profile() as trace:
-            compiled(*example_inputs)
-    return profile, trace
 
 
 def backend_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch._inductor.utils import run_and_get_code
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from lab03_triton_lowering.interface import AFFINE_FORMS, CountingHandle
+from lab03_triton_lowering.given.interface import AFFINE_FORMS, CountingHandle
 from labkit.impl import IMPL_ENV_VAR
 from labkit.labspec import load_lab_spec
 from labkit.numerics import output_error, outputs_close
@@ -75,7 +75,7 @@ def make_inputs(
     offset: float = 0.5,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``(x, weight, bias)``: x ~ N(offset, 2^2) and affine parameters far from the identity (so ignoring
-    them fails); ``affine`` is one of :data:`~lab03_triton_lowering.interface.AFFINE_FORMS`."""
+    them fails); ``affine`` is one of :data:`~lab03_triton_lowering.given.interface.AFFINE_FORMS`."""
     assert affine in AFFINE_FORMS, f"affine={affine!r}: one of {AFFINE_FORMS}"
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=generator) * 2 + offset
@@ -128,7 +128,7 @@ def assert_raises_as_promised(
     try:
         call()
     except NotImplementedError as raised:
-        if starter_todo(raised, load_lab_spec(Path(__file__).parent.name, Path(__file__).parents[1])):
+        if starter_todo(raised, load_lab_spec(Path(__file__).parents[1].name, Path(__file__).parents[2])):
             raise  # a TODO of the starter: reported as not implemented
         pytest.fail(f"{case}: NotImplementedError from PyTorch: {raised}; {promise}")
     except error as raised:
@@ -171,8 +171,8 @@ def run_python(
 
 
 def run_simulated_gpu_check(lab: ModuleType, check: str) -> subprocess.CompletedProcess:
-    """Run ``python -m lab03_triton_lowering.simulated_gpu <check>`` for the implementation under test."""
-    return run_python(lab, "-m", "lab03_triton_lowering.simulated_gpu", check)
+    """Run ``python -m lab03_triton_lowering.given.simulated_gpu <check>`` for the implementation under test."""
+    return run_python(lab, "-m", "lab03_triton_lowering.given.simulated_gpu", check)
 
 
 # -- step 4: the operator --------------------------------------------------------------------------
@@ -231,7 +231,7 @@ class CompiledRun:
 def compile_with_lowering(
     lab: ModuleType, model_class: type[nn.Module], device: str = "cpu", dtype: torch.dtype = torch.float32
 ) -> CompiledRun:
-    """Build ``model_class()`` (one of :mod:`lab03_triton_lowering.models`), compile it with the lowering
+    """Build ``model_class()`` (one of :mod:`lab03_triton_lowering.given.models`), compile it with the lowering
     installed, run it on a (2, 5, 32) input and uninstall; eager's outputs come along for comparison."""
     torch.manual_seed(0)
     model = model_class().to(device=device, dtype=dtype).eval()

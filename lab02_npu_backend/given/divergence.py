@@ -24,7 +24,7 @@ import torch
 from torch import fx
 from torch.utils._pytree import tree_flatten
 
-from lab02_npu_backend.graphs import target_name
+from lab02_npu_backend.given.graphs import target_name
 from labkit.numerics import output_error
 
 #: A node's value differs when ``max |got - want| > RELATIVE_TOLERANCE * max(|want|, ABSOLUTE_FLOOR)``.
@@ -195,7 +195,7 @@ def _first_wrong_lowered_node(lab: Any, gm: fx.GraphModule, args: tuple[Any, ...
 def diagnose_model(lab: Any, model: Any, inputs: Sequence[Any], dialect: str) -> str:
     """For a model whose compiled output differs from eager: capture its graph of ``dialect``, compile it
     with the lab's ``compile_graph`` and say where it first differs (one line, for a failure message)."""
-    from lab02_npu_backend.graphs import capture_graphs
+    from lab02_npu_backend.given.graphs import capture_graphs
 
     torch._dynamo.reset()
     captured = capture_graphs(model, *inputs)

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import fx
 
-from lab02_npu_backend.graphs import is_number, node_arg
+from lab02_npu_backend.given.graphs import is_number, node_arg
 
 #: A node target: a callable (torch dialect), an ``OpOverload`` (aten) or a method name (``call_method``).
 Target = Any

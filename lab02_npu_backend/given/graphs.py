@@ -7,7 +7,7 @@
   bookkeeping (``getitem`` that unpacks a tuple, size arithmetic on ints) are not compute; a write
   in place is, even when it returns nothing (``x[:, 1:] = y``).
 - :func:`graph_dialect`: is a graph torch-level (Dynamo) or aten (AOTAutograd, ``make_fx``)?
-- :func:`node_flops`: floating-point operations per node (:mod:`lab02_npu_backend.flops`: every op
+- :func:`node_flops`: floating-point operations per node (:mod:`lab02_npu_backend.given.flops`: every op
   that does arithmetic counts), while the graph runs on fake tensors (nothing is computed).
 - :func:`capture_graphs`: the graphs a backend receives for a model, in both dialects, from one trace.
 - :func:`fake_node_values`: every node's output value on fake tensors of given input shapes.
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from lab02_npu_backend.flops import FlopCount
-from lab02_npu_backend.mutation import writes_in_place
+from lab02_npu_backend.given.flops import FlopCount
+from lab02_npu_backend.given.mutation import writes_in_place
 from labkit.fx_nodes import node_value
 
 CALL_OPS = ("call_function", "call_method", "call_module")
@@ -136,7 +136,7 @@ def node_flops(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[str, i
     """FLOPs of each call node on ``example_inputs``, counted on fake tensors (no real compute).
 
     Every op that does arithmetic counts, attention and elementwise ops included, by the cost model
-    of :mod:`lab02_npu_backend.flops`. Returns an empty dict when the graph cannot run on fake
+    of :mod:`lab02_npu_backend.given.flops`. Returns an empty dict when the graph cannot run on fake
     tensors (for example symbolic sizes), so FLOP fractions are then reported as unknown-but-harmless.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -18,8 +18,8 @@ import torch
 from torch import fx
 from torch.fx.passes.operator_support import create_op_support
 
-from lab02_npu_backend.coverage import GraphCoverage
-from lab02_npu_backend.graphs import is_tuple_unpack
+from lab02_npu_backend.given.coverage import GraphCoverage
+from lab02_npu_backend.given.graphs import is_tuple_unpack
 
 #: Name prefix ``CapabilityBasedPartitioner.fuse_partitions`` gives the fused NPU submodules.
 NPU_SUBMODULE_PREFIX = "fused_"

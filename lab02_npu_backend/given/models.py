@@ -12,7 +12,7 @@ name                     what it exercises                                      
 ``mlp``                  ``Linear -> GELU -> Linear -> ReLU -> Linear``                ``[4, 64]``
 ``resnet18``             torchvision ResNet-18: conv, batch norm, pooling, adds        ``[2, 3, 32, 32]``
 ``transformer-encoder``  ``nn.TransformerEncoderLayer``: fused multi-head attention    ``[16, 2, 32]`` (seq, batch, dim)
-``llama-tiny``           :mod:`lab02_npu_backend.llama_tiny`: RMSNorm, rotary, GQA     ``[2, 32]`` token ids
+``llama-tiny``           :mod:`lab02_npu_backend.given.llama_tiny`: RMSNorm, rotary, GQA     ``[2, 32]`` token ids
 ``mobilenet-v2``         torchvision MobileNetV2: depthwise convs, ReLU6 (hardtanh)    ``[2, 3, 32, 32]``
 ``hf-llama``             ``transformers.LlamaForCausalLM``: hidden 64, 2 layers,       ``[2, 32]`` token ids
                          4 heads, 2 KV heads (GQA), rotary tables, a KV cache
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab02_npu_backend.llama_tiny import LlamaConfig, LlamaTiny
+from lab02_npu_backend.given.llama_tiny import LlamaConfig, LlamaTiny
 from labkit.batch_norm import randomize_batch_norm
 
 SEED = 0

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from lab02_npu_backend.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program
-from lab02_npu_backend.isa import DTYPE_NAMES, Kernel, default_isa
+from lab02_npu_backend.given.ir import PROGRAM_FORMAT, PROGRAM_VERSION, Program
+from lab02_npu_backend.given.isa import DTYPE_NAMES, Kernel, default_isa
 
 #: A lowering rule: (builder, the node's fake output value, *args, **kwargs) -> Ref or tuple.
 LowerFn = Callable[..., Any]

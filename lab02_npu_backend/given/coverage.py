@@ -38,7 +38,7 @@ class NodeDecision:
 
     Attributes:
         name: the node's name in the graph.
-        op: a readable name of its target (see :func:`lab02_npu_backend.graphs.target_name`).
+        op: a readable name of its target (see :func:`lab02_npu_backend.given.graphs.target_name`).
         on_npu: True when the node is inside an NPU partition (not merely "supported").
         reason: why it falls back to CPU (``None`` when ``on_npu``).
         flops: floating-point operations of the node on the example inputs (0 when unknown).

@@ -1,4 +1,4 @@
-"""Benchmark: ``python -m lab03_triton_lowering.benchmark`` (``nox -s bench-lab03``; needs a CUDA GPU).
+"""Benchmark: ``python -m lab03_triton_lowering.given.benchmark`` (``nox -s bench-lab03``; needs a CUDA GPU).
 
 For LayerNorm -> GELU at the spec's shape (batch 32, seq 2048, d 4096) and a sweep of d
 (1024 .. 16384, same 65536 rows), four candidates:

@@ -4,14 +4,14 @@ works after ``pip install`` without importing the lab first.
 ``pyproject.toml`` declares::
 
     [project.entry-points.torch_dynamo_backends]
-    npu_simulator = "lab02_npu_backend.registration:npu_simulator"
+    npu_simulator = "lab02_npu_backend.given.registration:npu_simulator"
 
 PyTorch loads this function the first time the name is used. It dispatches to the implementation
 selected by ``LABKIT_IMPL`` (the student's package by default).
 
 ``torch.compile(model, backend="npu_simulator", options={"profile": True})`` passes the options here
 (PyTorch hands a backend its ``options`` as a keyword argument): profiling mode, the optional step 6
-(:mod:`lab02_npu_backend.profiling_tools`). Unknown options are refused by name.
+(:mod:`lab02_npu_backend.given.profiling_tools`). Unknown options are refused by name.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def npu_simulator(
     gm: fx.GraphModule, example_inputs: list[Any], options: Mapping[str, Any] | None = None
 ) -> Callable[..., Any]:
     """Compile ``gm`` with the selected implementation's ``npu_backend``; with ``options={"profile": True}``,
-    every NPU partition then runs profiled (:func:`~lab02_npu_backend.profiling_tools.profile_partitions`)."""
-    from lab02_npu_backend.profiling_tools import backend_options, profile_partitions
+    every NPU partition then runs profiled (:func:`~lab02_npu_backend.given.profiling_tools.profile_partitions`)."""
+    from lab02_npu_backend.given.profiling_tools import backend_options, profile_partitions
 
     checked = backend_options(options)
     lab = load_lab(PACKAGE)

@@ -1,10 +1,10 @@
 """ResNet-50 on CPU: the lab's pass pipeline against PyTorch's own FX optimisers.
 
-    python -m lab01_fx_passes.benchmark             # default: about 2 min on 2 cores (256 images)
-    python -m lab01_fx_passes.benchmark --full      # the spec's 1,000 images, 20 rounds: ~5 min
-    python -m lab01_fx_passes.benchmark --quick     # smoke run: 32 images, 5 rounds, ~1 min
-    python -m lab01_fx_passes.benchmark --data DIR --weights FILE   # real ImageNet val + weights
-    LABKIT_IMPL=student python -m lab01_fx_passes.benchmark        # your pipeline (nox: the reference)
+    python -m lab01_fx_passes.given.benchmark             # default: about 2 min on 2 cores (256 images)
+    python -m lab01_fx_passes.given.benchmark --full      # the spec's 1,000 images, 20 rounds: ~5 min
+    python -m lab01_fx_passes.given.benchmark --quick     # smoke run: 32 images, 5 rounds, ~1 min
+    python -m lab01_fx_passes.given.benchmark --data DIR --weights FILE   # real ImageNet val + weights
+    LABKIT_IMPL=student python -m lab01_fx_passes.given.benchmark        # your pipeline (nox: the reference)
 
 Candidates (all in eval mode, under ``torch.no_grad``, the same thread count):
 
@@ -54,7 +54,7 @@ import torch
 from torch import fx, nn
 from torch.fx.experimental import optimization
 
-from lab01_fx_passes.resnet_eval import CALIBRATION_SEED, build_resnet50, evaluation_batches, synthetic_images
+from lab01_fx_passes.given.resnet_eval import CALIBRATION_SEED, build_resnet50, evaluation_batches, synthetic_images
 from labkit.bench import (
     MET,
     MISSED,

@@ -29,11 +29,11 @@ import warnings
 
 import torch
 
-from lab02_npu_backend import coverage
-from lab02_npu_backend.coverage import NpuCoverageWarning
-from lab02_npu_backend.graphs import capture_graphs
-from lab02_npu_backend.ir import ProgramError
-from lab02_npu_backend.isa import DTYPE_NAMES, default_isa
+from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.coverage import NpuCoverageWarning
+from lab02_npu_backend.given.graphs import capture_graphs
+from lab02_npu_backend.given.ir import ProgramError
+from lab02_npu_backend.given.isa import DTYPE_NAMES, default_isa
 from labkit.fx_nodes import run_graph
 from labkit.numerics import output_error, outputs_close
 
@@ -339,7 +339,7 @@ def profiled_backend(lab, simulators: list):
     """A backend that compiles like ``lab.npu_backend``, then profiles every NPU partition, as
     ``options={"profile": True}`` does; the :class:`ProfilingSimulator` of each is appended to ``simulators``
     (each lists the programs it loaded, so a test can compare the records against them)."""
-    from lab02_npu_backend.profiling_tools import profile_partitions
+    from lab02_npu_backend.given.profiling_tools import profile_partitions
 
     def backend(gm, example_inputs):
         compiled = lab.npu_backend(gm, example_inputs)

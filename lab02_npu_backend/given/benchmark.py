@@ -1,4 +1,4 @@
-"""Benchmark: ``python -m lab02_npu_backend.benchmark`` (``nox -s bench-lab02``; about 1-2 min on 2 cores).
+"""Benchmark: ``python -m lab02_npu_backend.given.benchmark`` (``nox -s bench-lab02``; about 1-2 min on 2 cores).
 
 1. Latency of LLaMA-tiny compiled with ``npu_simulator`` vs eager PyTorch (batch 1 and 8, seq 64),
    interleaved rounds: each time is the median with its interquartile range, and the simulator's
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from lab02_npu_backend.models import STANDARD_MODELS, build_model
+from lab02_npu_backend.given.models import STANDARD_MODELS, build_model
 from labkit.bench import (
     Timing,
     apply_threads,
