@@ -167,7 +167,7 @@ def bench_isolation(course_root: Path, lab_id: str, scratch: Path, repeats: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = benchmark_parser(__doc__.splitlines()[0], "results/grader")
+    parser = benchmark_parser(__doc__.splitlines()[0], "results/grader", __spec__.name)
     parser.add_argument("--students", type=int, default=1000, help="synthetic class size for scoring and reporting")
     parser.add_argument("--course", type=Path, default=DEMO_COURSE, help="course root for overhead and batch runs")
     parser.add_argument("--lab", default=None, help="lab id for the overhead run (default: the course's first lab)")

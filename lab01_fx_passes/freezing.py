@@ -31,7 +31,7 @@ rules make it so; the first three are checked here, the last one at every call:
    the old values, silently. The freezer records each frozen tensor and its version counter
    (``tensor._version``, bumped by every in-place write); :meth:`ParameterFreezer.guard_holds`
    says whether the arguments of a call are still those exact tensors, unmodified. The lab's
-   ``torch.compile`` backend (``backend.py``) runs the frozen graph only while it holds, and the
+   ``torch.compile`` backend (``given/backend.py``) runs the frozen graph only while it holds, and the
    graph as Dynamo gave it otherwise. (A write through ``param.data`` bypasses the version counter,
    as it bypasses autograd's checks.)
 """

@@ -92,7 +92,7 @@ class ChannelsLastConverter(ChannelsLastConverterBase):
         #     (VIEW_MODIFIED_IN_PLACE) every convolution upstream of a view that is written in place
         #     (writes_in_place(node, op_name(node, modules))) after the view is taken, through the
         #     view or anything sharing its memory (the tensor it views, its other views, views of
-        #     the view: follow ALIASING_OPS, from interface.py, up and down): a reshape may copy,
+        #     the view: follow ALIASING_OPS, from given/interface.py, up and down): a reshape may copy,
         #     and a copy misses the write;
         #  3. if anything changed, wrap every graph output in a call_function to contiguous_output
         #     (once: a second run must not wrap them again), lint, recompile; else return

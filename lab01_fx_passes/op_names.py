@@ -14,10 +14,10 @@ node                   example
 :func:`op_name` reduces all of them to ``OpName("relu", in_place=...)`` so a pass can match
 operators by name without caring which tracer produced the graph. It only *names* nodes: how to
 build a replacement in the node's own dialect is the pass's job. :class:`OpName` itself is given
-(``graph_tools.py``; imported here, so ``op_names.OpName`` works as before).
+(``given/graph_tools.py``; imported here, so ``op_names.OpName`` works too).
 
 Step 0 of the lab: ``op_replacement.py`` and ``linear_gelu.py`` use this function (and
-``dce.py`` may). Print a few graphs first (``capture.py`` makes them; ``print(gm.graph)``) and
+``dce.py`` may). Print a few graphs first (``given/capture.py`` makes them; ``print(gm.graph)``) and
 look at ``node.op`` and ``node.target`` in each dialect.
 """
 

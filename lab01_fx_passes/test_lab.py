@@ -5,7 +5,7 @@ Run: ``nox -s lab01`` (your code; ``-- --step N`` for one handout step's tests).
 Every pass is checked twice: that it FIRES (a positive count of rewritten nodes, counted by the
 tests from the graph itself) and that the outputs do NOT CHANGE. A pass that silently does nothing
 passes the second check only, which is why both are always asserted. Passes are run on every graph
-dialect they claim (see ``capture.py``), and on the cases where they must refuse to fire.
+dialect they claim (see ``given/capture.py``), and on the cases where they must refuse to fire.
 
 The graph counted is the graph run: outputs come from executing the returned ``graph_module.graph``
 node by node (``labkit.fx_nodes.run_graph``, which ``CapturedGraph.run`` uses), never from a
@@ -17,8 +17,8 @@ dialect and asks which targets it matches; a wrong output says how far off it is
 mistake that suggests.
 
 The tests come in the handout's step order (``lab.toml``'s steps). The models they run are in
-``models.py``; what they count and assert (node counters for every dialect, ``assert_fired``,
-``assert_close``...) and how they build their cases are in ``checks.py``. Both are harness: read them
+``given/models.py``; what they count and assert (node counters for every dialect, ``assert_fired``,
+``assert_close``...) and how they build their cases are in ``given/checks.py``. Both are harness: read them
 to see what a test measured, but do not edit them.
 
 Tolerance. "The fused model matches the original within 1e-5" is checked as
@@ -801,7 +801,7 @@ def large_output_model() -> tuple[nn.Module, torch.Tensor]:
 @pytest.mark.parametrize("mistake", sorted(MISTAKES))
 @pytest.mark.parametrize("model_name", ["tiny_resnet", "large_output_resnet50"])
 def test_pass_manager_stops_wrong_folds_whatever_the_output_scale(lab, model_name, mistake, large_output_model):
-    """A wrong Conv+BN fold (``wrong_folds.py``) is stopped and named, on logits of order 1 and of order 1e4.
+    """A wrong Conv+BN fold (``given/wrong_folds.py``) is stopped and named, on logits of order 1 and of order 1e4.
 
     A tolerance that grows with the outputs' scale must not let a wrong fold through on large
     outputs; one that stays fixed must not stop a correct fold there (next test).

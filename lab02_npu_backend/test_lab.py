@@ -5,9 +5,9 @@ Every standard model is compiled once per module (fixtures), so the whole file r
 
 The tests come in the handout's step order (``lab.toml``'s steps): the simulator, the support
 tables, partitioning, lowering, the backend, then the optional profiling mode. The models they
-compile are in ``models.py`` (the standard ones, then each step's small cases); how they compile,
+compile are in ``given/models.py`` (the standard ones, then each step's small cases); how they compile,
 run and compare (``compile_and_run``, programs written by hand, the graph run on real values) is in
-``checks.py``. Both are harness: read them to see what a test measured, but do not edit them.
+``given/checks.py``. Both are harness: read them to see what a test measured, but do not edit them.
 """
 
 from __future__ import annotations

@@ -70,10 +70,10 @@ def kernel_supports(match: Match) -> bool:
 def build_patterns() -> PatternMatcherPass:
     """Register every (GELU form, affine form, dtype) pattern into a new ``PatternMatcherPass``.
 
-    Contract: every site of ``models.FusableSites`` matches, in every dtype of ``SUPPORTED_DTYPES``,
-    whatever its eps; no site of ``models.NonFusableSites`` but the control does. Half precision is
+    Contract: every site of ``given.models.FusableSites`` matches, in every dtype of ``SUPPORTED_DTYPES``,
+    whatever its eps; no site of ``given.models.NonFusableSites`` but the control does. Half precision is
     matched whether or not the LayerNorm output is rounded to half before GELU (PyTorch releases
-    differ: see ``round_trips.py``).
+    differ: see ``given/round_trips.py``).
 
     Rank: the matcher ignores the integers a pattern was traced with (dims, sizes), so a pattern
     traced on 2-D example inputs also matches (batch, seq, d) activations, any rank: one pattern per
@@ -121,7 +121,8 @@ class LayerNormGeluPass(CustomGraphPass):
 
 
 class LoweringHandle(CountingHandle):
-    """What :func:`install_lowering` returns (given, in ``interface.py``): ``.replacements`` counts this pass's sites.
+    """What :func:`install_lowering` returns (given, in ``given/interface.py``): ``.replacements`` counts
+    this pass's sites.
 
     Build it as ``LoweringHandle(graph_pass, counted_before=...)``; it reads :data:`REPLACEMENTS_COUNTER`.
     """

@@ -1,8 +1,8 @@
 """Lab 03 graded tests: the fused LayerNorm+GELU kernel, and the Inductor lowering that uses it.
 
 The tests follow the handout's steps (``lab.toml``'s ``[[steps]]``), one section each; the models
-they compile are in ``models.py``, the machinery they check with (the reference, the inputs, the
-compile-and-read-the-code helper) in ``checks.py``.
+they compile are in ``given/models.py``, the machinery they check with (the reference, the inputs, the
+compile-and-read-the-code helper) in ``given/checks.py``.
 
 CPU tests run the kernel in Triton's interpreter and the lowering in CPU Inductor. Tests marked
 ``gpu`` need CUDA and are graded as pending without it.

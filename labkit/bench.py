@@ -407,9 +407,12 @@ def bar_chart(
     return path
 
 
-def benchmark_parser(description: str, default_out: str) -> argparse.ArgumentParser:
-    """An argument parser with the options every benchmark shares: ``--out``, ``--threads``, ``--repeats``."""
-    parser = argparse.ArgumentParser(description=description)
+def benchmark_parser(description: str, default_out: str, module: str) -> argparse.ArgumentParser:
+    """An argument parser with the options every benchmark shares: ``--out``, ``--threads``, ``--repeats``.
+
+    ``module`` is the benchmark's module name (its ``__spec__.name``): the usage line then shows the
+    command a student types, ``python -m <module>``, rather than the file's name."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     parser.add_argument("--out", type=Path, default=Path(default_out), help="folder for JSON and PNG results")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     parser.add_argument("--repeats", type=int, default=20, help="timed rounds per candidate")

@@ -346,7 +346,7 @@ def speedup_chart(path: Path, timings: dict[int, dict[str, Timing]]) -> Path:
 
 
 def parse_arguments(argv: Sequence[str] | None):
-    parser = benchmark_parser(__doc__.split("\n\n")[0], "results/lab01")
+    parser = benchmark_parser(__doc__.split("\n\n")[0], "results/lab01", __spec__.name)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8], help="latency batch sizes")
     length = parser.add_mutually_exclusive_group()
     length.add_argument(

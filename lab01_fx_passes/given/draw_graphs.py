@@ -237,7 +237,7 @@ def changes_table(drawing: DialectDrawing) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny_resnet", choices=sorted(MODELS))
     parser.add_argument("--dialect", default="all", choices=[*DIALECTS, "all"])
     parser.add_argument(

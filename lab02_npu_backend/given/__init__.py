@@ -9,6 +9,6 @@ first table). Everything here is what they build on, and what the tests and comm
   ``coverage``, ``divergence``, ``flops`` and ``profiling_tools`` (step 6);
 - ``registration``: the ``npu_simulator`` entry point ``torch.compile`` finds;
 - what the tests run on: ``models``, ``llama_tiny``, ``zoo``, and ``checks`` (what ``test_lab.py`` checks);
-- the commands: ``python -m lab02_npu_backend.given.report``, ``python -m lab02_npu_backend.given.benchmark``,
-  and ``partition_drawing`` (pictures of the partitions).
+- the commands: ``python -m lab02_npu_backend.given.report`` (with ``--draw``, the pictures of the
+  partitions ``partition_drawing`` makes) and ``python -m lab02_npu_backend.given.benchmark``.
 """

@@ -107,7 +107,7 @@ def print_coverage(coverage: dict[str, dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = benchmark_parser(__doc__.splitlines()[0], "results/lab02")
+    parser = benchmark_parser(__doc__.splitlines()[0], "results/lab02", __spec__.name)
     parser.set_defaults(repeats=DEFAULT_REPEATS)  # calls take milliseconds: many rounds cost little
     args = parser.parse_args(argv)
     apply_threads(args.threads)

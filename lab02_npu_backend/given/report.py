@@ -124,7 +124,10 @@ def zoo_table_lines(rows: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print and write the report; on an unfinished lab, one line naming the step to finish (exit 3)."""
-    parser = argparse.ArgumentParser(description="NPU coverage of standard models under the npu_simulator backend.")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__spec__.name}",
+        description="NPU coverage of standard models under the npu_simulator backend.",
+    )
     parser.add_argument("--model", default="llama-tiny", choices=[*STANDARD_MODELS, "all"])
     parser.add_argument(
         "--dialect",

@@ -3,7 +3,7 @@
 The standard models (:mod:`lab02_npu_backend.given.models`) are the ones the graded tests name. The zoo is
 the ecosystem instead: every decoder-only, encoder and encoder-decoder family below, built from its
 configuration class with tiny sizes and random weights (nothing is downloaded), called the way its
-users call it. ``test_zoo.py`` compiles each with the backend in both dialects and holds it to
+users call it. The lab's ``test_zoo.py`` compiles each with the backend in both dialects and holds it to
 eager's answer and to the coverage bar; ``python -m lab02_npu_backend.given.report --zoo`` prints the same
 table for your code.
 

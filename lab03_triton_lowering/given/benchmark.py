@@ -418,7 +418,7 @@ def _call_paths(lab, kernel, dtype: torch.dtype, timer: Callable) -> dict[str, T
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = benchmark_parser(__doc__.splitlines()[0], "results/lab03")
+    parser = benchmark_parser(__doc__.splitlines()[0], "results/lab03", __spec__.name)
     parser.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default="float16")
     parser.add_argument("--quick", action="store_true", help="the spec shape only, no sweep (~30 s)")
     parser.add_argument("--tune", action="store_true", help="also time launch configurations and call paths (~2 min)")

@@ -14,7 +14,7 @@ node                   example
 :func:`op_name` reduces all of them to ``OpName("relu", in_place=...)`` so a pass can match
 operators by name without caring which tracer produced the graph. It only *names* nodes: how to
 build a replacement in the node's own dialect is the pass's job. :class:`OpName` itself is given
-(``graph_tools.py``; imported here, so ``op_names.OpName`` works as before).
+(``given/graph_tools.py``; imported here, so ``op_names.OpName`` works too).
 """
 
 from __future__ import annotations

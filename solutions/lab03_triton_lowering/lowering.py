@@ -181,7 +181,8 @@ class LayerNormGeluPass(CustomGraphPass):
 
 
 class LoweringHandle(CountingHandle):
-    """What :func:`install_lowering` returns (given, in ``interface.py``): ``.replacements`` counts this pass's sites.
+    """What :func:`install_lowering` returns (given, in ``given/interface.py``): ``.replacements`` counts
+    this pass's sites.
 
     Build it as ``LoweringHandle(graph_pass, counted_before=...)``; it reads :data:`REPLACEMENTS_COUNTER`.
     """
