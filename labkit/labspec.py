@@ -28,6 +28,10 @@ Besides ``test_lab.py``, a lab may hold instructor-only **held-out tests** in ``
 ``nox -s labNN`` ends with the points per step and the first step that still fails
 (:mod:`labkit.step_summary`); every graded test belongs to exactly one step, and every step has a
 test (:func:`step_coverage_problems`).
+
+A lab's top level shows a student which files are theirs: the ``editable`` modules, the tests, the
+handout and the spec; everything else a lab gives (harness modules, data, commands) lives in its
+``given/`` subpackage (:data:`GIVEN_DIR`, checked by :func:`layout_problems`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ SPEC_FILE = "lab.toml"
 TEST_FILE = "test_lab.py"
 #: Folder, inside a lab, of its held-out tests: graded, never shipped to students (``test_*.py`` files).
 HELDOUT_DIR = "heldout"
+#: Folder, inside a lab, of its given code: what the student's files import, the tests' models and
+#: checks, the lab's commands. A lab's top level holds the student's files and :data:`LAB_TOP_LEVEL` alone.
+GIVEN_DIR = "given"
+#: What may stand at a lab's top level beside its ``editable`` files (and its ``test_*.py`` files): the
+#: package's public API, the handout, the spec, the reference's recorded times and the folders.
+LAB_TOP_LEVEL = frozenset({"__init__.py", "README.md", SPEC_FILE, "reference_times.json", GIVEN_DIR, HELDOUT_DIR,
+                           "figures"})  # fmt: skip
 #: How much of a graded test a student sees in their feedback (Gradescope's and otter-grader's values):
 #: ``visible`` (every test of ``test_lab.py``: students have them), ``hidden`` (held-out: only its
 #: area and points are reported), ``after_due_date`` (held-out; Gradescope reveals it after the due date).
@@ -239,6 +250,22 @@ def step_coverage_problems(spec: LabSpec) -> list[str]:
         if test not in defined
     ]
     return problems
+
+
+def layout_problems(spec: LabSpec) -> list[str]:
+    """What stands at ``spec``'s top level that is neither the student's nor in :data:`LAB_TOP_LEVEL`
+    (empty when the tree shows the student's files at a glance). Caches (``__pycache__``, dot-folders)
+    are not the lab's and are passed over."""
+    allowed = LAB_TOP_LEVEL | set(spec.editable)
+    return [
+        f"{spec.package}/{path.name}: neither an editable file nor one of {sorted(LAB_TOP_LEVEL)}; "
+        f"given code belongs in {spec.package}/{GIVEN_DIR}/"
+        for path in sorted(spec.directory.iterdir())
+        if path.name not in allowed
+        and not (path.name.startswith("test_") and path.suffix == ".py")
+        and not path.name.startswith(".")
+        and path.name != "__pycache__"
+    ]
 
 
 test_functions.__test__ = False  # a helper, not a pytest test

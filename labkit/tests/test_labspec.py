@@ -5,6 +5,7 @@ import pytest
 from labkit.labspec import (
     LAB_PACKAGES,
     LabSpecError,
+    layout_problems,
     load_lab_spec,
     missing_evidence,
     parse_lab_spec,
@@ -101,3 +102,22 @@ def test_every_graded_test_belongs_to_exactly_one_handout_step(package):
     for step in spec.steps:
         for name in step.files:
             assert f"`{name}`" in handout, f"step {step.number}'s file {name} is not in the handout"
+
+
+@pytest.mark.parametrize("package", LAB_PACKAGES)
+def test_every_labs_top_level_holds_the_students_files_and_no_given_code(package):
+    """A student names their files from the tree: given code is in the lab's given/ folder."""
+    spec = load_lab_spec(package)
+    assert layout_problems(spec) == []
+    assert (spec.directory / "given" / "__init__.py").is_file(), "the given code is a subpackage"
+
+
+def test_a_given_module_at_a_labs_top_level_is_named(tmp_path):
+    for name in ("demo.py", "helpers.py", "test_lab.py", "lab.toml", "data.json"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "given").mkdir()
+    spec = parse_lab_spec(VALID, tmp_path)
+    problems = layout_problems(spec)
+    assert [problem.split(":")[0] for problem in problems] == ["labX_demo/data.json", "labX_demo/helpers.py"]
+    assert "given code belongs in labX_demo/given/" in problems[0]
