@@ -92,9 +92,11 @@ from lab01_fx_passes.given.checks import (
     unchanged_because,
 )
 from lab01_fx_passes.given.graph_tools import is_module_state
+from lab01_fx_passes.given.interface import NO_CONSTANTS
 from lab01_fx_passes.given.models import (
     STATISTICS_LOG,
     Chain,
+    ConstantOutputs,
     ConstantsSharingMemoryWithWrites,
     ConstantSubgraphs,
     ConvBNStack,
@@ -445,7 +447,36 @@ def test_constant_folding_evaluates_constant_subgraphs(lab, dialect):
     for want in model.constant_values():
         assert any(got.shape == want.shape and torch.allclose(got, want, rtol=RTOL, atol=ATOL) for got in values)
     assert node_count(gm) < nodes_before
+    dead = [node.format_node() for node in gm.graph.nodes if node.op == "get_attr" and not node.users]
+    assert not dead, (
+        f"{dialect}: the constants only the folded subgraphs read (self.a, self.b, self.scale) are dead after "
+        f"folding and must be removed with the region behind the frontier; left: {dead}"
+    )
     assert_close(captured.run(gm), expected)
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("only_constants", [False, True], ids=["beside_a_computed_output", "the_whole_output"])
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_constant_folding_never_folds_a_graph_output(lab, dialect, only_constants):
+    """A constant the graph returns is computed on every call: folded, the caller would receive the buffer
+    itself, and a write to what one call returned would change every later call's answer."""
+    torch.manual_seed(0)
+    captured = capture(ConstantOutputs(only_constants), [torch.randn(4)], dialect)
+    expected = captured.run()
+    result = lab.fold_constants(captured.graph_module)
+    assert not result.modified and NO_CONSTANTS in (reason_of(result) or ""), (
+        f"{dialect}: the only constant, (self.w * 2).relu(), is a graph output: nothing may be folded, and the "
+        f"result says {NO_CONSTANTS!r} (modified={result.modified}, reason {reason_of(result)!r})"
+    )
+    with torch.no_grad():
+        for output in tree_flatten(captured.run(result.graph_module))[0]:
+            output.add_(100)  # the caller writes to what it was given
+    assert_close(
+        captured.run(result.graph_module),
+        expected,
+        what="a second call, after the caller wrote to the first call's outputs (a folded output is shared)",
+    )
 
 
 @pytest.mark.points(2)

@@ -310,6 +310,20 @@ class ConstantSubgraphs(nn.Module):
         return (x @ table) * gate
 
 
+class ConstantOutputs(nn.Module):
+    """A constant the graph returns: never folded (the caller would receive the buffer itself, and a write
+    to it would change every later call's answer). ``only_constants``: the whole output is that constant."""
+
+    def __init__(self, only_constants: bool = False) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+        self.only_constants = only_constants
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        gate = (self.w * 2).relu()
+        return gate if self.only_constants else (x + 1, gate)
+
+
 class ImpureConstants(nn.Module):
     """Constants that must NOT be folded: mixed with randomness, or modified in place afterwards."""
 

@@ -115,6 +115,53 @@ def test_a_pass_that_does_not_fire_on_a_dialect_says_so(symbolic_trace_only, dia
 
 
 @pytest.fixture
+def folds_graph_outputs(reference, monkeypatch):
+    """A constant folder that folds what the graph returns: its step-2 ``is_impure`` looks at calls only
+    (an output node is not one), and it has no rule of its own for outputs."""
+    from solutions.lab01_fx_passes import constant_folding
+
+    def foldable(self):
+        blocked = set()
+        for node in reversed(self.module.graph.nodes):
+            if node in self.constants and any(
+                user in blocked or (user.op != "output" and constant_folding.is_impure(user, self._modules))
+                for user in node.users
+            ):
+                blocked.add(node)
+        return set(self.constants) - blocked
+
+    monkeypatch.setattr(constant_folding.ConstantFolder, "_foldable", foldable)
+    return reference
+
+
+@pytest.mark.parametrize("only_constants", [False, True])
+def test_a_folded_graph_output_is_named(folds_graph_outputs, only_constants):
+    with pytest.raises(AssertionError) as caught:
+        test_lab.test_constant_folding_never_folds_a_graph_output(folds_graph_outputs, "make_fx", only_constants)
+    assert "is a graph output: nothing may be folded" in str(caught.value)
+
+
+@pytest.fixture
+def leaves_dead_constants(reference, monkeypatch):
+    """A constant folder that removes the folded nodes but not the parameters only they read."""
+    from solutions.lab01_fx_passes import constant_folding
+
+    erase = fx.Graph.eliminate_dead_code
+
+    def keeping_get_attrs(graph, is_impure_node=None):
+        return erase(graph, is_impure_node=lambda node: node.op == "get_attr" or is_impure_node(node))
+
+    monkeypatch.setattr(constant_folding.fx.Graph, "eliminate_dead_code", keeping_get_attrs)
+    return reference
+
+
+def test_constants_left_dead_by_folding_are_named(leaves_dead_constants):
+    with pytest.raises(AssertionError) as caught:
+        test_lab.test_constant_folding_evaluates_constant_subgraphs(leaves_dead_constants, "symbolic_trace")
+    assert "are dead after folding and must be removed" in str(caught.value)
+
+
+@pytest.fixture
 def folds_mutated_constants(reference, monkeypatch):
     """A constant folder that folds constants an in-place op consumes (it ignores impure users)."""
     from solutions.lab01_fx_passes import constant_folding
