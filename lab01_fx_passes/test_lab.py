@@ -70,6 +70,7 @@ from lab01_fx_passes.given.checks import (
     conv_weights,
     converted_to_channels_last,
     count_nodes,
+    dead_constants,
     dense_convolutions,
     dynamo_graph,
     eval_model,
@@ -278,8 +279,11 @@ def test_conv_bn_fuses_aten_graphs(lab, dialect):
     captured = capture(model, [x], dialect)
     expected, norms = captured.run(), batch_norms(captured.graph_module)
     assert norms == 2, f"the {dialect} graph should hold two batch norms"
+    dead_before = dead_constants(captured.graph_module)  # export keeps num_batches_tracked, unread
     fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "two aten convolution -> batch norm pairs")
     assert batch_norms(fused) == 0, f"{batch_norms(fused)} of the {dialect} graph's 2 batch norms left"
+    dead = sorted(set(dead_constants(fused)) - set(dead_before))
+    assert not dead, f"{dialect}: the weights and statistics only the folded pairs read are dead now; left: {dead}"
     assert_close(
         captured.run(fused),
         expected,
@@ -447,7 +451,7 @@ def test_constant_folding_evaluates_constant_subgraphs(lab, dialect):
     for want in model.constant_values():
         assert any(got.shape == want.shape and torch.allclose(got, want, rtol=RTOL, atol=ATOL) for got in values)
     assert node_count(gm) < nodes_before
-    dead = [node.format_node() for node in gm.graph.nodes if node.op == "get_attr" and not node.users]
+    dead = dead_constants(gm)
     assert not dead, (
         f"{dialect}: the constants only the folded subgraphs read (self.a, self.b, self.scale) are dead after "
         f"folding and must be removed with the region behind the frontier; left: {dead}"

@@ -254,6 +254,12 @@ def assert_lowered(result, dialect: str, what: str, expected_forms: dict[str, in
     return gm
 
 
+def dead_constants(gm: fx.GraphModule) -> list[str]:
+    """The targets of ``gm``'s ``get_attr`` nodes that nothing reads: a pass that folds constants away
+    must remove the ones only the folded nodes read (the parameters stay on the module; their nodes go)."""
+    return [str(node.target) for node in gm.graph.nodes if node.op == "get_attr" and not node.users]
+
+
 def unchanged_because(result, *words: str) -> fx.GraphModule:
     """The pass changed nothing, and its reason names every one of ``words`` (case-insensitive)."""
     assert isinstance(result, PassResult), f"a pass returns a PassResult, got {type(result).__name__}"

@@ -106,8 +106,10 @@ class TransposedThenRegular(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.up, self.up_norm = nn.ConvTranspose2d(3, 6, 2, stride=2), nn.BatchNorm2d(6)
-        self.conv, self.norm = nn.Conv2d(6, 6, 3, padding=1), nn.BatchNorm2d(6)
+        # As many input channels as output ones: the weight's first dimension matches the BN's, so only
+        # the rule (a transposed convolution is not folded) keeps the fold from scaling the wrong axis.
+        self.up, self.up_norm = nn.ConvTranspose2d(3, 3, 2, stride=2), nn.BatchNorm2d(3)
+        self.conv, self.norm = nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(self.conv(self.up_norm(self.up(x))))
@@ -123,6 +125,35 @@ def test_conv_bn_leaves_transposed_convolutions_alone(lab, dialect):
     expected = captured.run()
     result = lab.fuse_conv_bn(captured.graph_module)
     assert result.modified and batch_norms(result.graph_module) == 1, "only the regular pair folds"
+    assert_close(captured.run(result.graph_module), expected)
+
+
+class FunctionalConvSharedWeight(nn.Module):
+    """``F.batch_norm(F.conv2d(x, w))``, the convolution called with no bias and nothing else, and the same
+    weight read again by a second convolution that no BN follows: the fold must keep ``w`` for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = seeded(7)
+        self.w = nn.Parameter(torch.randn(4, 3, 3, 3, generator=generator) * 0.3)
+        self.register_buffer("mean", torch.randn(4, generator=generator) * 0.1)
+        self.register_buffer("var", torch.rand(4, generator=generator) * 0.5 + 0.5)
+        self.gamma = nn.Parameter(1 + 0.1 * torch.randn(4, generator=generator))
+        self.beta = nn.Parameter(0.1 * torch.randn(4, generator=generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normalized = F.batch_norm(F.conv2d(x, self.w), self.mean, self.var, self.gamma, self.beta)
+        return normalized + F.conv2d(x, self.w)
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(CONV_BN)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_conv_bn_folds_a_functional_convolution_whose_weight_is_shared(lab, dialect):
+    captured = capture(FunctionalConvSharedWeight().eval(), [torch.randn(2, 3, 6, 6, generator=seeded(8))], dialect)
+    expected = captured.run()
+    result = lab.fuse_conv_bn(captured.graph_module)
+    assert result.modified and batch_norms(result.graph_module) == 0, "the one Conv -> BN pair folds"
     assert_close(captured.run(result.graph_module), expected)
 
 
