@@ -80,6 +80,7 @@ from lab01_fx_passes.given.checks import (
     gelus,
     get_attr_targets,
     hardswishes,
+    hardswishes_in,
     modules_of,
     name_and_in_place,
     node_count,
@@ -89,6 +90,7 @@ from lab01_fx_passes.given.checks import (
     scale_outputs_by_1_001,
     seeded,
     special_values,
+    spellings,
     tiny_resnet_graph,
     unchanged_because,
 )
@@ -564,13 +566,20 @@ def test_replace_relu_with_hardswish(lab, dialect):
     with torch.no_grad():
         expected = expected_model(x)
     captured = capture(model, [x], dialect)
-    relus_before = relus(captured.graph_module)
+    relus_before, spelled = relus(captured.graph_module), spellings(captured.graph_module, relus_in)
     assert relus_before >= 5
-    replaced = assert_fired(
-        lab.replace_ops(captured.graph_module, {"relu": "hardswish"}), dialect, f"{relus_before} ReLUs"
-    )
+    replacer = lab.OpReplacer({"relu": "hardswish"})
+    replaced = assert_fired(replacer(captured.graph_module), dialect, f"{relus_before} ReLUs")
     assert relus(replaced) == 0, f"{relus(replaced)} ReLUs left in the {dialect} graph: every spelling must be replaced"
     assert hardswishes(replaced) == relus_before, "one hardswish per ReLU, in the ReLU's own dialect"
+    assert spellings(replaced, hardswishes_in) == spelled, (
+        f"{dialect}: each hardswish must be spelled at its ReLU's level (a module stays a module, an aten op an aten "
+        f"op, a torch function or method a torch one): the ReLUs were {dict(spelled)}, the hardswishes are "
+        f"{dict(spellings(replaced, hardswishes_in))}"
+    )
+    assert replacer.replaced_count == relus_before, (
+        f"OpReplacer.replaced_count is {replacer.replaced_count}; {relus_before} ReLUs were replaced"
+    )
     assert_close(captured.run(replaced), expected, what="the graph with hardswish (in-place ReLUs must stay in place)")
 
 

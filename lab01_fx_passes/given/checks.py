@@ -128,6 +128,26 @@ def hardswishes(gm: fx.GraphModule) -> int:
     return count_nodes(gm, modules=nn.Hardswish, functions=HARDSWISH_FUNCTIONS, methods=("hardswish", "hardswish_"))
 
 
+def spellings(gm: fx.GraphModule, counted) -> Counter:
+    """How the nodes ``counted(gm, node)`` picks out are spelled, by dialect level: ``"module"`` (a
+    ``call_module``), ``"aten"`` (an ``OpOverload`` target) or ``"torch"`` (a torch function or method).
+    A replacement keeps its node's level: a module stays a module, an aten op an aten op."""
+    return Counter(
+        "module" if node.op == "call_module" else "aten" if isinstance(node.target, torch._ops.OpOverload) else "torch"
+        for node in gm.graph.nodes
+        if node.op.startswith("call_") and counted(gm, node)
+    )
+
+
+def hardswishes_in(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether ``node`` calls hardswish in any spelling (the rule of :func:`hardswishes`, for one node)."""
+    return bool(
+        count_nodes_of(
+            gm, [node], modules=nn.Hardswish, functions=HARDSWISH_FUNCTIONS, methods=("hardswish", "hardswish_")
+        )
+    )
+
+
 def fused_linear_gelus(gm: fx.GraphModule) -> int:
     """Calls of the fused Linear+GELU operator (``fused_ops.LINEAR_GELU``)."""
     return count_nodes(gm, functions=(LINEAR_GELU,))
