@@ -23,8 +23,10 @@ When folding is wrong, and this pass refuses:
   first; without it the pass cannot fire, and says so.
 
 Dialects handled: ``symbolic_trace`` (``call_module`` Conv/BN pairs: the pair becomes one
-``call_module`` on a new fused convolution), Dynamo (``torch.conv1d/2d/3d`` followed by
-``torch.nn.functional.batch_norm``) and aten graphs (``aten.convolution`` / ``aten.conv2d``
+``call_module`` on a new fused convolution; functional ``F.conv2d`` -> ``F.batch_norm`` calls appear
+there as in Dynamo graphs), Dynamo (``torch.conv1d/2d/3d`` followed by
+``torch.nn.functional.batch_norm``; a convolution call may stop after its weight, ``F.conv2d(x, w)``,
+with no bias argument at all) and aten graphs (``aten.convolution`` / ``aten.conv2d``
 followed by ``aten._native_batch_norm_legit_no_training``, ``aten.native_batch_norm`` or
 ``aten.batch_norm``); in the last two the weights must be ``get_attr`` constants, and the pair
 becomes one convolution reading new ``get_attr`` constants. The pass never modifies a module or
@@ -89,9 +91,11 @@ class ConvBNFuser(ConvBNFuserBase):
         # guidance: begin
         #  - symbolic_trace: call_module BatchNorm (eval mode, with running stats) whose input is a
         #    call_module convolution (not transposed) with exactly ONE user;
-        #  - Dynamo and aten: a call_function batch norm (TORCH_BATCH_NORMS, ATEN_*_BATCH_NORMS) with
-        #    training False, whose input is one of TORCH_CONVOLUTIONS / ATEN_CONVOLUTIONS with
-        #    exactly one user. Every one of those convolutions takes (input, weight, bias, ...);
+        #  - Dynamo and aten (and functional calls in symbolic_trace): a call_function batch norm
+        #    (TORCH_BATCH_NORMS, ATEN_*_BATCH_NORMS) with training False, whose input is one of
+        #    TORCH_CONVOLUTIONS / ATEN_CONVOLUTIONS with exactly one user. Every one of those
+        #    convolutions takes (input, weight, bias, ...), but a call may stop after the weight
+        #    (F.conv2d(x, w): no bias at all, and the fused call needs one) or name bias=;
         #    torch.conv2d has no Python signature, so read node.args by position; F.batch_norm and
         #    the aten batch norms are read by name with call_argument(node, "running_mean").
         #    All weights must be get_attr constants (self.fetch_attr(node.target) reads them); a

@@ -275,8 +275,8 @@ def assert_lowered(result, dialect: str, what: str, expected_forms: dict[str, in
 
 
 def dead_constants(gm: fx.GraphModule) -> list[str]:
-    """The targets of ``gm``'s ``get_attr`` nodes that nothing reads: a pass that folds constants away
-    must remove the ones only the folded nodes read (the parameters stay on the module; their nodes go)."""
+    """The targets of ``gm``'s ``get_attr`` nodes that nothing reads. Constant folding removes the ones
+    only the folded region read (step 3's contract); other passes leave dead nodes to DCE."""
     return [str(node.target) for node in gm.graph.nodes if node.op == "get_attr" and not node.users]
 
 

@@ -23,8 +23,10 @@ When folding is wrong, and this pass refuses:
   first; without it the pass cannot fire, and says so.
 
 Dialects handled: ``symbolic_trace`` (``call_module`` Conv/BN pairs: the pair becomes one
-``call_module`` on a new fused convolution), Dynamo (``torch.conv1d/2d/3d`` followed by
-``torch.nn.functional.batch_norm``) and aten graphs (``aten.convolution`` / ``aten.conv2d``
+``call_module`` on a new fused convolution; functional ``F.conv2d`` -> ``F.batch_norm`` calls appear
+there as in Dynamo graphs), Dynamo (``torch.conv1d/2d/3d`` followed by
+``torch.nn.functional.batch_norm``; a convolution call may stop after its weight, ``F.conv2d(x, w)``,
+with no bias argument at all) and aten graphs (``aten.convolution`` / ``aten.conv2d``
 followed by ``aten._native_batch_norm_legit_no_training``, ``aten.native_batch_norm`` or
 ``aten.batch_norm``); in the last two the weights must be ``get_attr`` constants, and the pair
 becomes one convolution reading new ``get_attr`` constants. The pass never modifies a module or

@@ -117,7 +117,8 @@ def test_a_pass_that_does_not_fire_on_a_dialect_says_so(symbolic_trace_only, dia
 @pytest.fixture
 def folds_graph_outputs(reference, monkeypatch):
     """A constant folder that folds what the graph returns: its step-2 ``is_impure`` looks at calls only
-    (an output node is not one), and it has no rule of its own for outputs."""
+    (an output node is not one), and it has no rule of its own for outputs. (Written whole, it also lacks
+    the alias rule, which ``ConstantOutputs``, with no writes in place, never needs.)"""
     from solutions.lab01_fx_passes import constant_folding
 
     def foldable(self):
@@ -149,7 +150,8 @@ def leaves_dead_constants(reference, monkeypatch):
     erase = fx.Graph.eliminate_dead_code
 
     def keeping_get_attrs(graph, is_impure_node=None):
-        return erase(graph, is_impure_node=lambda node: node.op == "get_attr" or is_impure_node(node))
+        impure = is_impure_node or (lambda node: node.is_impure())
+        return erase(graph, is_impure_node=lambda node: node.op == "get_attr" or impure(node))
 
     monkeypatch.setattr(constant_folding.fx.Graph, "eliminate_dead_code", keeping_get_attrs)
     return reference
