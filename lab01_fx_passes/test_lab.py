@@ -111,6 +111,7 @@ from lab01_fx_passes.given.models import (
     LinearGeluMLP,
     LiteralConstants,
     MaskWrittenBeforeItsView,
+    MatrixBiasAddmm,
     ReluZoo,
     ResidualConvs,
     SharedConvOutput,
@@ -638,6 +639,24 @@ def test_linear_gelu_fusion_on_random_shapes(lab, features, hidden, leading, bia
     expected = captured.run()
     fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "two Linear -> GELU pairs")
     assert fused_linear_gelus(fused) == 2, f"both pairs must be fused, {fused_linear_gelus(fused)} were"
+    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("rows", [4, 1], ids=["bias-4x8", "bias-1x8"])
+@pytest.mark.parametrize("dialect", ATEN_DIALECTS)
+def test_linear_gelu_leaves_addmm_with_a_matrix_bias(lab, dialect, rows):
+    """``addmm(c, x, w.t())`` with a 2-D ``c`` is spelled like a Linear in aten graphs, but a Linear's bias is
+    1-D: the contract of ``match_linear`` refuses it (a ``[1, 8]`` row too), and the real pair after it fuses."""
+    torch.manual_seed(0)
+    captured = capture(MatrixBiasAddmm(rows).eval(), [torch.randn(4, 8)], dialect)
+    expected = captured.run()
+    fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "the real fc -> GELU pair")
+    assert fused_linear_gelus(fused) == 1, (
+        f"linear_gelu.py: {fused_linear_gelus(fused)} pairs fused in the {dialect} graph, 1 expected: "
+        f"addmm with a [{rows}, 8] bias is not a Linear (match_linear: the bias must be 1-D)"
+    )
+    assert gelus(fused) == 1, "the GELU after the matrix-bias addmm must stay"
     assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
 
 

@@ -131,6 +131,21 @@ class SharedLinearOutput(nn.Module):
         return F.gelu(self.fc2(y))
 
 
+class MatrixBiasAddmm(nn.Module):
+    """``gelu(addmm(c, x, w.t()))`` with a 2-D ``c`` (``addmm`` broadcasts it: that is not a Linear's bias),
+    then a real ``fc -> GELU`` pair. Aten graphs spell both with ``aten.addmm``; only the second is a Linear."""
+
+    def __init__(self, rows: int, features: int = 8) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features, features))
+        self.matrix_bias = nn.Parameter(torch.randn(rows, features))
+        self.fc, self.act = nn.Linear(features, features), nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.gelu(torch.addmm(self.matrix_bias, x, self.weight.t()))
+        return self.act(self.fc(y))
+
+
 class ReluZoo(nn.Module):
     """ReLU spelled every way a model can spell it, between Linear layers.
 
