@@ -9,9 +9,11 @@ student solution could also get wrong (write a test that kills it), or the chang
 code still does the same thing; say why and move on). The score of a step is killed / (killed + survived).
 
 For each handout step (``lab.toml``'s ``[[steps]]``) the mutants are those of the step's files in
-``solutions/<package>/``, and the tests are the step's visible tests (``--step N``) and then, if they
-pass, the lab's held-out tests (all of them: ``lab.toml`` maps steps to visible tests only, so the held-out
-folder cannot be cut by step). A mutant's tests that run past the timeout are counted apart, as
+``solutions/<package>/``, and the tests are the visible tests of every step that edits one of those files
+(``--step N --step M ...``: a mutant of lab 3's ``kernel.py`` drawn for step 1 may lie in step 2's loop over
+blocks, which step 1's tests never run; a student's mistake there loses step 2's points, so step 2's tests
+judge it) and then, if they pass, the lab's held-out tests (all of them: ``lab.toml`` maps steps to visible
+tests only, so the held-out folder cannot be cut by step). A mutant's tests that run past the timeout are counted apart, as
 ``timeout``: a hang is caught by the grader's time limit, not by a test's assertion, so it is neither a
 kill nor a survival. A mutant cosmic-ray could not run is ``incompetent``, also apart.
 
@@ -75,6 +77,8 @@ class StepResult:
     timeout_seconds: float
     #: Mutants never drawn because they lie inside annotations that are never evaluated (equivalent).
     in_annotations: int = 0
+    #: The steps whose visible tests ran on each mutant (every step that edits one of ``files``).
+    judged_by_steps: list[int] = field(default_factory=list)
     mutants: list[Mutant] = field(default_factory=list)
 
     def count(self, outcome: str) -> int:
@@ -110,15 +114,22 @@ def copy_course(course: Path, into: Path) -> Path:
     return copy
 
 
-def test_command(spec: LabSpec, step: int, heldout: bool) -> str:
-    """The shell command (one string, as cosmic-ray takes it) that runs step ``step``'s tests on the reference.
+def judging_steps(spec: LabSpec, step: int) -> list[int]:
+    """The steps whose tests judge a mutant of step ``step``'s files: every step that edits one of them."""
+    chosen = next(entry for entry in spec.steps if entry.number == step)
+    return [entry.number for entry in spec.steps if set(entry.files) & set(chosen.files)]
+
+
+def test_command(spec: LabSpec, steps: list[int], heldout: bool) -> str:
+    """The shell command (one string, as cosmic-ray takes it) that runs the tests of ``steps`` on the reference.
 
     cosmic-ray splits the command with shlex and runs it without a shell, so the ``&&`` that skips
     the held-out tests after a visible failure needs ``sh -c``.
     """
     python = shlex.quote(sys.executable)
     options = " ".join(PYTEST_OPTIONS)
-    visible = f"{python} -m pytest {spec.package}/{TEST_FILE} --step {step} {options}"
+    selection = " ".join(f"--step {number}" for number in steps)
+    visible = f"{python} -m pytest {spec.package}/{TEST_FILE} {selection} {options}"
     if heldout and (spec.directory / HELDOUT_DIR).is_dir():
         visible += f" && {python} -m pytest {spec.package}/{HELDOUT_DIR} {options}"
     return f"sh -c {shlex.quote(visible)}"
@@ -211,7 +222,8 @@ def mutate_step(
         have = ", ".join(str(entry.number) for entry in spec.steps)
         raise LabSpecError(f"{spec.id} has no step {step}; its steps are {have}")
     files = [f"{SOLUTIONS_DIR}/{spec.package}/{name}" for name in chosen.files]
-    command = test_command(spec, step, heldout)
+    judges = judging_steps(spec, step)
+    command = test_command(spec, judges, heldout)
 
     started = time.monotonic()
     baseline = subprocess.run(shlex.split(command), cwd=copy, capture_output=True, text=True, check=False)
@@ -254,12 +266,14 @@ def mutate_step(
         skipped = [item.job_id for item in items if item.job_id not in drawn_ids]
         db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
     log(f"{spec.id} step {step}: {len(drawn)} of {len(items)} mutants of {', '.join(chosen.files)} "
-        f"({len(in_annotations)} left out: inside annotations, never evaluated) "
+        f"({len(in_annotations)} left out: inside annotations, never evaluated), judged by the tests of step"
+        f"{'s' if len(judges) > 1 else ''} {', '.join(map(str, judges))} "
         f"(unmutated tests: {baseline_seconds:.0f} s; timeout {timeout:.0f} s)", flush=True)  # fmt: skip
     _cosmic_ray(copy, "exec", str(config), str(session))
 
     result = StepResult(spec.id, step, chosen.title, list(chosen.files), len(items), baseline_seconds, timeout)
     result.in_annotations = len(in_annotations)
+    result.judged_by_steps = judges
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, outcome in db.completed_work_items:
             if item.job_id not in drawn_ids:

@@ -205,6 +205,23 @@ def test_kernel_matches_pytorch_on_rows_longer_than_a_block(lab, shape, approxim
     assert_matches_reference(lab, *make_inputs(shape), approximate=approximate)
 
 
+#: Block widths a kernel may choose (powers of two): rows one short of, exactly at and one past each one
+#: cover one block, two blocks exactly, and a partial last block, whichever width the kernel uses.
+BLOCK_BOUNDARIES = (2048, 4096, 8192, 16384)
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("boundary", BLOCK_BOUNDARIES, ids=[f"around_{b}" for b in BLOCK_BOUNDARIES])
+def test_kernel_matches_pytorch_on_lengths_around_every_block_boundary(lab, boundary):
+    """Every tile count from one to five at the reference's 4096-wide blocks (4097 and 8192 are exactly two),
+    with a non-default eps: a loop that starts at the second block, stops one early, or a single-block path
+    taken for a row that needs two fails here and nowhere else."""
+    for length in (boundary - 1, boundary, boundary + 1):
+        x, weight, bias = make_inputs((2, length), seed=length)
+        for approximate in ("none", "tanh"):
+            assert_matches_reference(lab, x, weight, bias, eps=1e-3, approximate=approximate)
+
+
 #: Data that finds what well-behaved ``randn`` rows hide, each in a row that fits one block and in one
 #: that needs the loop (step 2), both GELU forms: rows of one value (variance 0: only eps keeps
 #: 1/sqrt(var + eps) finite), outliers (a normalised value of 17 to 110: a tanh written with exp(+2z)

@@ -18,7 +18,7 @@ It gives every lab the same harness:
 - ``lab``: a fixture returning the lab's public API (the package next to the test file, or its
   reference under ``solutions/``).
 - With pytest-json-report active, each test's ``metadata`` carries ``points`` and ``gpu``.
-- ``--step N``: run exactly the tests ``lab.toml`` lists for step N of the lab (every case of those
+- ``--step N``: run exactly the tests ``lab.toml`` lists for step N of the lab (repeatable; every case of those
   test functions, nothing else; combines with ``-k``, ``-x`` and ``--impl``). A step the lab does
   not have is a usage error naming the steps it has.
 - ``--labkit-events FILE`` / ``--labkit-resume`` (used by :mod:`labkit.run_lab`, what ``nox -s labNN``
@@ -77,9 +77,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--step",
         type=int,
+        action="append",
         default=None,
         metavar="N",
-        help="run only the tests lab.toml lists for step N of the lab (all their cases)",
+        help="run only the tests lab.toml lists for step N of the lab (all their cases); repeat it for several steps",
     )
     group.addoption(
         "--labkit-events",
@@ -261,9 +262,9 @@ class StepSummary:
 
     @pytest.hookimpl(trylast=True)  # after the points check and -k: the items the run would take
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        number = config.getoption("--step")
-        if number is not None:
-            keep = self.select_step(number, items)
+        numbers = config.getoption("--step")
+        if numbers:
+            keep = self.select_steps(numbers, items)
             kept = {item.nodeid for item in keep}
             deselected = [item for item in items if item.nodeid not in kept]
             items[:] = keep
@@ -272,8 +273,8 @@ class StepSummary:
         if self.earlier:
             self.resume(config, items)
 
-    def select_step(self, number: int, items: list[pytest.Item]) -> list[pytest.Item]:
-        """The items that belong to step ``number`` of their lab's ``lab.toml``.
+    def select_steps(self, numbers: list[int], items: list[pytest.Item]) -> list[pytest.Item]:
+        """The items that belong to any of the steps ``numbers`` of their lab's ``lab.toml`` (in collection order).
 
         Raises:
             pytest.UsageError: no lab's graded tests were collected, or a collected lab has no such step.
@@ -282,23 +283,23 @@ class StepSummary:
         specs = {folder: self.spec_for(folder) for folder in labs if (folder / SPEC_FILE).is_file()}
         if not specs:
             raise pytest.UsageError(
-                f"--step {number}: no lab's graded tests were collected (run a lab: nox -s lab01 -- --step 1)"
+                f"--step {numbers[0]}: no lab's graded tests were collected (run a lab: nox -s lab01 -- --step 1)"
             )
-        steps = {}
+        tests: dict[Path, set[str]] = {}
         for folder, spec in sorted(specs.items()):
             if spec is None:
-                raise pytest.UsageError(f"--step {number}: {self.specs[folder]}")
-            step = next((step for step in spec.steps if step.number == number), None)
-            if step is None:
-                have = ", ".join(str(step.number) for step in spec.steps)
-                raise pytest.UsageError(
-                    f"--step {number}: {spec.id} has no step {number}; its steps are {have} (lab.toml)"
-                )
-            steps[folder] = step
+                raise pytest.UsageError(f"--step {numbers[0]}: {self.specs[folder]}")
+            for number in numbers:
+                step = next((step for step in spec.steps if step.number == number), None)
+                if step is None:
+                    have = ", ".join(str(step.number) for step in spec.steps)
+                    raise pytest.UsageError(
+                        f"--step {number}: {spec.id} has no step {number}; its steps are {have} (lab.toml)"
+                    )
+                tests.setdefault(folder, set()).update(step.tests)
         return [
             item for item in items
-            if _is_graded(item) and lab_folder_of(item.path) in steps
-            and _function_of(item) in steps[lab_folder_of(item.path)].tests
+            if _is_graded(item) and _function_of(item) in tests.get(lab_folder_of(item.path), ())
         ]  # fmt: skip
 
     def resume(self, config: pytest.Config, items: list[pytest.Item]) -> None:

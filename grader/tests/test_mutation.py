@@ -2,8 +2,9 @@
 
 Demo lab A's step 1 tests ``add`` and ``mean``; two of cosmic-ray's operators give three mutants of
 ``solutions/labA_arith/arith.py``: ``a + b`` becomes ``a - b`` in ``add`` (the visible tests kill it) and
-in ``fib`` (only the held-out ``fib(30)`` kills it), and ``sum(values) / len(values)`` becomes ``//`` in
-``mean``, which every list the tests average survives (their sums divide evenly).
+in ``fib`` (step 3's ``test_fib`` kills it: every step that edits ``arith.py`` judges its mutants), and
+``sum(values) / len(values)`` becomes ``//`` in ``mean``, which every list the tests average survives
+(their sums divide evenly).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def test_mutation_kills_sub_for_add_and_names_the_floor_division_that_survives(t
     ]
     assert "+    return sum(values) // len(values)" in survivors[0]["diff"]
     killed_lines = sorted(m["line"] for m in step["mutants"] if m["outcome"] == "killed")
-    assert killed_lines == [6, 23]  # add's a + b (visible tests), fib's a + b (held-out fib(30))
+    assert killed_lines == [6, 23]  # add's a + b (step 1's tests), fib's a + b (step 3's test_fib)
+    assert step["judged_by_steps"] == [1, 2, 3, 4]  # every step of lab A edits arith.py
     printed = capsys.readouterr().out
     assert "labA      1     3      2        1       0       0 67%" in printed
     assert "survived: solutions/labA_arith/arith.py:11 core/ReplaceBinaryOperator_Div_FloorDiv" in printed
@@ -77,3 +79,18 @@ def test_mutants_inside_never_evaluated_annotations_are_left_out():
     assert not mutation._inside((5, 15), spans)  # the value 1
     # Evaluated when the function is defined: a mutant there breaks the import, a real mutant.
     assert mutation.annotation_spans(lazy.replace("from __future__ import annotations\n", "")) == []
+
+
+def test_a_mutant_is_judged_by_every_step_that_edits_its_file(tmp_path):
+    """Step 1's sample of ``arith.py`` holds ``fib``'s ``a + b``, which only step 3's ``test_fib`` runs: judged by
+    step 1's tests alone (and no held-out tests) it would "survive", a mistake no student could hand in unseen."""
+    out = tmp_path / "mutation.json"
+    argv = ["--course", str(DEMO_COURSE), "--lab", "labA", "--step", "1", "--no-heldout",
+            "--operators", r"ReplaceBinaryOperator_Add_Sub$", "--json", str(out)]  # fmt: skip
+
+    assert mutation.main(argv) == 0
+
+    (step,) = json.loads(out.read_text())["steps"]
+    outcomes = sorted((m["line"], m["outcome"]) for m in step["mutants"])
+    assert outcomes == [(6, "killed"), (23, "killed")], "fib's a - b must be killed by step 3's test_fib"
+    assert mutation.test_command(mutation.find_lab(DEMO_COURSE, "labA"), [1, 3], heldout=False).count("--step") == 2
