@@ -64,8 +64,8 @@ def check_arguments(
         TypeError: ``x``, ``weight`` or ``bias`` is not a tensor of a supported dtype (name the
             dtype, e.g. "float64"), or ``eps`` is not a number (a string such as "1e-5" is not).
         ValueError: ``approximate`` is unknown, ``eps`` is negative, ``x`` is 0-d or not on CPU/CUDA
-            (e.g. on ``meta``), or ``weight``/``bias`` do not have shape ``(x.shape[-1],)`` or are not
-            on ``x``'s device.
+            (e.g. on ``meta``), or ``weight``/``bias`` do not have shape ``(x.shape[-1],)`` (name that
+            length: "expected (16,)") or are not on ``x``'s device.
     """
     raise NotImplementedError("TODO(step 1): validate the arguments of layernorm_gelu")
 

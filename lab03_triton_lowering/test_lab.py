@@ -159,14 +159,15 @@ def test_kernel_matches_pytorch_on_generated_inputs(lab, leading, n, eps, approx
 #: "Another device" is ``meta``: a device other than x's that every machine has.
 BAD_INPUTS = {
     "unknown_gelu_form": (lambda x, w, b: dict(x=x, weight=w, bias=b, approximate="fast"), ValueError, ["approximate"]),
-    "weight_wrong_length": (lambda x, w, b: dict(x=x, weight=w[:-1], bias=b), ValueError, ["weight"]),
-    "bias_wrong_length": (lambda x, w, b: dict(x=x, weight=w, bias=torch.cat([b, b])), ValueError, ["bias"]),
+    # x is [2, 3, 16]: the length expected is its last dimension's, 16 (not 3, its second or second-to-last).
+    "weight_wrong_length": (lambda x, w, b: dict(x=x, weight=w[:-1], bias=b), ValueError, ["weight", "16"]),
+    "bias_wrong_length": (lambda x, w, b: dict(x=x, weight=w, bias=torch.cat([b, b])), ValueError, ["bias", "16"]),
     "float64_input": (lambda x, w, b: dict(x=x.double(), weight=w, bias=b), TypeError, ["float64"]),
     "integer_input": (lambda x, w, b: dict(x=x.long(), weight=w, bias=b), TypeError, ["int64"]),
     "float64_weight": (lambda x, w, b: dict(x=x, weight=w.double(), bias=b), TypeError, ["weight", "float64"]),
     "negative_eps": (lambda x, w, b: dict(x=x, weight=w, bias=b, eps=-1e-5), ValueError, ["eps"]),
     "eps_not_a_number": (lambda x, w, b: dict(x=x, weight=w, bias=b, eps="1e-5"), TypeError, ["eps"]),
-    "zero_dim_input": (lambda x, w, b: dict(x=x[0, 0], weight=None, bias=None), ValueError, ["x"]),
+    "zero_dim_input": (lambda x, w, b: dict(x=x[0, 0, 0], weight=None, bias=None), ValueError, ["x"]),
     "input_on_another_device": (
         lambda x, w, b: dict(x=x.to("meta"), weight=None, bias=None),
         ValueError,
@@ -181,7 +182,7 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("case", list(BAD_INPUTS), ids=list(BAD_INPUTS))
 def test_bad_input_gets_a_clear_error(lab, case):
     arguments, error, words = BAD_INPUTS[case]
-    x, weight, bias = make_inputs((3, 16))
+    x, weight, bias = make_inputs((2, 3, 16))
     assert_raises_as_promised(
         lambda: lab.layernorm_gelu(**arguments(x, weight, bias)), case, error, words, "check_arguments"
     )
@@ -749,6 +750,11 @@ def test_attention_takes_any_strides_and_returns_a_new_tensor(lab):
     assert out.is_contiguous(), "the output is a new contiguous tensor"
     assert all(out.data_ptr() != t.data_ptr() for t in (q, packed)), "the output must not overwrite an input"
     assert all(torch.equal(t, b) for t, b in zip((q, k, v), before)), "fused_attention modified an input"
+    # Head dims that are not contiguous: each of q, k and v stored [batch, heads, head_dim, seq] and transposed,
+    # so a step along the head dim is a step of seq elements (an offset written d // stride or d, not
+    # d * stride, reads the wrong elements here and only here).
+    q, k, v = (torch.randn(2, 3, 24, n, generator=generator).transpose(-1, -2) for n in (37, 45, 45))
+    assert_attention_matches(lab, q, k, v, causal=False, data="q, k and v whose head dim has stride seq")
 
 
 #: Every error ``fused_attention``'s docstring promises: (arguments, error type, words its message must hold).

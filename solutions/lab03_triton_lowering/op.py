@@ -67,7 +67,7 @@ def check_arguments(
         TypeError: ``x``, ``weight`` or ``bias`` is not a tensor of a supported dtype (naming the dtype),
             or ``eps`` is not a number.
         ValueError: ``approximate`` is unknown, ``eps`` is negative, ``x`` is 0-d or not on CPU/CUDA,
-            or ``weight``/``bias`` do not have shape ``(x.shape[-1],)`` on ``x``'s device.
+            or ``weight``/``bias`` do not have shape ``(x.shape[-1],)`` (naming that length) on ``x``'s device.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a tensor, got {type(x).__name__}")
