@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import operator
+import time
 
 import pytest
 import torch
@@ -47,6 +48,7 @@ import torch.nn.functional as F
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from torch import fx, nn
+from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten
 
 from lab01_fx_passes.given.backend import lab_backend
@@ -95,7 +97,7 @@ from lab01_fx_passes.given.checks import (
     unchanged_because,
 )
 from lab01_fx_passes.given.graph_tools import is_module_state
-from lab01_fx_passes.given.interface import NO_CONSTANTS
+from lab01_fx_passes.given.interface import NO_CONSTANTS, RETURNED
 from lab01_fx_passes.given.models import (
     STATISTICS_LOG,
     Chain,
@@ -114,6 +116,7 @@ from lab01_fx_passes.given.models import (
     MatrixBiasAddmm,
     ReluZoo,
     ResidualConvs,
+    ReturnsAViewOfAParameter,
     SharedConvOutput,
     SharedLinearOutput,
     SharedValues,
@@ -125,6 +128,7 @@ from lab01_fx_passes.given.models import (
     ViewHead,
     ViewsOfWrittenMemory,
     ViewWrittenInPlace,
+    WriteToOtherMemoryShapedLikeAView,
     function_model,
     large_output_resnet50,
 )
@@ -745,6 +749,16 @@ def test_channels_last_keeps_views_of_written_memory_contiguous(lab, dialect):
         "writes; nothing shares the view's memory and is written (VGG's classifier: a rule that pins every view "
         "with any in-place op downstream leaves all of VGG contiguous)"
     )
+    # Other memory: mask.view_as(y) is a view of the mask (y gives only its shape), written after y's view is taken.
+    other = capture(WriteToOtherMemoryShapedLikeAView().eval(), [torch.randn(2, 3, 6, 6)], dialect)
+    other_expected = other.run()
+    other_result = lab.convert_to_channels_last(other.graph_module)
+    assert all_channels_last(conv_weights(other_result.graph_module)), (
+        f"{dialect}: memory_layout.py left the convolution contiguous, yet nothing sharing its view's memory is "
+        "written: mask.view_as(y).mul_(0.5) writes the mask (view_as views its first argument, y only gives the "
+        "shape). Follow an aliasing op only from the tensor it views"
+    )
+    assert_close(other.run(other_result.graph_module), other_expected, what="the channels-last graph (the mask write)")
 
 
 @pytest.mark.points(1)
@@ -790,6 +804,25 @@ def test_pass_manager_validates_and_reports_every_pass(lab):
         assert row.seconds >= 0 and not row.changes_semantics
         assert 0 <= row.max_abs_error <= ATOL + RTOL * expected.abs().max().item()
         assert row.max_rel_error >= 0
+    # PassReport.seconds is the pass's own run time: a pass that runs 50 ms, inside a call timed around it.
+    timed = lab.PassManager([runs_50_ms])
+    start = time.perf_counter()
+    timed(captured.graph_module)
+    elapsed = time.perf_counter() - start
+    seconds = timed.report[0].seconds
+    assert 0.04 <= seconds <= elapsed + 1e-3, (
+        f"pass_manager.py: a pass that runs 50 ms was reported as taking {seconds!r} s, and the whole PassManager "
+        f"call took {elapsed:.3f} s: PassReport.seconds is the pass's own run time (a clock read after the pass "
+        "minus one read before it)"
+    )
+
+
+def runs_50_ms(gm: fx.GraphModule) -> PassResult:
+    """A pass that changes nothing and takes 50 ms (busy, on the clock the pass manager may read)."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.05:
+        pass
+    return PassResult(gm, False)
 
 
 @pytest.mark.points(2)
@@ -845,7 +878,14 @@ def test_pass_manager_rejects_passes_that_return_no_pass_result(lab):
         lab.PassManager([returns_the_module])(captured.graph_module)
     with pytest.raises(ValueError, match="tolerance_factor"):
         lab.PassManager([lab.fuse_conv_bn], tolerance_factor=0)
-    manager = lab.PassManager([lab.fuse_conv_bn])  # without inputs: no validation, errors unknown
+    try:
+        manager = lab.PassManager(passes=[lab.fuse_conv_bn])  # without inputs: no validation, errors unknown
+    except TypeError as error:
+        raise AssertionError(
+            f"pass_manager.py: PassManager(passes=[...]) raised {error}: keep the starter's signature, "
+            "PassManager(passes, *, example_inputs=None, tolerance_factor=TOLERANCE_FACTOR), whose passes may be "
+            "given by name"
+        ) from error
     fused = assert_fired(manager(captured.graph_module), "symbolic_trace", "TinyResNet's Conv+BN pairs")
     assert manager.report[0].max_abs_error is None, "without example inputs nothing is validated: the error is unknown"
     assert manager.report[0].nodes_after == node_count(fused) < manager.report[0].nodes_before
@@ -942,18 +982,34 @@ def test_freezing_keeps_values_the_graph_modifies_or_autograd_needs(lab):
         grad_freezer(graph.graph_module)
     frozen_with_grad = [value.name for value in grad_freezer.frozen if value.tensor.requires_grad]
     assert not frozen_with_grad, f"with grad mode on, autograd needs these parameters as inputs: {frozen_with_grad}"
+    returning = capture(ReturnsAViewOfAParameter().eval(), [conv_input(2, 3)], "dynamo")
+    returning_freezer = lab.ParameterFreezer(returning.inputs)
+    with torch.no_grad():
+        returning_freezer(returning.graph_module)
+    scale = [node.name for node in returning.graph_module.graph.find_nodes(op="placeholder") if "scale" in node.name]
+    reasons = {name: returning_freezer.kept.get(name) for name in scale}
+    assert scale and all(reason == RETURNED for reason in reasons.values()), (
+        f"freezing.py: the graph returns scale.view(2, 2), a view of the parameter scale: it stays an input, kept "
+        f"with the reason RETURNED (rule 2: the caller would receive the constant itself); kept: {reasons}"
+    )
 
 
 @pytest.mark.points(2)
 def test_freezing_guard_fails_once_a_frozen_value_changes(lab):
     """Dynamo does not guard parameter values: the freezer's guard says whether the frozen values still hold."""
     model, x = conv_bn_model(ConvBNStack()), conv_input(2, 3)
+    with torch.no_grad():  # trained before it is compiled: a version counter past CPython's cached small ints
+        for _ in range(300):
+            model.conv1.weight.mul_(1.0)
     captured, placeholders = dynamo_graph(model, x)
     freezer = lab.ParameterFreezer(captured.inputs)
     with torch.no_grad():
         assert_fired(freezer(captured.graph_module), "dynamo", "parameter placeholders")
     args = list(captured.inputs)
-    assert freezer.guard_holds(args), "nothing changed: the guard must hold"
+    assert freezer.guard_holds(args), (
+        "freezing.py: nothing changed since freezing, so the guard must hold (conv1.weight was written 300 times "
+        "before, as training does: compare each version counter with the one recorded, by value)"
+    )
     x_index = next(i for i, node in enumerate(placeholders) if not is_module_state(node))
     assert freezer.guard_holds(args[:x_index] + [torch.randn_like(args[x_index])] + args[x_index + 1 :]), (
         "a new input x is what every call brings: the guard is about frozen values only"

@@ -488,6 +488,37 @@ class MaskWrittenBeforeItsView(nn.Module):
         return y * mask.view(1, 1, y.shape[2], y.shape[3])
 
 
+class WriteToOtherMemoryShapedLikeAView(nn.Module):
+    """A mask made before the convolution, given the convolution output's shape (``mask.view_as(y)``: a
+    view of the mask, y gives only the shape) and written in place after y's view is taken: the write
+    is to the mask's memory, which y and its view do not share, so the convolution may change layout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = x.new_ones(x.shape[0], 64)
+        y = self.conv(x)
+        flat = y.view(y.shape[0], -1)
+        mask.view_as(y).mul_(0.5)
+        return flat * mask
+
+
+# -- 8. Freezing -----------------------------------------------------------------------------------
+class ReturnsAViewOfAParameter(nn.Module):
+    """A convolution scaled by a parameter the forward also returns, as a view (``scale.view(2, 2)``): the
+    caller receives the parameter's memory, so freezing must keep it an input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.scale = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.conv(x) * self.scale.view(1, -1, 1, 1), self.scale.view(2, 2)
+
+
 # -- 10. Extension: oneDNN lowering ----------------------------------------------------------------
 class ResidualConvs(nn.Module):
     """BatchNorm-free convolutions followed by every fusable pattern: Conv+ReLU (a module in place, and
