@@ -754,9 +754,10 @@ def test_channels_last_keeps_views_of_written_memory_contiguous(lab, dialect):
     other_expected = other.run()
     other_result = lab.convert_to_channels_last(other.graph_module)
     assert all_channels_last(conv_weights(other_result.graph_module)), (
-        f"{dialect}: memory_layout.py left the convolution contiguous, yet nothing sharing its view's memory is "
+        f"{dialect}: memory_layout.py left a convolution contiguous, yet nothing sharing its view's memory is "
         "written: mask.view_as(y).mul_(0.5) writes the mask (view_as views its first argument, y only gives the "
-        "shape). Follow an aliasing op only from the tensor it views"
+        "shape), and total.add_(w.view(n, -1)) writes total, reading the view (an in-place op writes its first "
+        "argument). Follow an aliasing op only from the tensor it views, and count only the argument a write writes"
     )
     assert_close(other.run(other_result.graph_module), other_expected, what="the channels-last graph (the mask write)")
 

@@ -489,20 +489,24 @@ class MaskWrittenBeforeItsView(nn.Module):
 
 
 class WriteToOtherMemoryShapedLikeAView(nn.Module):
-    """A mask made before the convolution, given the convolution output's shape (``mask.view_as(y)``: a
-    view of the mask, y gives only the shape) and written in place after y's view is taken: the write
-    is to the mask's memory, which y and its view do not share, so the convolution may change layout."""
+    """Writes in place near a convolution's view that do not write its memory, so both convolutions may
+    change layout: a mask made before the convolution, given its output's shape (``mask.view_as(y)``: a
+    view of the mask, y gives only the shape) and written after y's view is taken; and a total that
+    ``total.add_(flat)`` writes, reading the view (an in-place op writes its first argument only)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
+        self.conv, self.conv2 = nn.Conv2d(3, 4, 3), nn.Conv2d(3, 4, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mask = x.new_ones(x.shape[0], 64)
         y = self.conv(x)
         flat = y.view(y.shape[0], -1)
         mask.view_as(y).mul_(0.5)
-        return flat * mask
+        total = x.new_zeros(x.shape[0], 64)
+        w = self.conv2(x)
+        total.add_(w.view(w.shape[0], -1))
+        return flat * mask + total
 
 
 # -- 8. Freezing -----------------------------------------------------------------------------------

@@ -88,11 +88,14 @@ def _written_after(view: fx.Node, modules: dict[str, nn.Module]) -> bool:
     """
     order = {node: index for index, node in enumerate(view.graph.nodes)}
     values = shares_memory_with(view, modules)
-    return any(
-        order[user] > order[view] and writes_in_place(user, op_name(user, modules))
-        for value in values
-        for user in value.users
-    )
+    return any(order[user] > order[view] and _writes(user, value, modules) for value in values for user in value.users)
+
+
+def _writes(user: fx.Node, value: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``user`` writes ``value``: an in-place op writes its first argument (``total.add_(flat)`` writes
+    ``total`` and only reads ``flat``), an ``out=`` call its ``out``."""
+    first_written = bool(user.args) and user.args[0] is value and writes_in_place(user, op_name(user, modules))
+    return first_written or user.kwargs.get("out") is value
 
 
 class ChannelsLastConverter(ChannelsLastConverterBase):
