@@ -13,8 +13,8 @@ For each handout step (``lab.toml``'s ``[[steps]]``) the mutants are those of th
 (``--step N --step M ...``: a mutant of lab 3's ``kernel.py`` drawn for step 1 may lie in step 2's loop over
 blocks, which step 1's tests never run; a student's mistake there loses step 2's points, so step 2's tests
 judge it) and then, if they pass, the lab's held-out tests (all of them: ``lab.toml`` maps steps to visible
-tests only, so the held-out folder cannot be cut by step). A mutant's tests that run past the timeout are counted apart, as
-``timeout``: a hang is caught by the grader's time limit, not by a test's assertion, so it is neither a
+tests only, so the held-out folder cannot be cut by step). A mutant's tests that run past the timeout are counted
+apart, as ``timeout``: a hang is caught by the grader's time limit, not by a test's assertion, so it is neither a
 kill nor a survival. A mutant cosmic-ray could not run is ``incompetent``, also apart.
 
 Everything happens in a temporary copy of the course: the course's own files are never mutated. A step

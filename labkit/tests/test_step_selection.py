@@ -31,10 +31,12 @@ package, out, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 result = {}
 for step in ["all", *steps]:
     collected = Collected()
-    select = [] if step == "all" else [arg for n in (step if isinstance(step, list) else [step]) for arg in ("--step", str(n))]
+    numbers = [] if step == "all" else step if isinstance(step, list) else [step]
+    select = [arg for number in numbers for arg in ("--step", str(number))]
     code = pytest.main([package, "--collect-only", "-qq", "--impl=solution", "-p", "no:cacheprovider", *select],
                        plugins=[collected])
-    result[json.dumps(step) if isinstance(step, list) else str(step)] = {"exit": int(code), "nodeids": collected.nodeids}
+    key = json.dumps(step) if isinstance(step, list) else str(step)
+    result[key] = {"exit": int(code), "nodeids": collected.nodeids}
 open(out, "w").write(json.dumps(result))
 """
 
