@@ -18,6 +18,7 @@ import importlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -56,7 +57,7 @@ from lab02_npu_backend.given.checks import (
 )
 from lab02_npu_backend.given.coverage import NpuCoverageWarning, NpuTrainingUnsupported
 from lab02_npu_backend.given.divergence import diagnose_model
-from lab02_npu_backend.given.graphs import capture_graphs, compute_nodes, source_node_name
+from lab02_npu_backend.given.graphs import capture_graphs, compute_nodes, is_tuple_unpack, node_flops, source_node_name
 from lab02_npu_backend.given.ir import ProgramError
 from lab02_npu_backend.given.isa import ISA_PATH, IsaError
 from lab02_npu_backend.given.models import (
@@ -315,21 +316,53 @@ def test_dialects_classify_compute_nodes_alike(lab, name):
     assert sum(s for s, _ in compared.values()) > 0, "neither table supports anything: the test proves nothing"
 
 
+@pytest.mark.points(1)
+def test_multi_head_attention_runs_on_the_npu_unless_its_dropout_is_active(lab):
+    """nn.MultiheadAttention's Dynamo node (F.multi_head_attention_forward) carries its dropout: the NPU has
+    no random numbers, so it runs the node only when that dropout is the identity (eval mode, or p = 0)."""
+    support = lab.support_for_dialect("torch")
+    wrong = []
+    for dropout, training in ((0.1, True), (0.1, False), (0.0, True)):
+        torch.manual_seed(0)
+        attention = torch.nn.MultiheadAttention(8, 2, dropout=dropout).train(training)
+        with torch.no_grad():
+            gm, _ = dynamo_graph(lambda x: attention(x, x, x, need_weights=False)[0], torch.randn(5, 2, 8))
+        node = next(n for n in gm.graph.nodes if n.target is F.multi_head_attention_forward)
+        active = training and dropout != 0.0
+        reason = support.fallback_reason(node)
+        if (reason is None) == active:
+            wrong.append(
+                f"dropout={dropout}, {'training' if training else 'eval'} mode: fallback reason {reason!r}, but the "
+                f"dropout is {'active' if active else 'the identity'}"
+            )
+    assert not wrong, (
+        "support.py: multi-head attention must fall back exactly when its dropout is active (attention without "
+        "dropout: the NPU has no random number generator): " + "; ".join(wrong)
+    )
+
+
 # -------------------------------------------------------------- step 3: partitioning (partition.py)
 @pytest.mark.points(2)
 def test_zero_npu_warning_fires_on_a_mismatched_table(lab):
     case = build_model("llama-tiny")
     torch._dynamo.reset()
     captured = capture_graphs(case.model, *case.example_inputs)
-    mismatched = [
-        (captured.torch[0], captured.torch_inputs[0], lab.NpuOperatorSupport(lab.ATEN_SUPPORT)),
-        (captured.aten[0], captured.aten_inputs[0], lab.NpuOperatorSupport(lab.TORCH_SUPPORT)),
+    mismatched = [  # (graph, its inputs, a table of the other dialect, that table's dialect)
+        (captured.torch[0], captured.torch_inputs[0], lab.NpuOperatorSupport(lab.ATEN_SUPPORT), "aten"),
+        (captured.aten[0], captured.aten_inputs[0], lab.NpuOperatorSupport(lab.TORCH_SUPPORT), "torch"),
     ]
-    for gm, inputs, support in mismatched:
+    for gm, inputs, support, table_dialect in mismatched:
         with torch.no_grad():
             expected = gm(*inputs)
-        with pytest.warns(NpuCoverageWarning, match="dialect"):
+        with pytest.warns(NpuCoverageWarning, match="dialect") as warned:
             result = lab.partition_for_npu(copy.deepcopy(gm), support)
+        messages = [str(w.message) for w in warned if issubclass(w.category, NpuCoverageWarning)]
+        graph_dialect = "torch" if table_dialect == "aten" else "aten"
+        assert any(re.search(rf"\b{table_dialect}\b", message, re.IGNORECASE) for message in messages), (
+            f"partition.py: a table of {table_dialect} targets on a {graph_dialect} graph: the warning should say "
+            f"which dialect the table looks written for ({table_dialect}: "
+            f"{'its keys are' if table_dialect == 'aten' else 'not all its keys are'} OpOverloads): {messages}"
+        )
         assert result.coverage.npu_nodes == 0
         assert_partitioned_graph_computes(result, inputs, expected, "llama-tiny with a table of the other dialect")
     expected = copy.deepcopy(captured.torch[0])(*captured.torch_inputs[0])
@@ -373,14 +406,19 @@ NO_ARITHMETIC = {
 @pytest.mark.parametrize("name", STANDARD_MODELS)
 def test_elided_nodes_do_no_work_and_every_other_node_counts(lab, name):
     """Honest counts both ways, checked on real values: a node is elided iff its result is empty, or
-    it computes nothing (a layout op, dropout, a conversion) and its result equals one of its inputs."""
+    it computes nothing (a layout op, dropout, a conversion) and its result equals one of its inputs.
+    While coverage is collected, every decision carries its node's FLOPs on the example inputs."""
     case = build_model(name)
     torch._dynamo.reset()
     captured = capture_graphs(case.model, *case.example_inputs)
     gm = captured.torch[0]
     values = real_values(gm, captured.torch_inputs[0])
     nodes = {node.name: node for node in gm.graph.nodes}
-    result = lab.partition_for_npu(copy.deepcopy(gm), lab.support_for_dialect("torch"))
+    flops = node_flops(gm, captured.torch_inputs[0])
+    with coverage.collect():
+        result = lab.partition_for_npu(
+            copy.deepcopy(gm), lab.support_for_dialect("torch"), example_inputs=captured.torch_inputs[0]
+        )
     with torch.no_grad():
         assert_partitioned_graph_computes(result, captured.torch_inputs[0], gm(*captured.torch_inputs[0]), name)
     wrong = []
@@ -394,9 +432,23 @@ def test_elided_nodes_do_no_work_and_every_other_node_counts(lab, name):
                 f"{'no' if no_work else 'some'} work"
             )
     assert not wrong, "\n".join(wrong)
+    counted = {d.name: (d.flops, flops.get(d.name, 0)) for d in result.coverage.decisions}
+    miscounted = {node_name: pair for node_name, pair in counted.items() if pair[0] != pair[1]}
+    assert sum(flops.values()) > 0 and not miscounted, (
+        f"partition.py: with example_inputs, while coverage is collected, each decision's flops is "
+        f"node_flops(gm, example_inputs) of its node; {len(miscounted)} differ ((yours, node_flops)), "
+        f"the first: {dict(list(miscounted.items())[:5])}"
+    )
     if name == "transformer-encoder":  # its three eval-mode dropouts, once counted as NPU nodes
         assert [d.op for d in result.coverage.decisions if d.elided] == ["dropout"] * 3
     assert result.coverage.work_nodes > 0
+
+
+def write_then_view(h):
+    """A write in place, then a view of the written tensor: the view comes after the write, so nothing pins it."""
+    x = h.clone()
+    x[:, 1:] = h[:, :-1]
+    return x.t() * 2
 
 
 #: case -> (function, inputs): each a write in place with readers on both sides of it.
@@ -404,6 +456,7 @@ WRITE_CASES = {
     "shift-right": (ShiftRight, lambda: (torch.randint(3, 32, (2, 7), generator=torch.Generator().manual_seed(0)),)),
     "clone-then-write": (lambda: clone_then_write, lambda: (torch.randn(3, 6),)),
     "add-in-place-read-around": (lambda: add_in_place_read_around, lambda: (torch.randn(3, 6),)),
+    "write-then-view": (lambda: write_then_view, lambda: (torch.randn(3, 6),)),
 }
 
 
@@ -411,7 +464,9 @@ WRITE_CASES = {
 @pytest.mark.parametrize("case", sorted(WRITE_CASES))
 def test_partitions_keep_writes_in_place_in_order(lab, case):
     """The partitioned graph (run through its graph) computes what the original graph computed, in both
-    dialects: no read of a written tensor crosses the write; the writes run on the CPU, with a reason."""
+    dialects: no read of a written tensor crosses the write; the writes run on the CPU, with a reason.
+    A write pins only what holds the written tensor before it: what the NPU can run after the last
+    write (a view of the written tensor included) runs on the NPU."""
     make_fn, make_inputs = WRITE_CASES[case]
     fn, inputs = make_fn(), make_inputs()
     torch._dynamo.reset()
@@ -423,7 +478,15 @@ def test_partitions_keep_writes_in_place_in_order(lab, case):
         with torch.no_grad():
             expected = copy.deepcopy(gm)(*graph_inputs)
         writes = {node.name for node in gm.graph.nodes if writes_in_place(node)}
-        result = lab.partition_for_npu(copy.deepcopy(gm), lab.support_for_dialect(dialect), dialect=dialect)
+        support = lab.support_for_dialect(dialect)
+        order = {node.name: index for index, node in enumerate(gm.graph.nodes)}
+        last_write = max((order[name] for name in writes), default=len(order))
+        after_writes = [
+            n.name
+            for n in compute_nodes(gm)
+            if order[n.name] > last_write and not is_tuple_unpack(n) and support.fallback_reason(n) is None
+        ]
+        result = lab.partition_for_npu(copy.deepcopy(gm), support, dialect=dialect)
         with torch.no_grad():
             actual = run_graph(result.graph_module, *graph_inputs)
         assert outputs_close(actual, expected, rtol=1e-6, atol=1e-6), (
@@ -438,6 +501,12 @@ def test_partitions_keep_writes_in_place_in_order(lab, case):
         assert not on_npu, f"{case}: the writes {on_npu} must run on the CPU, with a reason"
         assert result.coverage.npu_nodes > 0, (
             f"{case} ({dialect} graphs): the NPU still runs the nodes around the writes"
+        )
+        pinned_late = {name: decided[name].reason for name in after_writes if not decided[name].on_npu}
+        assert not pinned_late, (
+            f"{case} ({dialect} graphs): partition.py keeps nodes that come after every write on the CPU, though the "
+            f"support accepts them: {pinned_late}. pin_cpu_writes pins a write's aliases that come *before* it (the "
+            f"written tensor must be a CPU tensor when the CPU writes it); after the write, reads are safe anywhere"
         )
 
 
