@@ -300,7 +300,16 @@ def test_operator_has_a_fake_implementation(lab):
 def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
     x, weight, bias = make_inputs((3, 40))
     # Schema, fake/real agreement, autograd registration and AOT dispatch: PyTorch's own checklist.
-    torch.library.opcheck(the_custom_operator(lab, x, weight, bias), (x, weight, bias, 1e-5, "none"))
+    operator = the_custom_operator(lab, x, weight, bias)
+    torch.library.opcheck(operator, (x, weight, bias, 1e-5, "none"))
+    transposed = make_inputs((40, 3))[0].t()  # the real operator returns a new contiguous tensor whatever x's strides
+    try:
+        torch.library.opcheck(operator, (transposed, weight, bias, 1e-5, "none"))
+    except Exception as error:  # opcheck's own message names the check; say which input and where to look
+        raise AssertionError(
+            "torch.library.opcheck failed on a transposed x: op.py's register_fake must describe the real output, a "
+            f"new contiguous tensor of x's shape (torch.empty_like(x) keeps x's strides). {error}"
+        ) from None
 
 
 @pytest.mark.points(1)
@@ -502,6 +511,18 @@ def test_install_is_idempotent_and_uninstall_restores_inductor_config(lab):
         )
         lab.uninstall_lowering()  # a second uninstall is harmless
         assert inductor_config.post_grad_custom_post_pass is sentinel
+        # Replaced behind its back (another library, a config.patch that ended): no longer installed, so a call
+        # installs it again rather than hand back a handle whose pass Inductor no longer runs.
+        lab.install_lowering()
+        try:
+            inductor_config.post_grad_custom_post_pass = None
+            lab.install_lowering()
+            assert isinstance(inductor_config.post_grad_custom_post_pass, CustomGraphPass), (
+                "lowering.py: post_grad_custom_post_pass was reset after install_lowering(); the pass is no longer "
+                "installed, so install_lowering() must install it again (idempotent only while installed)"
+            )
+        finally:
+            lab.uninstall_lowering()
 
 
 @pytest.mark.points(1)
