@@ -584,7 +584,11 @@ def test_lowering_decomposes_into_isa_primitives(lab, case):
     outputs = lab.NpuSimulator().run(program, [x for x in graph_inputs if isinstance(x, torch.Tensor)])
     with torch.no_grad():
         expected = fn(*inputs)
-    assert outputs_close(outputs[0], expected, rtol=TOLERANCE, atol=TOLERANCE)
+    assert outputs_close(outputs[0], expected, rtol=TOLERANCE, atol=TOLERANCE), (
+        f"{case}: the program lowering.py wrote computes something else than the graph "
+        f"({output_error(outputs[0], expected)}, tolerance {TOLERANCE}): check each lowering rule it used "
+        f"({', '.join(sorted(ops))}) against its PyTorch op, arguments and their order included"
+    )
 
 
 @pytest.mark.points(2)
