@@ -136,7 +136,8 @@ def install_lowering() -> LoweringHandle:
     Contract: sets ``torch._inductor.config.post_grad_custom_post_pass`` to a new
     :class:`LayerNormGeluPass` (remembering the pass that was there) and returns
     ``LoweringHandle(the_pass, counted_before=counters["inductor"][REPLACEMENTS_COUNTER])``.
-    Idempotent: while installed, calling it again returns the same handle and installs nothing.
+    Idempotent: while installed (the config still holds your pass), calling it again returns the same
+    handle and installs nothing; once something else has replaced or reset it, a call installs anew.
     Trace the patterns once per process, on the first call (it takes about a second).
     """
     raise NotImplementedError("TODO(step 5): install the pass and return a handle")
