@@ -49,8 +49,8 @@ def match_linear(node: Any, modules: Mapping[str, nn.Module]) -> LinearMatch | N
 
     Returns:
         A :class:`LinearMatch`, or None when ``node`` is not the end of a Linear. Flattening views
-        (aten graphs, 3-D inputs) must only flatten and restore ``x``'s leading dimensions, and the
-        bias must be 1-D.
+        (aten graphs, 3-D inputs) must only flatten and restore ``x``'s leading dimensions, the
+        bias must be 1-D, and an ``addmm`` given ``beta`` or ``alpha`` is not a Linear.
     """
     # TODO(step 5): recognise Linear in every dialect.
     # guidance: begin

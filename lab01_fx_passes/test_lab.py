@@ -100,6 +100,7 @@ from lab01_fx_passes.given.graph_tools import is_module_state
 from lab01_fx_passes.given.interface import NO_CONSTANTS, RETURNED
 from lab01_fx_passes.given.models import (
     STATISTICS_LOG,
+    AddmmNotALinear,
     Chain,
     ConstantOutputs,
     ConstantsSharingMemoryWithWrites,
@@ -113,7 +114,6 @@ from lab01_fx_passes.given.models import (
     LinearGeluMLP,
     LiteralConstants,
     MaskWrittenBeforeItsView,
-    MatrixBiasAddmm,
     ReluZoo,
     ResidualConvs,
     ReturnsAViewOfAParameter,
@@ -610,7 +610,12 @@ def test_linear_gelu_fuses_in_every_dialect(lab, dialect, approximate):
         f"both pairs must be fused in the {dialect} graph, {fused_linear_gelus(fused)} were"
     )
     assert gelus(fused) == 0, "a fused pair's GELU must be gone"
-    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
+    assert_close(
+        captured.run(fused),
+        expected,
+        what=f"linear_gelu.py's fused {dialect} graph (GELU approximate={approximate!r}: the fused op takes "
+        "the GELU's own form)",
+    )
 
 
 @pytest.mark.points(2)
@@ -647,21 +652,21 @@ def test_linear_gelu_fusion_on_random_shapes(lab, features, hidden, leading, bia
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("rows", [4, 1], ids=["bias-4x8", "bias-1x8"])
+@pytest.mark.parametrize("kind", AddmmNotALinear.KINDS)
 @pytest.mark.parametrize("dialect", ATEN_DIALECTS)
-def test_linear_gelu_leaves_addmm_with_a_matrix_bias(lab, dialect, rows):
-    """``addmm(c, x, w.t())`` with a 2-D ``c`` is spelled like a Linear in aten graphs, but a Linear's bias is
-    1-D: the contract of ``match_linear`` refuses it (a ``[1, 8]`` row too), and the real pair after it fuses."""
+def test_linear_gelu_leaves_addmm_that_is_not_a_linear(lab, dialect, kind):
+    """``addmm(c, x, w.t())`` is spelled like a Linear in aten graphs, but it is one only with a 1-D ``c`` (a
+    ``[1, 8]`` row is not one either) and no ``beta``/``alpha``; the real pair after it fuses."""
     torch.manual_seed(0)
-    captured = capture(MatrixBiasAddmm(rows).eval(), [torch.randn(4, 8)], dialect)
+    captured = capture(AddmmNotALinear(kind).eval(), [torch.randn(4, 8)], dialect)
     expected = captured.run()
     fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "the real fc -> GELU pair")
+    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph ({kind})")
     assert fused_linear_gelus(fused) == 1, (
-        f"linear_gelu.py: {fused_linear_gelus(fused)} pairs fused in the {dialect} graph, 1 expected: "
-        f"addmm with a [{rows}, 8] bias is not a Linear (match_linear: the bias must be 1-D)"
+        f"linear_gelu.py: {fused_linear_gelus(fused)} pairs fused in the {dialect} graph, 1 expected: addmm "
+        f"({kind}) is not a Linear (match_linear: a 1-D bias, and no beta or alpha)"
     )
-    assert gelus(fused) == 1, "the GELU after the matrix-bias addmm must stay"
-    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
+    assert gelus(fused) == 1, "the GELU after the addmm that is not a Linear must stay"
 
 
 # == 6. Channels-last layout ======================================================================

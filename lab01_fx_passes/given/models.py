@@ -131,18 +131,25 @@ class SharedLinearOutput(nn.Module):
         return F.gelu(self.fc2(y))
 
 
-class MatrixBiasAddmm(nn.Module):
-    """``gelu(addmm(c, x, w.t()))`` with a 2-D ``c`` (``addmm`` broadcasts it: that is not a Linear's bias),
-    then a real ``fc -> GELU`` pair. Aten graphs spell both with ``aten.addmm``; only the second is a Linear."""
+class AddmmNotALinear(nn.Module):
+    """``gelu(addmm(c, x, w.t(), ...))`` spelled like a Linear in aten graphs but not one, then a real
+    ``fc -> GELU`` pair (only the second may fuse). ``kind``: ``"bias-4x8"`` or ``"bias-1x8"`` (a 2-D ``c``,
+    which ``addmm`` broadcasts: a Linear's bias is 1-D), or ``"beta-alpha"`` (a 1-D ``c``, but
+    ``beta * c + alpha * x @ w.t()`` with beta 0.5 and alpha 2)."""
 
-    def __init__(self, rows: int, features: int = 8) -> None:
+    KINDS = ("bias-4x8", "bias-1x8", "beta-alpha")
+
+    def __init__(self, kind: str, features: int = 8) -> None:
         super().__init__()
+        rows = {"bias-4x8": (4,), "bias-1x8": (1,), "beta-alpha": ()}[kind]
+        self.scaled = kind == "beta-alpha"
         self.weight = nn.Parameter(torch.randn(features, features))
-        self.matrix_bias = nn.Parameter(torch.randn(rows, features))
+        self.addmm_bias = nn.Parameter(torch.randn(*rows, features))
         self.fc, self.act = nn.Linear(features, features), nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.gelu(torch.addmm(self.matrix_bias, x, self.weight.t()))
+        scales = {"beta": 0.5, "alpha": 2.0} if self.scaled else {}
+        y = F.gelu(torch.addmm(self.addmm_bias, x, self.weight.t(), **scales))
         return self.act(self.fc(y))
 
 
