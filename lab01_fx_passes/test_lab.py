@@ -400,7 +400,8 @@ def test_dce_keeps_random_ops(lab):
     removed = before - node_count(result.graph_module)
     assert removed == 1, (
         f"{removed} nodes removed: only the eval-mode dropout is dead and pure; every random op draws from "
-        "the generator, so deleting one changes every random number after it"
+        "the generator, so deleting one changes every random number after it (dce.py's is_impure must call "
+        "every random op impure: rand, randn, dropout in training mode, ...)"
     )
     assert dce.removed_count == 1 and result.modified, (
         f"DCEPass.removed_count is {dce.removed_count} and modified {result.modified} after removing 1 node: "

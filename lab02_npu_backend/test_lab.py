@@ -86,6 +86,7 @@ from lab02_npu_backend.given.models import (
 )
 from lab02_npu_backend.given.mutation import writes_in_place
 from lab02_npu_backend.given.profiling_tools import InstructionRecord, OpRow, profile_npu
+from lab02_npu_backend.given.program_builder import LoweringError
 from lab02_npu_backend.given.registration import npu_simulator
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
@@ -236,7 +237,10 @@ def test_softmax_handles_large_scores_and_boolean_masks(lab):
     expected = (scores + additive).softmax(-1)
     program, inputs = single_op_program("softmax", {"dim": 3}, [scores, mask], expected)
     (actual,) = simulator.run(program, inputs)
-    assert torch.equal(actual, expected), f"masked softmax: {output_error(actual, expected)}"
+    assert torch.equal(actual, expected), (
+        f"simulator.py's softmax with a boolean mask: {output_error(actual, expected)}; True keeps a score and "
+        "False masks it to -inf, as scaled_dot_product_attention's boolean attn_mask does"
+    )
     program, inputs = single_op_program("softmax", {"dim": 3}, [scores, mask.float()], expected)
     with pytest.raises(ProgramError, match=r"instruction 0 \(softmax.*'mask'.*float32"):
         simulator.run(program, inputs)
@@ -309,9 +313,10 @@ def test_dialects_classify_compute_nodes_alike(lab, name):
     if disagreements:  # the first few, and how many: the whole dict runs to thousands of characters
         shown = "; ".join(f"{source}: torch {t}, aten {a}" for source, (t, a) in list(disagreements.items())[:5])
         pytest.fail(
-            f"{len(disagreements)} of {len(compared)} Dynamo nodes are classified differently ((supported, "
-            f"elided) by the torch table vs by the aten table of the nodes they became); the first "
-            f"{min(5, len(disagreements))}: {shown}"
+            f"support.py: {len(disagreements)} of {len(compared)} Dynamo nodes are classified differently "
+            f"((supported, elided) by the torch table vs by the aten table of the nodes they became); the first "
+            f"{min(5, len(disagreements))}: {shown}. Each table must read an argument where its dialect puts it "
+            "(aten's schema positions, the torch call's own positions or keywords: batch_norm's training, ...)"
         )
     assert sum(s for s, _ in compared.values()) > 0, "neither table supports anything: the test proves nothing"
 
@@ -567,7 +572,13 @@ def test_lowering_decomposes_into_isa_primitives(lab, case):
     fn, make_inputs, expected_ops, absent_ops = LOWERING_CASES[case]
     inputs = make_inputs()
     gm, graph_inputs = dynamo_graph(fn, *inputs)
-    program = lab.lower_to_program(gm, graph_inputs, name=case)
+    try:
+        program = lab.lower_to_program(gm, graph_inputs, name=case)
+    except LoweringError as error:
+        pytest.fail(
+            f"{case}: lowering.py could not lower a graph of supported ops: {error}. Each rule reads its op's "
+            "arguments as the op's signature defines them, by position or by keyword (split's dim, ...)"
+        )
     json.dumps(program)  # a program is plain JSON
     ops = op_counts(program)
     for op, count in expected_ops.items():

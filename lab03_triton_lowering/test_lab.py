@@ -302,14 +302,21 @@ def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
     # Schema, fake/real agreement, autograd registration and AOT dispatch: PyTorch's own checklist.
     operator = the_custom_operator(lab, x, weight, bias)
     torch.library.opcheck(operator, (x, weight, bias, 1e-5, "none"))
-    transposed = make_inputs((40, 3))[0].t()  # the real operator returns a new contiguous tensor whatever x's strides
-    try:
-        torch.library.opcheck(operator, (transposed, weight, bias, 1e-5, "none"))
-    except Exception as error:  # opcheck's own message names the check; say which input and where to look
-        raise AssertionError(
-            "torch.library.opcheck failed on a transposed x: op.py's register_fake must describe the real output, a "
-            f"new contiguous tensor of x's shape (torch.empty_like(x) keeps x's strides). {error}"
-        ) from None
+    # The real operator returns a new contiguous tensor whatever x's strides: so must the fake, on every layout
+    # the kernel takes (a transposed x, and each of NON_CONTIGUOUS).
+    layouts = {"transposed": lambda: make_inputs((40, 3))[0].t(), **NON_CONTIGUOUS}
+    for layout, make_x in layouts.items():
+        strided = make_x()
+        n = strided.shape[-1]
+        weight, bias = torch.linspace(0.5, 1.5, n), torch.linspace(-0.5, 0.5, n)
+        try:
+            torch.library.opcheck(operator, (strided, weight, bias, 1e-5, "none"))
+        except Exception as error:  # opcheck's own message names the check; say which input and where to look
+            raise AssertionError(
+                f"torch.library.opcheck failed on a non-contiguous x ({layout}: shape {list(strided.shape)}, "
+                f"strides {strided.stride()}): op.py's register_fake must describe the real output, a new "
+                f"contiguous tensor of x's shape (torch.empty_like(x) keeps x's strides). {error}"
+            ) from None
 
 
 @pytest.mark.points(1)

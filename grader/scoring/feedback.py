@@ -141,8 +141,13 @@ def next_step(lab: LabResult) -> list[str]:
 
 
 def _step_numbers(lab: LabResult) -> dict[str, str]:
+    """Each test function's handout step and the files it edits (``5 · linear_gelu.py``): every row of the
+    table names the student's file, whatever its test's message says."""
     return {
-        _function(test): str(step.number) for step in lab.steps for test in lab.tests if _function(test) in step.tests
+        _function(test): f"{step.number} · {', '.join(step.files)}"
+        for step in lab.steps
+        for test in lab.tests
+        if _function(test) in step.tests
     }
 
 

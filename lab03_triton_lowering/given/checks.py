@@ -95,13 +95,30 @@ def assert_matches_reference(
     approximate: str = "none",
     data: str = "",
 ) -> None:
-    """``layernorm_gelu`` within TOLERANCE of PyTorch's; the message names the inputs (``data``: what kind)."""
+    """``layernorm_gelu`` within TOLERANCE of PyTorch's; the message names the inputs (``data``: what kind),
+    the files that compute it, and, for a NaN or inf where PyTorch's output is finite, where those come from.
+
+    An error the call raises (other than a TODO's ``NotImplementedError``) fails the test with the same
+    description of the inputs, the error kept as its cause.
+    """
+    case = f"{data + ', ' if data else ''}shape {list(x.shape)}, eps={eps}, approximate={approximate!r}"
     expected = reference(x, weight, bias, eps, approximate)
-    actual = lab.layernorm_gelu(x, weight, bias, eps=eps, approximate=approximate)
+    try:
+        actual = lab.layernorm_gelu(x, weight, bias, eps=eps, approximate=approximate)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"layernorm_gelu (kernel.py's launcher, op.py's operator) raised on {case}: {error}")
     error = output_error(actual, expected)
+    not_finite = bool(expected.isfinite().all()) and not bool(actual.isfinite().all())
+    hint = (
+        ": NaN or inf where PyTorch's output is finite (a division by zero or an overflow: the variance is the "
+        "biased one, divided by the row's length, and eps is added before the square root)"
+        if not_finite
+        else ""
+    )
     assert error.max_abs <= TOLERANCE, (
-        f"{data + ', ' if data else ''}shape {list(x.shape)}, eps={eps}, approximate={approximate!r}: "
-        f"max |error| {error.max_abs:.3g} > {TOLERANCE}"
+        f"kernel.py's layernorm_gelu on {case}: max |error| {error.max_abs:.3g} > {TOLERANCE}{hint}"
     )
 
 

@@ -107,10 +107,10 @@ def test_feedback_names_the_next_step_as_nox_does():
     assert next_step(lab)[0].startswith("Start here: step 2, clamp")
     page = to_markdown(result)
     assert "**Next:** step 2, clamp (arith.py); its tests: nox -s labA -- --step 2" in page
-    assert re.search(r"\| ❌ \| 2 \| `test_clamp` \|", page), "each test row names its step"
+    assert re.search(r"\| ❌ \| 2 · arith.py \| `test_clamp` \|", page), "each test row names its step and file"
     assert "Start here: step 2, clamp" in to_gradescope(result)["output"]
     names = [test["name"] for test in to_gradescope(result)["tests"]]
-    assert "labA · step 2 · test_clamp" in names and "secret" not in page and "test_secret_case" not in page
+    assert "labA · step 2 · arith.py · test_clamp" in names and "secret" not in page and "test_secret_case" not in page
 
 
 def test_the_optional_extension_has_its_own_section_and_is_not_among_the_scored_tests():
