@@ -850,6 +850,28 @@ def test_pass_manager_names_the_pass_that_diverges(lab):
     assert ran_after == [], "no pass runs after a divergence"
 
 
+@pytest.mark.points(1)
+def test_pass_manager_validates_with_its_tolerance_factor(lab):
+    """``tolerance_factor`` sets the budget (that many times float32's own error): 1e5 lets a 0.1% output scale
+    through, which the default stops; 1e-6 stops a correct Conv+BN fold, whose rounding the default admits."""
+    captured = tiny_resnet_graph()
+    loose = lab.PassManager([scale_outputs_by_1_001], example_inputs=captured.inputs, tolerance_factor=1e5)
+    try:
+        loose(captured.graph_module)
+    except lab.PassValidationError as error:
+        raise AssertionError(
+            f"pass_manager.py: with tolerance_factor=1e5 a 0.1% change is within budget, yet: {error}. Compare "
+            "with reference.compare(outputs, factor=self.tolerance_factor)"
+        ) from None
+    assert loose.report[0].max_abs_error > 0, "the error is still measured and reported"
+    strict = lab.PassManager([lab.fuse_conv_bn], example_inputs=captured.inputs, tolerance_factor=1e-6)
+    with pytest.raises(lab.PassValidationError, match="fuse_conv_bn"):
+        strict(captured.graph_module)
+    assert lab.PassManager([lab.fuse_conv_bn], example_inputs=captured.inputs)(captured.graph_module).modified, (
+        "the default factor admits a correct fold's rounding"
+    )
+
+
 @pytest.mark.points(2)
 def test_pass_manager_reports_a_declared_semantic_change(lab):
     captured = tiny_resnet_graph()
@@ -1359,6 +1381,7 @@ HIDDEN = {
     "strided_slice": (lambda x: (x * 2)[:, ::2] * 1, [lambda: special_values(4, 8)], True, CHANGES_STRIDES),
     "plus_zero_on_floats": (lambda x: ((x * 2) + 0) * 3, [lambda: special_values(4, 8)], True, SIGNED_ZERO),
     "minus_negative_zero": (lambda x: ((x * 2) - (-0.0)) * 3, [lambda: special_values(4, 8)], True, SIGNED_ZERO),
+    "zeros_of_both_signs": (lambda x: _zeros_of_both_signs(x), [lambda: special_values(4, 8)], True, SIGNED_ZERO),
     "complex_times_one": (lambda x: (x * 2) * 1, [lambda: special_values(4, 8, dtype=torch.complex64)], True,
                           COMPLEX),
     "result_written_in_place": (lambda x: _result_written(x), [lambda: special_values(4, 8)], True, WRITTEN_IN_PLACE),
@@ -1371,6 +1394,12 @@ HIDDEN = {
     "floor_division_by_one": (lambda x: torch.div(x * 2.5, 1, rounding_mode="floor"), [lambda: special_values(4, 8)],
                               True, OTHER_ARGUMENTS),
 }  # fmt: skip
+
+
+def _zeros_of_both_signs(x):
+    zeros = torch.full_like(x, -0.0)
+    zeros.narrow(0, 0, 1).fill_(0.0)  # row 0 now +0.0: x + zeros turns that row's -0.0 into +0.0, the rest stay
+    return (x * 2) + zeros
 
 
 def _result_written(x):
@@ -1414,10 +1443,11 @@ def test_algebra_leaves_what_the_identity_hides(lab, case, dialect):
     simplifier = lab.AlgebraicSimplifier(captured.inputs, keep_signed_zeros=keep_signed_zeros)
     result = simplifier(captured.graph_module)
     assert simplifier.simplified_count == 0, (
-        f"{case}: the pass rewrote {dict(simplifier.simplified)}; it is not exact here"
+        f"algebraic.py, {case}: the pass rewrote {dict(simplifier.simplified)}; it is not exact here"
     )
     assert not result.modified and reason in (reason_of(result) or ""), (
-        f"{case}: the pass must leave the identity alone and say {reason!r}; it said {reason_of(result)!r}"
+        f"algebraic.py, {case}: the pass must leave the identity alone and say {reason!r}; "
+        f"it said {reason_of(result)!r}"
     )
     outputs = captured.run(result.graph_module)
     assert_bitwise_equal(outputs, expected)
@@ -1499,12 +1529,14 @@ def test_algebra_leaves_non_identities_alone(lab, dialect):
         expected = captured.run()
         simplifier = lab.AlgebraicSimplifier(captured.inputs)
         result = simplifier(captured.graph_module)
-        assert not result.modified, f"{name}: the pass rewrote {dict(simplifier.simplified)}, which is no identity"
+        assert not result.modified, (
+            f"algebraic.py, {name}: the pass rewrote {dict(simplifier.simplified)}, which is no identity"
+        )
         # Core aten spells x // 1 as div(x, 1, rounding_mode="floor") and functionalizes add_(0) into x + 0:
         # identities in form there, which the pass declines (and says why).
         reason = reason_of(result) or ""
         declined = dialect == "export_core_aten" and (OTHER_ARGUMENTS in reason or SIGNED_ZERO in reason)
-        assert reason == NO_IDENTITIES or declined, f"{name}: say {NO_IDENTITIES!r}; said {reason!r}"
+        assert reason == NO_IDENTITIES or declined, f"algebraic.py, {name}: say {NO_IDENTITIES!r}; said {reason!r}"
         assert_bitwise_equal(captured.run(result.graph_module), expected, what=f"the graph of {name}")
 
 
@@ -1564,7 +1596,8 @@ def test_algebra_is_exact_on_generated_graphs(lab, steps, dialect, dtype, seed):
     result = simplifier(captured.graph_module)
     names = [name for name, _, _ in chain]
     assert simplifier.simplified_count == identities, (
-        f"{dialect}, steps {names}: {identities} exact identities, the pass simplified {dict(simplifier.simplified)}"
+        f"algebraic.py, {dialect}, steps {names}: {identities} exact identities, "
+        f"the pass simplified {dict(simplifier.simplified)}"
     )
     assert result.modified == bool(identities)
     assert_bitwise_equal(captured.run(result.graph_module), expected, what=f"the graph of {names}")

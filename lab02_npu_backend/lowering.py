@@ -93,7 +93,8 @@ def _identity(b, out, input, *_, **__):
 #   integer n (square-and-multiply: x**3 is x * (x * x), as eager computes it), rsqrt / mean /
 #   adaptive_avg_pool2d to 1x1, relu / gelu (approximate="tanh" -> "gelu_tanh") / silu / sigmoid /
 #   tanh, hardtanh / relu6 / clamp / clip (function="clamp" with the constant min and/or max),
-#   softmax, layer_norm / native_layer_norm, rms_norm, batch_norm (eval) /
+#   softmax, layer_norm / native_layer_norm, rms_norm (Dynamo records F.rms_norm as torch.rms_norm;
+#   eps=None is torch.finfo(x.dtype).eps), batch_norm (eval) /
 #   _native_batch_norm_legit_no_training, scaled_dot_product_attention (+ grouped-query:
 #   broadcast, do not copy) and its aten flash form: a float mask is added to the scores, a
 #   boolean one is the softmax's mask operand; a mask of fewer dimensions broadcasts from the left,

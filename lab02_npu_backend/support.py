@@ -65,8 +65,9 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     # Matrix products (addmm too: GPT-2's Conv1D), conv2d, elementwise arithmetic (+ sub, neg,
     # pow(x, n) for a small integer n, division by a constant), rsqrt, mean, activations (relu, gelu,
     # silu, sigmoid, tanh; hardtanh/relu6/clamp/clip on the activation unit's clamp), softmax,
-    # layer/rms/batch norm, attention (scaled_dot_product_attention, with a float or a boolean mask,
-    # and multi_head_attention_forward), and layout ops: view/reshape/flatten/(un)squeeze,
+    # layer/rms/batch norm (F.rms_norm reaches Dynamo as torch.rms_norm), attention
+    # (scaled_dot_product_attention, with a float or a boolean mask, and multi_head_attention_forward),
+    # and layout ops: view/reshape/flatten/(un)squeeze,
     # transpose/permute/t (Dynamo records weight.T as aten.numpy_T), getitem (slicing), split/chunk,
     # cat, expand. Identities map to () (no instruction): dropout in eval mode, contiguous, clone,
     # and .to/.float/.type/.type_as when they keep the dtype and device (a constraint checks that).

@@ -59,7 +59,7 @@ from lab02_npu_backend.given.coverage import NpuCoverageWarning, NpuTrainingUnsu
 from lab02_npu_backend.given.divergence import diagnose_model
 from lab02_npu_backend.given.graphs import capture_graphs, compute_nodes, is_tuple_unpack, node_flops, source_node_name
 from lab02_npu_backend.given.ir import ProgramError
-from lab02_npu_backend.given.isa import ISA_PATH, IsaError
+from lab02_npu_backend.given.isa import ISA_PATH, IsaError, default_isa
 from lab02_npu_backend.given.models import (
     REAL_MODELS,
     STANDARD_MODELS,
@@ -216,7 +216,11 @@ def test_simulator_runs_every_isa_op_like_pytorch(lab, n, m):
         expected = reference(*inputs)
         program, flat_inputs = single_op_program(op, attrs, inputs, expected)
         (actual,) = simulator.run(program, flat_inputs)
-        assert outputs_close(actual, expected, rtol=1e-5, atol=1e-5), f"{op}: {output_error(actual, expected)}"
+        assert outputs_close(actual, expected, rtol=1e-5, atol=1e-5), (
+            f"simulator.py's {op} (attributes {attrs}, inputs of shapes {[list(t.shape) for t in inputs]}) differs "
+            f"from what the ISA says it computes ({output_error(actual, expected)}); isa.json: "
+            f"{default_isa().ops[op].semantics}"
+        )
 
 
 @pytest.mark.points(2)
@@ -784,6 +788,47 @@ def test_layer_norm_normalizes_over_every_dim_of_normalized_shape(lab, dialect):
     )
     wrong, graphs = compiled_forms_off_eager(lab, dialect, _layer_norm_forms(), (x, *params))
     assert not wrong, f"{dialect} graphs: these LayerNorm forms differ from eager: {'; '.join(wrong)}. {hint}"
+    assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
+
+
+def _rms_norm_forms():
+    """RMSNorm in every form ``aten::rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
+    float? eps=None)`` allows: over the last dim and the last two, with and without a weight, ``eps`` left to its
+    default (None: the dtype's machine epsilon, ``torch.finfo(x.dtype).eps``) or given. Inputs: x, then a weight
+    per shape."""
+    arguments = {a.name: a for a in torch.ops.aten.rms_norm.default._schema.arguments}
+    assert str(arguments["eps"].type) == "Optional[float]" and arguments["eps"].default_value is None, (
+        "aten.rms_norm's eps changed: update the test"
+    )
+    forms = []
+    for index, shape in enumerate(((8,), (4, 8))):
+        for weighted, eps in itertools.product((True, False), (None, 1e-3)):
+            label = f"normalized_shape={shape}, {'weight' if weighted else 'no weight'}, eps={eps}"
+
+            def form(x, *weights, shape=shape, index=index, weighted=weighted, eps=eps):
+                return F.rms_norm(x, shape, weights[index] if weighted else None, eps=eps)
+
+            forms.append((label, form))
+    return tuple(forms)
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_rms_norm_honours_eps_and_its_default(lab, dialect):
+    """On small activations (mean square 1e-6) eps decides the answer: ``eps=None`` is the dtype's machine
+    epsilon (1.2e-7 for float32), not a constant of the lowering's choosing. Eager's answer for every form."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 8, generator=generator) * 1e-3
+    weights = [torch.rand(shape, generator=generator) + 0.5 for shape in ((8,), (4, 8))]
+    forms = _rms_norm_forms()
+    assert not outputs_close(forms[1][1](x, *weights), forms[0][1](x, *weights), rtol=TOLERANCE, atol=TOLERANCE), (
+        "the inputs must tell eps=1e-3 from the default"
+    )
+    wrong, graphs = compiled_forms_off_eager(lab, dialect, forms, (x, *weights))
+    assert not wrong, (
+        f"{dialect} graphs: these RMSNorm forms differ from eager: {'; '.join(wrong)}. lowering.py must pass eps "
+        "on, and eps=None means torch.finfo(x.dtype).eps (support.py may refuse what it cannot lower)"
+    )
     assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
 
 

@@ -28,6 +28,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from lab03_triton_lowering.given.checks import (
     ATTENTION_SHAPES,
+    DEFAULT_EPS,
     FP8_TOLERANCE,
     HALF_TOLERANCE,
     TOLERANCE,
@@ -100,6 +101,8 @@ def test_kernel_handles_affine_forms_and_eps(lab, affine, eps):
     # Small spread (std 0.01) so eps is not negligible next to the variance.
     x, weight, bias = make_inputs((6, 300), affine)
     assert_matches_reference(lab, x * 0.005, weight, bias, eps=eps)
+    if eps == DEFAULT_EPS:  # and left out: the signature's default is the contract's, on data where it counts
+        assert_matches_reference(lab, x * 0.005, weight, bias, eps=None)
 
 
 NON_CONTIGUOUS = {
@@ -783,6 +786,29 @@ def test_attention_takes_any_strides_and_returns_a_new_tensor(lab):
     # d * stride, reads the wrong elements here and only here).
     q, k, v = (torch.randn(2, 3, 24, n, generator=generator).transpose(-1, -2) for n in (37, 45, 45))
     assert_attention_matches(lab, q, k, v, causal=False, data="q, k and v whose head dim has stride seq")
+
+    # Each of q, k and v in a layout of its own, in three rounds: every stride of every pair differs in some
+    # round, so a tensor read with another's strides (v loaded with k's: a copy-paste) reads the wrong elements.
+    def contiguous(n):
+        return torch.randn(2, 3, n, 24, generator=generator)
+
+    def seq_major(n):
+        return torch.randn(2, n, 3, 48, generator=generator)[..., :24].transpose(1, 2)
+
+    def head_dim_major(n):
+        return torch.randn(2, 3, 24, n + 3, generator=generator)[..., :n].transpose(-1, -2)
+
+    layouts = {
+        "contiguous": contiguous,
+        "sliced from [batch, seq, heads, 48], transposed": seq_major,
+        "sliced from [batch, heads, 24, seq + 3], transposed": head_dim_major,
+    }
+    names = list(layouts)
+    for shift in range(len(names)):
+        chosen = names[shift:] + names[:shift]
+        q, k, v = (layouts[name](n) for name, n in zip(chosen, (37, 45, 45)))
+        where = f"q {chosen[0]}, k {chosen[1]}, v {chosen[2]} (each tensor's own strides)"
+        assert_attention_matches(lab, q, k, v, causal=shift == 1, data=where)
 
 
 #: Every error ``fused_attention``'s docstring promises: (arguments, error type, words its message must hold).

@@ -51,6 +51,8 @@ from labkit.step_summary import starter_todo
 
 #: The spec's bar: the kernel matches F.gelu(F.layer_norm(...)) within 1e-4 (fp32).
 TOLERANCE = 1e-4
+#: ``layernorm_gelu``'s ``eps`` when a caller leaves it out: nn.LayerNorm's, as the starter's signature says.
+DEFAULT_EPS = 1e-5
 #: Half precision: the kernel rounds once (fp32 math, one rounding on store), so it is within
 #: two units in the last place of the fp32 reference rounded to the same dtype.
 HALF_TOLERANCE = {torch.float16: dict(rtol=2e-3, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5)}
@@ -91,34 +93,40 @@ def assert_matches_reference(
     x: torch.Tensor,
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
-    eps: float = 1e-5,
+    eps: float | None = 1e-5,
     approximate: str = "none",
     data: str = "",
 ) -> None:
     """``layernorm_gelu`` within TOLERANCE of PyTorch's; the message names the inputs (``data``: what kind),
     the files that compute it, and, for a NaN or inf where PyTorch's output is finite, where those come from.
 
+    ``eps=None`` calls ``layernorm_gelu`` without ``eps``: the contract's default, :data:`DEFAULT_EPS`, applies.
     An error the call raises (other than a TODO's ``NotImplementedError``) fails the test with the same
     description of the inputs, the error kept as its cause.
     """
-    case = f"{data + ', ' if data else ''}shape {list(x.shape)}, eps={eps}, approximate={approximate!r}"
-    expected = reference(x, weight, bias, eps, approximate)
+    shown = f"eps left to its default ({DEFAULT_EPS:g})" if eps is None else f"eps={eps}"
+    case = f"{data + ', ' if data else ''}shape {list(x.shape)}, {shown}, approximate={approximate!r}"
+    expected = reference(x, weight, bias, DEFAULT_EPS if eps is None else eps, approximate)
+    given_eps = {} if eps is None else {"eps": eps}
     try:
-        actual = lab.layernorm_gelu(x, weight, bias, eps=eps, approximate=approximate)
+        actual = lab.layernorm_gelu(x, weight, bias, approximate=approximate, **given_eps)
     except NotImplementedError:
         raise
     except Exception as error:
-        pytest.fail(f"layernorm_gelu (kernel.py's launcher, op.py's operator) raised on {case}: {error}")
+        pytest.fail(f"layernorm_gelu (op.py, its kernel in kernel.py) raised on {case}: {error}")
     error = output_error(actual, expected)
     not_finite = bool(expected.isfinite().all()) and not bool(actual.isfinite().all())
     hint = (
         ": NaN or inf where PyTorch's output is finite (a division by zero or an overflow: the variance is the "
         "biased one, divided by the row's length, and eps is added before the square root)"
         if not_finite
+        else f" (op.py: layernorm_gelu's eps defaults to {DEFAULT_EPS:g}, nn.LayerNorm's)"
+        if eps is None
         else ""
     )
     assert error.max_abs <= TOLERANCE, (
-        f"kernel.py's layernorm_gelu on {case}: max |error| {error.max_abs:.3g} > {TOLERANCE}{hint}"
+        f"layernorm_gelu (op.py, its kernel in kernel.py) on {case}: "
+        f"max |error| {error.max_abs:.3g} > {TOLERANCE}{hint}"
     )
 
 
@@ -419,7 +427,8 @@ def assert_attention_matches(
     """
     tolerance = tolerance or ATTENTION_TOLERANCE[q.dtype]
     out = lab.fused_attention(q, k, v, causal=causal, scale=scale)
-    where = f"{data + ', ' if data else ''}{q.dtype} q {list(q.shape)}, k {list(k.shape)}, causal={causal}"
+    where = f"attention.py's fused_attention on {data + ', ' if data else ''}"
+    where += f"{q.dtype} q {list(q.shape)}, k {list(k.shape)}, causal={causal}"
     where += f", scale={scale}" if scale is not None else ""
     expected_shape = (*q.shape[:3], v.shape[-1])
     assert tuple(out.shape) == expected_shape and out.dtype == q.dtype and out.device == q.device, (

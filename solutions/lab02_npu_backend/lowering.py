@@ -231,7 +231,7 @@ def _native_layer_norm(b, out, input, normalized_shape, weight, bias, eps):
     return _layer_norm(b, out, input, normalized_shape, weight, bias, eps), None, None
 
 
-@lowers(F.rms_norm)
+@lowers(F.rms_norm, torch.rms_norm)
 def _rms_norm(b, out, input, normalized_shape, weight=None, eps=None):
     eps = torch.finfo(input.dtype).eps if eps is None else eps
     return b.emit("rmsnorm", [input, weight], normalized_ndim=len(normalized_shape), eps=float(eps))

@@ -106,6 +106,7 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     "softmax": ("softmax",),
     F.layer_norm: ("layernorm",),
     F.rms_norm: ("rmsnorm",),
+    torch.rms_norm: ("rmsnorm",),  # what Dynamo records for F.rms_norm and nn.RMSNorm
     F.batch_norm: _BATCH_NORM,
     F.scaled_dot_product_attention: _ATTENTION + ("expand",),
     F.multi_head_attention_forward: _LINEAR + _ATTENTION + ("slice",),
