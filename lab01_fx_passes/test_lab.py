@@ -110,6 +110,7 @@ from lab01_fx_passes.given.models import (
     ConvThen,
     DeadChains,
     EveryIdentity,
+    FunctionalConvs,
     ImpureConstants,
     LinearGeluMLP,
     LiteralConstants,
@@ -132,6 +133,7 @@ from lab01_fx_passes.given.models import (
     function_model,
     large_output_resnet50,
 )
+from lab01_fx_passes.given.onednn_ops import CONV_OUTPUT_SHARED, NOT_A_PLAIN_ADD, SUM_SHARED, WRITES_OTHER_OPERAND
 from lab01_fx_passes.given.pass_report import reason_of
 from lab01_fx_passes.given.wrong_folds import MISTAKES, wrong_fold
 from labkit.fx_nodes import run_graph
@@ -1179,6 +1181,65 @@ def test_onednn_keeps_values_another_node_reads_apart(lab, dialect):
     )
     assert adds(lowered) >= 1, "r.add_(conv3(r)) writes r, read afterwards: that add must stay"
     assert_close(captured.run(lowered), expected, what=f"the lowered {dialect} graph")
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_onednn_says_why_it_left_a_relu_or_add_apart(lab):
+    """Each ReLU or add the lowering leaves apart is counted under its reason in ``unfused``: a convolution
+    output read twice, a sum read twice, an add that writes its other operand (SharedValues), and an add that
+    broadcasts (a per-channel ``[1, C, 1, 1]`` operand: oneDNN's fused add takes a tensor of the output's shape)."""
+    captured = channels_last_graph(seeded(SharedValues).eval(), "symbolic_trace", size=6)
+    lowering = lab.OneDNNLowering(captured.inputs)
+    with torch.no_grad():
+        assert_lowered(lowering(captured.graph_module), "symbolic_trace", "3 convolutions", {"conv": 2, "conv+add": 1})
+    expected = {CONV_OUTPUT_SHARED: 1, SUM_SHARED: 1, WRITES_OTHER_OPERAND: 1}
+    assert dict(lowering.unfused) == expected, (
+        f"onednn_lowering.py: unfused is {dict(lowering.unfused)}, expected {expected} (one reason each)"
+    )
+    model = seeded(lambda: ConvThen(nn.Conv2d(3, 4, 3, padding=1), "add")).eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    per_channel = torch.randn(1, 4, 1, 1)
+    gm = fx.symbolic_trace(model)
+    lowering = lab.OneDNNLowering((x, per_channel))
+    with torch.no_grad():
+        expected_out = model(x, per_channel)
+        lowered = assert_lowered(lowering(gm), "symbolic_trace", "a Conv2d (+ a per-channel tensor)", {"conv": 1})
+    assert adds(lowered) == 1 and dict(lowering.unfused) == {NOT_A_PLAIN_ADD: 1}, (
+        f"onednn_lowering.py: an add that broadcasts stays apart, counted under {NOT_A_PLAIN_ADD!r}; "
+        f"unfused is {dict(lowering.unfused)}"
+    )
+    assert_close(run_graph(lowered, x, per_channel), expected_out, what="the lowered convolution, then the add")
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("padding", ["reflect", "same"])
+def test_onednn_refuses_paddings_it_cannot_run(lab, padding):
+    """oneDNN's convolution pads with zeros, by numbers: ``padding_mode="reflect"`` (or replicate, circular)
+    and a string padding (``"same"``) stay plain convolutions, and the result says why."""
+    options = dict(padding=1, padding_mode="reflect") if padding == "reflect" else dict(padding="same")
+    model = seeded(lambda: nn.Sequential(nn.Conv2d(3, 4, 3, **options), nn.ReLU())).eval()
+    captured = channels_last_graph(model, "symbolic_trace")
+    expected = captured.run()
+    with torch.no_grad():
+        gm = unchanged_because(lab.lower_to_onednn(captured.graph_module, captured.inputs), "padding")
+    assert dense_convolutions(gm) == 1
+    assert_close(captured.run(gm), expected, rtol=0, atol=0, what="the unchanged graph")
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_onednn_reads_convolution_calls_with_their_defaults_left_out(lab):
+    """Dynamo records ``F.conv2d(x, w)`` as ``torch.conv2d(x, w)``: what is left out takes the signature's
+    defaults (stride 1, padding 0, dilation 1, groups 1, no bias), and the rest is read by position."""
+    captured = channels_last_graph(seeded(FunctionalConvs).eval(), "dynamo")
+    expected = captured.run()
+    gm = frozen_if_dynamo(lab, captured)
+    with torch.no_grad():
+        lowered = assert_lowered(lab.lower_to_onednn(gm, captured.inputs), "dynamo", "2 torch.conv2d calls",
+                                 {"conv": 2})  # fmt: skip
+    assert_close(captured.run(lowered), expected, what="the lowered torch.conv2d calls (defaults left out)")
 
 
 @pytest.mark.extension

@@ -576,6 +576,21 @@ class SharedValues(nn.Module):
         return r * 2 + y, s
 
 
+class FunctionalConvs(nn.Module):
+    """``F.conv2d`` called as people write it: with every default left out (``F.conv2d(x, w)``: stride 1,
+    padding 0, no bias), and with a bias, stride and padding given by position. Dynamo records each call
+    as it was written, so its ``torch.conv2d`` node holds only the arguments given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain = nn.Parameter(torch.randn(4, 3, 3, 3) * 0.3)
+        self.strided = nn.Parameter(torch.randn(4, 3, 3, 3) * 0.3)
+        self.bias = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.conv2d(x, self.plain), F.conv2d(x, self.strided, self.bias, 2, 1)
+
+
 class ConvThen(nn.Module):
     """One convolution, then nothing, a ReLU, ``+ other``, or ``relu(other + conv(x))``."""
 
