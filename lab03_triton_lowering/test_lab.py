@@ -40,6 +40,7 @@ from lab03_triton_lowering.given.checks import (
     assert_attention_matches,
     assert_fp8_matches,
     assert_matches_reference,
+    assert_passes_opcheck,
     assert_raises_as_promised,
     assert_rounds_once,
     attention_inputs,
@@ -314,14 +315,13 @@ def test_layernorm_gelu_is_one_registered_operator_that_passes_opcheck(lab):
         strided = make_x()
         n = strided.shape[-1]
         weight, bias = torch.linspace(0.5, 1.5, n), torch.linspace(-0.5, 0.5, n)
-        try:
-            torch.library.opcheck(operator, (strided, weight, bias, 1e-5, "none"))
-        except Exception as error:  # opcheck's own message names the check; say which input and where to look
-            raise AssertionError(
-                f"torch.library.opcheck failed on a non-contiguous x ({layout}: shape {list(strided.shape)}, "
-                f"strides {strided.stride()}): op.py's register_fake must describe the real output, a new "
-                f"contiguous tensor of x's shape (torch.empty_like(x) keeps x's strides). {error}"
-            ) from None
+        assert_passes_opcheck(
+            operator,
+            (strided, weight, bias, 1e-5, "none"),
+            f"a non-contiguous x ({layout}: shape {list(strided.shape)}, strides {strided.stride()})",
+            "op.py's register_fake must describe the real output, a new contiguous tensor of x's shape "
+            "(torch.empty_like(x) keeps x's strides)",
+        )
 
 
 @pytest.mark.points(1)
@@ -331,13 +331,12 @@ def test_operator_passes_opcheck_in_half_precision(lab, dtype):
     # inputs makes every compiled half-precision model allocate the wrong buffers.
     x, weight, bias = make_inputs((2, 3, 24), dtype=dtype)
     operator = the_custom_operator(lab, x, weight, bias)
-    try:
-        torch.library.opcheck(operator, (x, weight, bias, 1e-3, "tanh"))
-    except Exception as error:  # opcheck's own message names the check; say which inputs and where to look
-        raise AssertionError(
-            f"torch.library.opcheck failed on {dtype} inputs: op.py's register_fake must return "
-            f"x's shape, dtype and device, as the real operator does. {error}"
-        ) from None
+    assert_passes_opcheck(
+        operator,
+        (x, weight, bias, 1e-3, "tanh"),
+        f"{dtype} inputs",
+        "op.py's register_fake must return x's shape, dtype and device, as the real operator does",
+    )
 
 
 GPU_SHAPES = {"row_4096": (8, 4096), "row_1000": (6, 1000), "long_row_12288": (4, 12288), "zero_rows": (0, 128)}

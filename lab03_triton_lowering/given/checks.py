@@ -216,6 +216,16 @@ def the_custom_operator(
     return custom[0]
 
 
+def assert_passes_opcheck(operator: torch._ops.OpOverload, arguments: tuple, inputs: str, rule: str) -> None:
+    """``torch.library.opcheck(operator, arguments)``: PyTorch's own checklist (schema, fake/real agreement,
+    autograd registration, AOT dispatch). Its message names the check that failed; this one adds which
+    ``inputs`` it failed on and the ``rule`` of op.py they point to."""
+    try:
+        torch.library.opcheck(operator, arguments)
+    except Exception as error:
+        raise AssertionError(f"torch.library.opcheck failed on {inputs}: {rule}. {error}") from None
+
+
 # -- step 5: the lowering, seen through Inductor's generated code -----------------------------------
 
 
