@@ -111,6 +111,7 @@ from lab01_fx_passes.given.models import (
     DeadChains,
     EveryIdentity,
     FunctionalConvs,
+    FunctionalLinearGelu,
     ImpureConstants,
     LinearGeluMLP,
     LiteralConstants,
@@ -652,6 +653,22 @@ def test_linear_gelu_fusion_on_random_shapes(lab, features, hidden, leading, bia
     fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "two Linear -> GELU pairs")
     assert fused_linear_gelus(fused) == 2, f"both pairs must be fused, {fused_linear_gelus(fused)} were"
     assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo"])
+def test_linear_gelu_reads_the_bias_by_position_or_keyword(lab, dialect):
+    """``F.linear(x, w, bias=b)`` is the same Linear as ``F.linear(x, w, b)``: graphs that keep calls as written
+    (symbolic_trace, Dynamo) hold the bias in the node's kwargs, and the fused op must add it."""
+    captured = capture(seeded(FunctionalLinearGelu).eval(), [torch.randn(3, 8)], dialect)
+    expected = captured.run()
+    fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "two F.linear -> F.gelu pairs")
+    assert fused_linear_gelus(fused) == 2, f"both pairs must be fused, {fused_linear_gelus(fused)} were"
+    assert_close(
+        captured.run(fused),
+        expected,
+        what=f"linear_gelu.py's fused {dialect} graph (match_linear reads the bias by position or by keyword)",
+    )
 
 
 @pytest.mark.points(1)
@@ -1570,6 +1587,9 @@ NOT_IDENTITIES = {
     "minus_itself": lambda x: x - x,
     "zero_minus": lambda x: 0 - x,
     "two_over": lambda x: 2 / x,
+    # 1 / x is no x / 1: division has an operand order. (Written torch.div(1, x), a division in every dialect:
+    # core aten spells 1 / x as reciprocal(x) * 1, where that * 1 is an identity.)
+    "one_over": lambda x: torch.div(1, x) * 3,
     "floor_divided_by_one": lambda x: x // 1,
     "one_transpose": lambda x: x.t() * 3,
     "negated_once": lambda x: -x + 2,

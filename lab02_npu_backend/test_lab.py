@@ -82,6 +82,7 @@ from lab02_npu_backend.given.models import (
     identities,
     int_and_float,
     neg_sub_div,
+    scaled_by_another_rms,
     split_heads,
 )
 from lab02_npu_backend.given.mutation import writes_in_place
@@ -523,6 +524,13 @@ def test_partitions_keep_writes_in_place_in_order(lab, case):
 # case -> (function, inputs, exact counts of some ops, ops that must not appear)
 LOWERING_CASES = {
     "rmsnorm-chain": (RMSNormChain(16), lambda: (torch.randn(2, 5, 16),), {"rmsnorm": 1}, {"rsqrt", "mean"}),
+    # the same chain, but the rsqrt scales another tensor: no RMSNorm, it stays rsqrt and mean
+    "rmsnorm-lookalike": (
+        scaled_by_another_rms,
+        lambda: (torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(16)),
+        {"rmsnorm": 0, "rsqrt": 1},
+        set(),
+    ),
     "causal-attention": (
         causal_attention,
         lambda: tuple(torch.randn(2, 3, 6, 8) for _ in range(3)),
@@ -586,7 +594,9 @@ def test_lowering_decomposes_into_isa_primitives(lab, case):
     json.dumps(program)  # a program is plain JSON
     ops = op_counts(program)
     for op, count in expected_ops.items():
-        assert ops[op] == count, f"expected {count} x {op}, got {dict(ops)}"
+        assert ops[op] == count, (
+            f"{case}: the program lowering.py wrote has {ops[op]} x {op}, expected {count} (all its ops: {dict(ops)})"
+        )
     assert not absent_ops & set(ops), f"{absent_ops & set(ops)} should have been fused away: {dict(ops)}"
     if case == "causal-attention":
         softmax = next(i for i in program["instructions"] if i["op"] == "softmax")

@@ -116,6 +116,21 @@ class LinearGeluMLP(nn.Module):
         return self.norm(self.act2(self.fc2(self.act1(self.fc1(x)))))
 
 
+class FunctionalLinearGelu(nn.Module):
+    """Two ``F.linear -> F.gelu`` pairs written as functions: the first passes its bias by keyword
+    (``F.linear(x, w, bias=b)``), the second by position. Graphs keep each call as written (aten graphs
+    lower both to the same ops)."""
+
+    def __init__(self, features: int = 8, hidden: int = 16) -> None:
+        super().__init__()
+        self.w1, self.b1 = nn.Parameter(torch.randn(hidden, features) * 0.3), nn.Parameter(torch.randn(hidden))
+        self.w2, self.b2 = nn.Parameter(torch.randn(features, hidden) * 0.3), nn.Parameter(torch.randn(features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(F.linear(x, self.w1, bias=self.b1))
+        return F.gelu(F.linear(h, self.w2, self.b2))
+
+
 class SharedLinearOutput(nn.Module):
     """One unsafe pair (``fc1``'s output is read by GELU *and* by the residual add) and one safe
     pair (``fc2 -> gelu``, written with ``F.gelu``)."""

@@ -232,6 +232,12 @@ class RMSNormChain(nn.Module):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
 
 
+def scaled_by_another_rms(x, y, weight):
+    """Not an RMSNorm, though it reads like one: ``y`` is scaled by the reciprocal RMS of another tensor, ``x``.
+    A matcher that checks the chain's shape but not that the rsqrt multiplies the same ``x`` fuses it."""
+    return weight * (y * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
 def causal_attention(q, k, v):
     """Attention with ``is_causal``: the softmax's causal flag, no mask tensor."""
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
