@@ -265,7 +265,10 @@ def assert_lowered(result, dialect: str, what: str, expected_forms: dict[str, in
     """The lowering fired, produced exactly ``expected_forms``, and every oneDNN weight is pre-packed."""
     gm = assert_fired(result, dialect, what)
     forms = dict(onednn_forms(gm))
-    assert forms == expected_forms, f"oneDNN convolutions by what they absorbed: {forms}, expected {expected_forms}"
+    assert forms == expected_forms, (
+        f"onednn_lowering.py, {what} ({dialect}): oneDNN convolutions by what they absorbed: {forms}, expected "
+        f"{expected_forms} (a ReLU or add another node reads, or that writes its other operand, stays apart)"
+    )
     weights = onednn_weights(gm)
     assert all(w is not None and w.is_mkldnn for w in weights), (
         "every oneDNN convolution must read a pre-packed weight (an opaque oneDNN tensor from "

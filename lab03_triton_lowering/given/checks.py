@@ -439,7 +439,7 @@ def assert_attention_matches(
     out = lab.fused_attention(q, k, v, causal=causal, scale=scale)
     where = f"attention.py's fused_attention on {data + ', ' if data else ''}"
     where += f"{q.dtype} q {list(q.shape)}, k {list(k.shape)}, causal={causal}"
-    where += f", scale={scale}" if scale is not None else ""
+    where += f", scale={scale}" if scale is not None else ", scale left to its default (1/sqrt(head_dim))"
     expected_shape = (*q.shape[:3], v.shape[-1])
     assert tuple(out.shape) == expected_shape and out.dtype == q.dtype and out.device == q.device, (
         f"{where}: returned {list(out.shape)} {out.dtype} on {out.device}; expected {list(expected_shape)} "
