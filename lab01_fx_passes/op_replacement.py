@@ -35,7 +35,7 @@ import torch.nn.functional as F  # noqa: F401
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.given.graph_tools import add_attribute  # noqa: F401
+from lab01_fx_passes.given.graph_tools import add_attribute, call_input  # noqa: F401
 from lab01_fx_passes.given.interface import ACTIVATIONS, OpReplacerBase  # noqa: F401  (given: the activations it can swap)
 
 from .op_names import op_name  # noqa: F401

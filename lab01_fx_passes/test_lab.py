@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import operator
 import time
+from functools import partial
 
 import pytest
 import torch
@@ -83,6 +84,7 @@ from lab01_fx_passes.given.checks import (
     get_attr_targets,
     hardswishes,
     hardswishes_in,
+    in_every_spelling,
     modules_of,
     name_and_in_place,
     node_count,
@@ -139,6 +141,7 @@ from lab01_fx_passes.given.pass_report import reason_of
 from lab01_fx_passes.given.wrong_folds import MISTAKES, wrong_fold
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
+from labkit.spellings import ARGUMENT_SPELLINGS
 
 aten = torch.ops.aten
 
@@ -162,8 +165,24 @@ RELU_ZOO_LINEAR = {"symbolic_trace": "linear", "dynamo": "linear", "make_fx": "a
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_op_name_names_relu_and_linear_in_every_dialect(lab, dialect):
     """Six spellings of ReLU (module, F.relu, torch.relu, x.relu(), in place twice) are all "relu"."""
-    captured = capture(ReluZoo(), [torch.randn(3, 8)], dialect)
-    gm = captured.graph_module
+    _check_relu_zoo_names(lab, capture(ReluZoo(), [torch.randn(3, 8)], dialect))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ARGUMENT_SPELLINGS)
+def test_op_name_reads_every_spelling_of_the_arguments(lab, spelling):
+    """The same calls with their arguments by name, by position (defaults written out), or left out where
+    they are the default: ``F.relu(x, inplace=True)`` is ``F.relu(x, True)``, ``F.relu(x)`` is not in place."""
+    in_every_spelling(
+        spelling,
+        DIALECTS,
+        lambda dialect, spelled: capture(ReluZoo(), [torch.randn(3, 8)], dialect, spelled),
+        partial(_check_relu_zoo_names, lab),
+    )
+
+
+def _check_relu_zoo_names(lab, captured):
+    dialect, gm = captured.dialect, captured.graph_module
     modules = modules_of(gm)
     names = {node: name_and_in_place(lab.op_name(node, modules)) for node in gm.graph.nodes}
     for node, name in names.items():
@@ -171,10 +190,14 @@ def test_op_name_names_relu_and_linear_in_every_dialect(lab, dialect):
             assert name is None, f"{node.op} node {node.name} calls no operator, op_name gave {name}"
     relu_nodes = [node for node in gm.graph.nodes if relus_in(gm, node)]
     assert [names[node] for node in relu_nodes] == [("relu", flag) for flag in RELU_ZOO_IN_PLACE[dialect]], (
-        f"ReLU nodes of the {dialect} graph, in order: {[(n.op, str(n.target)) for n in relu_nodes]}"
+        f"op_names.py: ReLU nodes of the {captured.name} graph, in order: "
+        f"{[(n.op, str(n.target), n.args[1:], n.kwargs) for n in relu_nodes]} (name, in place?) expected "
+        f"{[('relu', flag) for flag in RELU_ZOO_IN_PLACE[dialect]]}, got {[names[node] for node in relu_nodes]}"
     )
     linear = RELU_ZOO_LINEAR[dialect]
-    assert sum(name == (linear, False) for name in names.values()) == 6, f"six {linear} nodes in the {dialect} graph"
+    assert sum(name == (linear, False) for name in names.values()) == 6, (
+        f"op_names.py: six {linear} nodes in the {captured.name} graph"
+    )
 
 
 @pytest.mark.points(1)
@@ -285,17 +308,35 @@ def test_conv_bn_fuses_aten_graphs(lab, dialect):
     The BatchNorms' statistics make ``eps`` matter (running variances 1e-4 to 1e-3), in every dialect,
     and their eps is not the default: it is read from the batch norm's own arguments, where it is positional.
     """
+    _check_conv_bn_fuses(lab, _non_default_eps_conv_bn(dialect))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ["keywords", "positional"])  # aten graphs leave out no default already given
+def test_conv_bn_reads_every_spelling_of_the_arguments(lab, spelling):
+    """The batch norm's input, eps and training flag, the convolution's weight and bias: by name, or by position
+    with the defaults written out."""
+    in_every_spelling(spelling, ATEN_DIALECTS, _non_default_eps_conv_bn, partial(_check_conv_bn_fuses, lab))
+
+
+def _non_default_eps_conv_bn(dialect, spelling=None):
     model, x = conv_bn_model(ConvBNStack(eps=NON_DEFAULT_EPS)), conv_input(2, 3)
-    captured = capture(model, [x], dialect)
+    return capture(model, [x], dialect, spelling)
+
+
+def _check_conv_bn_fuses(lab, captured):
     expected, norms = captured.run(), batch_norms(captured.graph_module)
-    assert norms == 2, f"the {dialect} graph should hold two batch norms"
-    fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "two aten convolution -> batch norm pairs")
-    assert batch_norms(fused) == 0, f"{batch_norms(fused)} of the {dialect} graph's 2 batch norms left"
+    assert norms == 2, f"the {captured.name} graph should hold two batch norms"
+    fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), captured.name, "two convolution -> batch norm pairs")
+    assert batch_norms(fused) == 0, (
+        f"conv_bn.py: {batch_norms(fused)} of the {captured.name} graph's 2 batch norms left"
+    )
     assert_close(
         captured.run(fused),
         expected,
-        what=f"the fused {dialect} graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
-        "an argument of the batch norm call, positional in aten graphs)",
+        what=f"conv_bn.py's fused {captured.name} graph (s = gamma / sqrt(var + eps), eps = {NON_DEFAULT_EPS:g}, "
+        "an argument of the batch norm call, positional in aten graphs as traced: read it wherever the call passes "
+        "it)",
     )
 
 
@@ -393,18 +434,40 @@ def test_dce_keeps_in_place_ops_without_users(lab, dialect):
 
 @pytest.mark.points(2)
 def test_dce_keeps_random_ops(lab):
-    gm = fx.symbolic_trace(UnusedRandomOps().train())
-    x = torch.rand(8)
+    _check_only_the_identity_dropout_removed(lab, capture(UnusedRandomOps().train(), [torch.rand(8)], "symbolic_trace"))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ARGUMENT_SPELLINGS)
+def test_dce_reads_every_spelling_of_the_arguments(lab, spelling):
+    """``F.dropout(x, 0.5)``, ``F.dropout(input=x, p=0.5)``, ``F.dropout(x, 0.5, True, False)`` and ``F.dropout(x)``
+    are one random op; ``F.batch_norm``'s ``training=True`` by name or position one write to its statistics."""
+    random_ops = lambda dialect, spelled: capture(UnusedRandomOps().train(), [torch.rand(8)], dialect, spelled)  # noqa: E731
+    in_every_spelling(spelling, ["symbolic_trace"], random_ops, partial(_check_only_the_identity_dropout_removed, lab))
+    for dialect in ("symbolic_trace", "dynamo"):
+        functional = UnusedFunctionalBatchNorm()
+        captured = capture(functional, [torch.randn(5, 4)], dialect, spelling)
+        result = lab.eliminate_dead_code(captured.graph_module)
+        functional.mean.zero_()  # (capturing ran the model once)
+        captured.run(result.graph_module)
+        assert functional.mean.abs().sum() > 0, (
+            f"dce.py, {captured.name}: a training-mode F.batch_norm was removed: it updates the running statistics "
+            "it is given, so is_impure must call it impure (read training with call_argument)"
+        )
+
+
+def _check_only_the_identity_dropout_removed(lab, captured):
+    gm, (x,) = captured.graph_module, captured.inputs
     torch.manual_seed(0)
-    expected = gm(x)
+    expected = run_graph(gm, x)
     before = node_count(gm)
     dce = lab.DCEPass()
     result = dce(gm)
     removed = before - node_count(result.graph_module)
     assert removed == 1, (
-        f"{removed} nodes removed: only the eval-mode dropout is dead and pure; every random op draws from "
-        "the generator, so deleting one changes every random number after it (dce.py's is_impure must call "
-        "every random op impure: rand, randn, dropout in training mode, ...)"
+        f"{captured.name}: {removed} nodes removed: only the eval-mode dropout is dead and pure; every random op "
+        "draws from the generator, so deleting one changes every random number after it (dce.py's is_impure must "
+        "call every random op impure: rand, randn, dropout in training mode, ...)"
     )
     assert dce.removed_count == 1 and result.modified, (
         f"DCEPass.removed_count is {dce.removed_count} and modified {result.modified} after removing 1 node: "
@@ -565,13 +628,31 @@ def test_constant_folding_in_dynamo_graphs(lab):
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_replace_relu_with_hardswish(lab, dialect):
     """Every spelling of ReLU, in every dialect, becomes hardswish: the model computes hardswish."""
-    torch.manual_seed(0)
-    model, x = ReluZoo(), torch.randn(3, 8)
-    expected_model = copy.deepcopy(model)
+    _check_relus_become_hardswish(lab, _relu_zoo(dialect))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ARGUMENT_SPELLINGS)
+def test_replace_ops_reads_every_spelling_of_the_arguments(lab, spelling):
+    """``F.relu(x, inplace=True)``, ``F.relu(x, True)`` and ``F.relu(input=x, inplace=True)`` are one in-place
+    ReLU, ``F.relu(x)`` an out-of-place one: the hardswish keeps the input, the in-place flag and the form."""
+    in_every_spelling(spelling, DIALECTS, _relu_zoo, partial(_check_relus_become_hardswish, lab))
+
+
+def _relu_zoo_input():
+    return torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+
+
+def _relu_zoo(dialect, spelling=None):
+    return capture(seeded(ReluZoo), [_relu_zoo_input()], dialect, spelling)
+
+
+def _check_relus_become_hardswish(lab, captured):
+    expected_model = seeded(ReluZoo)  # the weights _relu_zoo captured
     expected_model.replacement = F.hardswish
     with torch.no_grad():
-        expected = expected_model(x)
-    captured = capture(model, [x], dialect)
+        expected = expected_model(_relu_zoo_input())
+    dialect = captured.name
     relus_before, spelled = relus(captured.graph_module), spellings(captured.graph_module, relus_in)
     assert relus_before >= 5
     replacer = lab.OpReplacer({"relu": "hardswish"})
@@ -604,20 +685,36 @@ def test_replace_ops_rejects_bad_mappings(lab):
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_linear_gelu_fuses_in_every_dialect(lab, dialect, approximate):
+    _check_linear_gelu_fuses(lab, approximate, _linear_gelu_mlp(dialect, approximate=approximate))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ARGUMENT_SPELLINGS)
+def test_linear_gelu_reads_every_spelling_of_the_arguments(lab, spelling):
+    """The Linear's input, weight and bias and the GELU's ``approximate="tanh"``: by name, by position with the
+    defaults written out (``addmm``'s ``beta=1, alpha=1`` too), or left out where they are the default."""
+    capture_in = partial(_linear_gelu_mlp, approximate="tanh")
+    in_every_spelling(spelling, DIALECTS, capture_in, partial(_check_linear_gelu_fuses, lab, "tanh"))
+
+
+def _linear_gelu_mlp(dialect, spelling=None, approximate="none"):
     torch.manual_seed(0)
     model, x = LinearGeluMLP(approximate=approximate).eval(), torch.randn(2, 5, 8)  # 3-D: aten adds views
-    captured = capture(model, [x], dialect)
+    return capture(model, [x], dialect, spelling)
+
+
+def _check_linear_gelu_fuses(lab, approximate, captured):
     expected = captured.run()
     assert gelus(captured.graph_module) == 2
-    fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "two Linear -> GELU pairs")
+    fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), captured.name, "two Linear -> GELU pairs")
     assert fused_linear_gelus(fused) == 2, (
-        f"both pairs must be fused in the {dialect} graph, {fused_linear_gelus(fused)} were"
+        f"linear_gelu.py: both pairs must be fused in the {captured.name} graph, {fused_linear_gelus(fused)} were"
     )
     assert gelus(fused) == 0, "a fused pair's GELU must be gone"
     assert_close(
         captured.run(fused),
         expected,
-        what=f"linear_gelu.py's fused {dialect} graph (GELU approximate={approximate!r}: the fused op takes "
+        what=f"linear_gelu.py's fused {captured.name} graph (GELU approximate={approximate!r}: the fused op takes "
         "the GELU's own form)",
     )
 
@@ -694,12 +791,15 @@ def test_linear_gelu_leaves_addmm_that_is_not_a_linear(lab, dialect, kind):
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
 def test_channels_last_conversion(lab, dialect):
     torch.manual_seed(0)
-    captured = capture(ConvFeatures().eval(), [torch.randn(2, 3, 10, 10)], dialect)
+    _check_channels_last_conversion(lab, capture(ConvFeatures().eval(), [torch.randn(2, 3, 10, 10)], dialect))
+
+
+def _check_channels_last_conversion(lab, captured):
     expected = captured.run()
     converted = converted_to_channels_last(lab, captured, convolutions=2)
     output = captured.run(converted)
     assert output.is_contiguous(), "callers must receive the default (contiguous) layout: restore it at the outputs"
-    assert_close(output, expected, what="the channels-last graph")
+    assert_close(output, expected, what=f"memory_layout.py's channels-last {captured.name} graph")
 
 
 @pytest.mark.points(2)
@@ -707,18 +807,34 @@ def test_channels_last_conversion(lab, dialect):
 def test_channels_last_across_a_view(lab, dialect):
     """A view of a tensor the pass made channels-last: ``view`` reinterprets strides and cannot merge
     NHWC's dimensions into one (*view size is not compatible with input tensor's size and stride*)."""
+    _check_channels_last_across_a_view(lab, _view_head(dialect))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ["keywords", "positional"])  # no call of ViewHead passes a default
+def test_channels_last_reads_every_spelling_of_the_arguments(lab, spelling):
+    """The convolutions' input and weight, the pooling's output size, the views' input and shape: by name, or by
+    position with the defaults written out."""
+    dialects = ["symbolic_trace", "make_fx", "export_core_aten"]
+    in_every_spelling(spelling, dialects, _view_head, partial(_check_channels_last_across_a_view, lab))
+
+
+def _view_head(dialect, spelling=None):
     torch.manual_seed(0)
-    captured = capture(ViewHead().eval(), [torch.randn(2, 3, 8, 8)], dialect)
+    return capture(ViewHead().eval(), [torch.randn(2, 3, 8, 8)], dialect, spelling)
+
+
+def _check_channels_last_across_a_view(lab, captured):
     expected = captured.run()
     converted = converted_to_channels_last(lab, captured, convolutions=2)
     try:
         output = captured.run(converted)
     except RuntimeError as error:
         raise AssertionError(
-            f"the channels-last {dialect} graph fails to run ({str(error).splitlines()[0]}): a view of a tensor the "
-            "pass made channels-last must become a reshape (or the region must stay contiguous)"
+            f"memory_layout.py: the channels-last {captured.name} graph fails to run ({str(error).splitlines()[0]}): "
+            "a view of a tensor the pass made channels-last must become a reshape (or the region must stay contiguous)"
         ) from error
-    assert_close(output, expected, what="the channels-last graph")
+    assert_close(output, expected, what=f"memory_layout.py's channels-last {captured.name} graph")
 
 
 @pytest.mark.points(1)
@@ -1166,18 +1282,34 @@ TAIL_FORMS = {"none": "conv", "relu": "conv+relu", "add": "conv+add", "add_relu"
 def test_onednn_lowers_conv_relu_and_add_in_every_dialect(lab, dialect):
     """Every convolution becomes one oneDNN kernel with a pre-packed weight, absorbing the ReLU or the
     add (+ReLU) after it; the outputs stay the same."""
-    captured = channels_last_graph(seeded(ResidualConvs).eval(), dialect)
+    _check_residual_convs_lowered(lab, _residual_convs(dialect))
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ARGUMENT_SPELLINGS)
+def test_onednn_reads_every_spelling_of_the_arguments(lab, spelling):
+    """The convolutions' input, weight, bias, stride, padding, dilation and groups, the add's operands and
+    ``alpha``: by name, by position with the defaults written out, or left out where they are the default."""
+    in_every_spelling(spelling, DIALECTS, _residual_convs, partial(_check_residual_convs_lowered, lab))
+
+
+def _residual_convs(dialect, spelling=None):
+    return channels_last_graph(seeded(ResidualConvs).eval(), dialect, spelling=spelling)
+
+
+def _check_residual_convs_lowered(lab, captured):
     expected = captured.run()
     gm = frozen_if_dynamo(lab, captured)
     with torch.no_grad():  # inference: the fused kernels have no backward
         result = lab.lower_to_onednn(gm, captured.inputs)
-    lowered = assert_lowered(result, dialect, "5 convolutions (2 Conv+ReLU, 2 Conv+add+ReLU, 1 Conv+add)",
+    lowered = assert_lowered(result, captured.name, "5 convolutions (2 Conv+ReLU, 2 Conv+add+ReLU, 1 Conv+add)",
                              RESIDUAL_CONVS_FORMS)  # fmt: skip
     assert dense_convolutions(lowered) == 0, f"{dense_convolutions(lowered)} convolutions were left dense"
     assert relus(lowered) == 0 and adds(lowered) == 0, (
         f"{relus(lowered)} ReLUs and {adds(lowered)} adds left: each follows a convolution it can be fused into"
     )
-    assert_close(captured.run(lowered), expected, what=f"the lowered {dialect} graph")
+    assert_close(captured.run(lowered), expected, what=f"onednn_lowering.py's lowered {captured.name} graph")
 
 
 @pytest.mark.extension
@@ -1432,15 +1564,34 @@ def _names_in(lab, gm: fx.GraphModule) -> set[str]:
 def test_algebra_simplifies_every_identity_in_every_dialect(lab, dialect):
     """x - 0, 1 * x, x * 1, x / 1, x + (-0.0), -(-x), x.t().t(), transposes and permutes undone, reshapes and
     views to x's own shape: all 12 go, in every dialect; x + 0 (twice, on floats) stays and says why."""
-    captured = capture(EveryIdentity(), [special_values(4, 8)], dialect)
+    _check_every_identity_simplified(lab, _every_identity(dialect))
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ["keywords", "positional"])  # EveryIdentity's calls pass no default
+def test_algebra_reads_every_spelling_of_the_arguments(lab, spelling):
+    """The operands (``self``/``other``, ``input``), ``alpha``, the dims of transposes and permutes, the shapes
+    of views: by name, or by position with the defaults written out."""
+    in_every_spelling(spelling, DIALECTS, _every_identity, partial(_check_every_identity_simplified, lab))
+
+
+def _every_identity(dialect, spelling=None):
+    return capture(EveryIdentity(), [special_values(4, 8)], dialect, spelling)
+
+
+def _check_every_identity_simplified(lab, captured):
+    dialect = captured.name
     expected = captured.run()
     simplifier = lab.AlgebraicSimplifier(captured.inputs)
     gm = assert_fired(simplifier(captured.graph_module), dialect, "x * 1, -(-x), x.t().t() and 9 more identities")
-    assert dict(simplifier.simplified) == EVERY_IDENTITY, f"{dialect}: simplified {dict(simplifier.simplified)}"
+    assert dict(simplifier.simplified) == EVERY_IDENTITY, (
+        f"algebraic.py, {dialect}: simplified {dict(simplifier.simplified)}, expected {EVERY_IDENTITY}"
+    )
     assert SIGNED_ZERO in simplifier.skipped, f"x + 0 on floats is not exact; skipped: {dict(simplifier.skipped)}"
     left = _names_in(lab, gm) & VIEW_AND_NEGATION_NAMES
-    assert not left, f"{dialect}: nodes the identities made dead are still in the graph: {sorted(left)}"
-    assert_bitwise_equal(captured.run(gm), expected)
+    assert not left, f"algebraic.py, {dialect}: nodes the identities made dead are still in the graph: {sorted(left)}"
+    assert_bitwise_equal(captured.run(gm), expected, what=f"algebraic.py's simplified {dialect} graph")
 
 
 def _broadcast(x, big):

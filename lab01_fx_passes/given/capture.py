@@ -16,6 +16,12 @@ dialect                   a Linear+GELU looks like                    parameters
 matches one form silently matches nothing in the others, so the tests run every pass on every
 dialect it claims and check that it *fires*.
 
+Within a dialect, one call can also be *spelled* several ways: ``F.linear(x, w, b)`` or
+``F.linear(x, w, bias=b)``, ``aten.native_batch_norm(x, w, b, m, v, False, 0.1, 1e-3)`` or the same
+with ``eps=1e-3`` by name. ``capture(..., spelling="keywords")`` (or ``"positional"``, ``"shortest"``)
+returns the captured graph with every call respelled (:mod:`labkit.spellings`): a pass must read an
+argument wherever the call put it (:func:`~lab01_fx_passes.given.graph_tools.call_argument` does).
+
 :func:`capture` returns a :class:`CapturedGraph`: the ``GraphModule`` plus the exact inputs to call
 it with (for Dynamo that is the parameters followed by the model's inputs, in placeholder order).
 """
@@ -30,6 +36,7 @@ import torch
 from torch import fx, nn
 
 from labkit.fx_nodes import run_graph
+from labkit.spellings import ARGUMENT_SPELLINGS, respelled
 
 #: The dialects :func:`capture` produces, in the order the handout introduces them.
 DIALECTS = ("symbolic_trace", "dynamo", "make_fx", "export", "export_core_aten")
@@ -46,11 +53,21 @@ class CapturedGraph:
         graph_module: the captured graph.
         inputs: positional inputs for ``graph_module`` (Dynamo: parameters and buffers, then the
             model's own inputs, in placeholder order).
+        spelling: ``None`` for the calls as the tracer wrote them, else one of
+            :data:`labkit.spellings.ARGUMENT_SPELLINGS`.
+        respelled_calls: how many calls the respelling changed (0 for the calls as traced).
     """
 
     dialect: str
     graph_module: fx.GraphModule
     inputs: tuple[Any, ...]
+    spelling: str | None = None
+    respelled_calls: int = 0
+
+    @property
+    def name(self) -> str:
+        """The dialect, and the spelling when the calls were respelled (for messages)."""
+        return self.dialect if self.spelling is None else f"{self.dialect} (arguments respelled: {self.spelling})"
 
     def run(self, graph_module: fx.GraphModule | None = None) -> Any:
         """Execute ``graph_module`` (default: the captured one) on :attr:`inputs`, without autograd.
@@ -111,17 +128,25 @@ _CAPTURES: dict[str, Callable[[nn.Module, tuple[Any, ...]], CapturedGraph]] = {
 }
 
 
-def capture(model: nn.Module, inputs: Sequence[Any], dialect: str) -> CapturedGraph:
+def capture(model: nn.Module, inputs: Sequence[Any], dialect: str, spelling: str | None = None) -> CapturedGraph:
     """Capture ``model(*inputs)`` as an FX graph of the given dialect.
 
     Args:
         model: the module to trace (its mode, train or eval, is traced as it is).
         inputs: example inputs (Dynamo, ``make_fx`` and ``torch.export`` specialise on their shapes).
         dialect: one of :data:`DIALECTS`.
+        spelling: ``None`` (the calls as traced) or one of :data:`labkit.spellings.ARGUMENT_SPELLINGS`: every
+            call of the graph passes its arguments that way (checked to compute exactly the same).
 
     Raises:
-        ValueError: for an unknown dialect.
+        ValueError: for an unknown dialect or spelling.
     """
     if dialect not in _CAPTURES:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
-    return _CAPTURES[dialect](model, tuple(inputs))
+    if spelling is not None and spelling not in ARGUMENT_SPELLINGS:
+        raise ValueError(f"unknown spelling {spelling!r}; expected one of {', '.join(ARGUMENT_SPELLINGS)}")
+    captured = _CAPTURES[dialect](model, tuple(inputs))
+    if spelling is None:
+        return captured
+    graph_module, changed = respelled(captured.graph_module, spelling, captured.inputs)
+    return CapturedGraph(dialect, graph_module, captured.inputs, spelling, changed)

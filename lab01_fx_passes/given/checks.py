@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_leaves
 
 from lab01_fx_passes.given.capture import CapturedGraph, capture
 from lab01_fx_passes.given.fused_ops import LINEAR_GELU
-from lab01_fx_passes.given.graph_tools import OpName, fetch_attr
+from lab01_fx_passes.given.graph_tools import OpName, call_argument, fetch_attr
 from lab01_fx_passes.given.models import TinyResNet, eps_sensitive_batch_norm, randomize_batch_norm
 from lab01_fx_passes.given.pass_report import reason_of
 from labkit.fx_nodes import code_matches_graph
@@ -188,7 +188,7 @@ def conv_weights(gm: fx.GraphModule) -> list[torch.Tensor | None]:
         if node.op == "call_module" and isinstance(table[node.target], nn.Conv2d):
             weights.append(table[node.target].weight)
         elif node.op == "call_function" and node.target in CONVOLUTION_FUNCTIONS:
-            weight = node.args[1]
+            weight = call_argument(node, "weight")
             weights.append(fetch_attr(gm, weight.target) if weight.op == "get_attr" else None)
     return weights
 
@@ -204,22 +204,22 @@ def onednn_forms(gm: fx.GraphModule) -> Counter:
     forms: Counter = Counter()
     for node in inspected(gm).graph.nodes:
         if node.target is ONEDNN_CONV:
-            assert node.args[7] in ("none", "relu"), f"{node.format_node()}: unexpected post-op {node.args[7]!r}"
-            forms["conv+relu" if node.args[7] == "relu" else "conv"] += 1
+            attr = call_argument(node, "attr")
+            assert attr in ("none", "relu"), f"{node.format_node()}: unexpected post-op {attr!r}"
+            forms["conv+relu" if attr == "relu" else "conv"] += 1
         elif node.target is ONEDNN_BINARY:
-            assert node.args[8] == "add" and node.args[10] in (None, "relu"), (
-                f"{node.format_node()}: expected add (+relu)"
-            )
-            forms["conv+add+relu" if node.args[10] == "relu" else "conv+add"] += 1
+            binary, unary = call_argument(node, "binary_attr"), call_argument(node, "unary_attr")
+            assert binary == "add" and unary in (None, "relu"), f"{node.format_node()}: expected add (+relu)"
+            forms["conv+add+relu" if unary == "relu" else "conv+add"] += 1
     return forms
 
 
 def onednn_weights(gm: fx.GraphModule) -> list[torch.Tensor]:
-    """The weights the graph's oneDNN convolutions read (their third argument, the binary form's fourth)."""
+    """The weights the graph's oneDNN convolutions read (their argument ``W``, by position or by name)."""
     weights = []
     for node in gm.graph.nodes:
         if node.target in (ONEDNN_CONV, ONEDNN_BINARY):
-            weight = node.args[1 if node.target is ONEDNN_CONV else 2]
+            weight = call_argument(node, "W")
             weights.append(fetch_attr(gm, weight.target) if weight.op == "get_attr" else None)
     return weights
 
@@ -254,7 +254,7 @@ def assert_fired(result, dialect: str, what: str) -> fx.GraphModule:
 
 def converted_to_channels_last(lab: ModuleType, captured: CapturedGraph, convolutions: int) -> fx.GraphModule:
     """The layout pass run on ``captured``: it must fire and leave every 2-D convolution channels-last."""
-    converted = assert_fired(lab.convert_to_channels_last(captured.graph_module), captured.dialect,
+    converted = assert_fired(lab.convert_to_channels_last(captured.graph_module), captured.name,
                              f"{convolutions} 2-D convolutions")  # fmt: skip
     weights = conv_weights(converted)
     assert len(weights) == convolutions and all_channels_last(weights), "every convolution weight must be channels-last"
@@ -331,11 +331,27 @@ def dynamo_graph(model: nn.Module, x: torch.Tensor) -> tuple[CapturedGraph, list
     return captured, placeholders
 
 
-def channels_last_graph(model: nn.Module, dialect: str, size: int = 8) -> CapturedGraph:
+def channels_last_graph(model: nn.Module, dialect: str, size: int = 8, spelling: str | None = None) -> CapturedGraph:
     """``model`` (in the mode it is in) captured with channels-last weights, as the layout pass of step 6
     leaves a network: with BatchNorm-free models, the lowering's tests need no other step."""
     model = model.to(memory_format=torch.channels_last)
-    return capture(model, [torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))], dialect)
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+    return capture(model, [x], dialect, spelling)
+
+
+def in_every_spelling(
+    spelling: str, dialects: Sequence[str], capture_in: Callable[[str, str], CapturedGraph],
+    check: Callable[[CapturedGraph], Any],
+) -> None:  # fmt: skip
+    """``check(captured)`` for each dialect, on the graph ``capture_in(dialect, spelling)`` captures with every
+    call's arguments respelled (``labkit.spellings``): the checks a test makes on the graph as traced must
+    hold however the calls pass their arguments."""
+    respelled_calls = 0
+    for dialect in dialects:
+        captured = capture_in(dialect, spelling)
+        respelled_calls += captured.respelled_calls
+        check(captured)
+    assert respelled_calls > 0, f"(the test's own fault) respelling as {spelling!r} changed no call: it proves nothing"
 
 
 def frozen_if_dynamo(lab: ModuleType, captured: CapturedGraph) -> fx.GraphModule:

@@ -4,7 +4,9 @@ Every pass of the lab needs the same three chores, none of which is the point of
 
 - :func:`call_argument`: read an argument of a call by *name*, whether the graph passed it
   positionally or as a keyword (``F.relu(x, True)`` vs ``F.relu(x, inplace=True)``, or
-  ``aten.native_batch_norm(..., training, ...)``), falling back to the signature's default.
+  ``aten.native_batch_norm(..., training, ...)``), falling back to the signature's default;
+  :func:`call_input` reads the first one (``input`` or ``self``), however it was passed, and
+  :func:`binary_operands` the two of ``x + y`` and its every spelling.
 - :func:`fetch_attr`: the module, parameter, buffer or tensor a ``get_attr`` or ``call_module``
   target names (``"layer1.0.conv1.weight"``).
 - :func:`add_attribute`: give a new module, parameter or buffer a fresh top-level name on a
@@ -33,46 +35,63 @@ import torch
 from torch import fx, nn
 
 from labkit.fx_nodes import node_value  # noqa: F401  (re-exported for the passes)
-
-_MISSING = object()
-
-
-def _parameter_names_and_defaults(target: Any) -> list[tuple[str, Any]] | None:
-    """The call signature of ``target`` as ``(name, default)`` pairs, or None when it has none."""
-    if isinstance(target, torch._ops.OpOverload):
-        return [
-            (arg.name, arg.default_value if arg.has_default_value() else _MISSING) for arg in target._schema.arguments
-        ]
-    try:
-        parameters = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):  # C builtins such as torch.relu carry no signature
-        return None
-    return [(p.name, _MISSING if p.default is inspect.Parameter.empty else p.default) for p in parameters]
+from labkit.spellings import call_signature
 
 
 def call_argument(node: fx.Node, name: str, default: Any = None) -> Any:
     """The value of argument ``name`` in the call ``node`` makes.
 
     Looks in ``node.kwargs``, then at the argument's position in the target's signature (aten
-    schemas and Python functions), then at the signature's default, then returns ``default``.
-    For ``call_method`` nodes only keywords are known (methods have no inspectable signature).
+    schemas, torch builtins such as ``torch.conv2d`` and Python functions: see
+    :func:`labkit.spellings.call_signature`), then at the signature's default, then returns
+    ``default``. For ``call_method`` nodes only keywords are known (methods have no inspectable
+    signature).
 
     Example: for ``F.dropout(x, 0.5)`` (``training`` left out) ``call_argument(node, "training")``
     is ``True``, the default of ``F.dropout``.
     """
     if name in node.kwargs:
         return node.kwargs[name]
-    if node.op != "call_function":
+    signature = call_signature(node)
+    if signature is None or name not in signature.parameters:
         return default
-    signature = _parameter_names_and_defaults(node.target)
+    bound = signature.bind(*node.args, **node.kwargs)
+    if name in bound.arguments:
+        return bound.arguments[name]
+    parameter_default = signature.parameters[name].default
+    return default if parameter_default is inspect.Parameter.empty else parameter_default
+
+
+def call_input(node: fx.Node) -> Any:
+    """The first argument of the call ``node`` makes (the ``input`` or ``self`` tensor), by position or name.
+
+    ``F.relu(x)``, ``F.relu(input=x)``, ``aten.relu(self=x)``, ``x.relu()`` and a module call ``relu(x)``
+    all give ``x``; None when the call has no argument.
+    """
+    if node.args:
+        return node.args[0]
+    signature = call_signature(node)
+    if signature is not None:
+        return call_argument(node, next(iter(signature.parameters)))
+    return next(iter(node.kwargs.values()), None)
+
+
+def binary_operands(node: fx.Node) -> tuple[Any, Any] | None:
+    """The two operands of a binary call (``add``, ``mul``, ``sub``, ...), by position or by name.
+
+    ``x + y``, ``torch.add(x, y)``, ``torch.add(input=x, other=y)``, ``aten.add.Tensor(self=x, other=y)``
+    and ``x.add(y)`` all give ``(x, y)``. None when the call does not take exactly two operands that
+    way (the keyword-only ``alpha`` or ``rounding_mode`` are read with :func:`call_argument`).
+    """
+    signature = call_signature(node)
     if signature is None:
-        return default
-    for position, (parameter, parameter_default) in enumerate(signature):
-        if parameter == name:
-            if position < len(node.args):
-                return node.args[position]
-            return default if parameter_default is _MISSING else parameter_default
-    return default
+        positional = [value for value in node.args]
+        return (positional[0], positional[1]) if len(positional) == 2 and not node.kwargs else None
+    names = [name for name, p in signature.parameters.items() if p.kind is not p.KEYWORD_ONLY]
+    if len(names) != 2:
+        return None
+    bound = signature.bind(*node.args, **node.kwargs).arguments
+    return bound.get(names[0]), bound.get(names[1])
 
 
 @dataclass(frozen=True)

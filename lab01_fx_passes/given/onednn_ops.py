@@ -18,7 +18,7 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassBase
 
-from lab01_fx_passes.given.graph_tools import OpName
+from lab01_fx_passes.given.graph_tools import OpName, call_input
 from lab01_fx_passes.given.interface import NO_CONVOLUTIONS, WEIGHTS_ARE_INPUTS  # noqa: F401  (shared with steps 1 and 6)
 from lab01_fx_passes.given.pass_report import explain_skips
 
@@ -80,7 +80,7 @@ def is_relu_of(node: fx.Node, value: fx.Node, op: OpName | None) -> bool:
         node, value: two nodes of the graph.
         op: what ``op_name(node, modules)`` (step 0) calls ``node``: pass its answer.
     """
-    return op is not None and op.name == "relu" and bool(node.args) and node.args[0] is value
+    return op is not None and op.name == "relu" and call_input(node) is value
 
 
 def pair(value: Any) -> list[int]:

@@ -81,7 +81,14 @@ from lab01_fx_passes.given.algebra_ops import (
     AlgebraicSimplifierBase,
     observe_values,
 )
-from lab01_fx_passes.given.graph_tools import OpName, TensorInfo, writes_in_place
+from lab01_fx_passes.given.graph_tools import (
+    OpName,
+    TensorInfo,
+    binary_operands,
+    call_argument,
+    call_input,
+    writes_in_place,
+)
 from lab01_fx_passes.given.pass_report import unchanged
 
 from .op_names import op_name
@@ -100,10 +107,7 @@ def _storage(value: Any) -> int | None:
 
 def _operands(node: fx.Node) -> tuple[Any, Any]:
     """The two operands of a binary call, positional or by keyword (``input``/``self``, ``other``)."""
-    args, kwargs = node.args, node.kwargs
-    first = args[0] if args else kwargs.get("input", kwargs.get("self"))
-    second = args[1] if len(args) > 1 else kwargs.get("other")
-    return first, second
+    return binary_operands(node) or (call_input(node), call_argument(node, "other"))
 
 
 def _has_nodes(values: Any) -> bool:
@@ -172,8 +176,8 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
         written: set[int] = set()
         for node in graph_module.graph.nodes:
             targets = []
-            if node.args and writes_in_place(node, self._op(node)):
-                targets.append(node.args[0])
+            if writes_in_place(node, self._op(node)):
+                targets.append(call_input(node))
             if isinstance(node.kwargs.get("out"), fx.Node):
                 targets.append(node.kwargs["out"])
             written.update(memory for memory in map(self._memory.get, targets) if memory is not None)
@@ -190,11 +194,11 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
         if op is None or op.in_place or node.op == "call_module":
             return None
         if op.name in NEGATIONS:
-            inner = node.args[0] if node.args else None
+            inner = call_input(node)
             inner_op = self._op(inner)
-            if inner_op is None or inner_op.in_place or inner_op.name not in NEGATIONS or not inner.args:
+            if inner_op is None or inner_op.in_place or inner_op.name not in NEGATIONS or call_input(inner) is None:
                 return None
-            return self._checked_new_tensor(DOUBLE_NEGATION, node, inner.args[0])
+            return self._checked_new_tensor(DOUBLE_NEGATION, node, call_input(inner))
         if op.name in PERMUTATIONS:
             return self._undone_permutation(node)
         if op.name in RESHAPES:
@@ -217,7 +221,7 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
             negative_zero = self._identity_operand(operand, want)
             if negative_zero is _NOT_AN_IDENTITY or self._tensor(source) is None:
                 continue
-            if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode") is not None:
+            if call_argument(node, "alpha", 1) != 1 or call_argument(node, "rounding_mode") is not None:
                 return rule, source, OTHER_ARGUMENTS
             found = self._checked_new_tensor(rule, node, source)
             exact_zero = "negative" if rule == ADD_ZERO else "positive"
@@ -241,7 +245,9 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
         op = self._op(operand)
         if op is None or op.in_place or op.name not in CONSTANT_CREATIONS:
             return _NOT_AN_IDENTITY
-        arguments = (operand.args[1:], operand.kwargs) if op.name.endswith("_like") else (operand.args, operand.kwargs)
+        arguments = [*operand.args, *operand.kwargs.values()]
+        if op.name.endswith("_like"):  # zeros_like(x) reads x's shape, not its values
+            arguments = [value for value in arguments if value is not call_input(operand)]
         value = self._tensor(operand)
         if _has_nodes(arguments) or value is None or value.is_complex() or not bool((value == want).all()):
             return _NOT_AN_IDENTITY
@@ -253,11 +259,11 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
         return "negative" if bool(signs.all()) else "positive" if not bool(signs.any()) else "mixed"
 
     def _undone_permutation(self, node: fx.Node) -> tuple[str, fx.Node, str | None] | None:
-        inner = node.args[0] if node.args else None
+        inner = call_input(node)
         inner_op = self._op(inner)
-        if inner_op is None or inner_op.in_place or inner_op.name not in PERMUTATIONS or not inner.args:
+        if inner_op is None or inner_op.in_place or inner_op.name not in PERMUTATIONS:
             return None
-        source = inner.args[0]
+        source = call_input(inner)
         x = self._tensor(source)
         if x is None or self._tensor(inner) is None:
             return None
@@ -274,14 +280,20 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
         if name == "t":
             return order[::-1] if ndim == 2 else order
         if name == "transpose":
-            dims = list(node.args[1:3]) or [node.kwargs.get("dim0"), node.kwargs.get("dim1")]
+            if node.op == "call_method":
+                dims = list(node.args[1:3]) or [node.kwargs.get("dim0"), node.kwargs.get("dim1")]
+            else:
+                dims = [call_argument(node, "dim0"), call_argument(node, "dim1")]
             if len(dims) != 2 or not all(isinstance(d, int) for d in dims) or ndim == 0:
                 return None
             a, b = (d % ndim for d in dims)
             order[a], order[b] = order[b], order[a]
             return order
-        dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], list | tuple) else node.args[1:]
-        dims = list(dims or node.kwargs.get("dims", ()))
+        if node.op == "call_method":  # x.permute(0, 2, 1) or x.permute([0, 2, 1])
+            dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], list | tuple) else node.args[1:]
+            dims = list(dims or node.kwargs.get("dims", ()))
+        else:
+            dims = list(call_argument(node, "dims") or ())
         if len(dims) != ndim or not all(isinstance(d, int) for d in dims):
             return None
         return [d % ndim for d in dims] if ndim else []
@@ -301,7 +313,7 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
 
     def _same_shape_view(self, node: fx.Node, rule: str, source: Any = None) -> tuple[str, fx.Node, str | None] | None:
         """A view rule: ``node`` must already be ``source``'s memory with ``source``'s layout (else no identity)."""
-        source = node.args[0] if source is None and node.args else source
+        source = call_input(node) if source is None else source
         x, y = self._tensor(source), self._tensor(node)
         if x is None or y is None or self._memory[source] != self._memory[node]:
             return None

@@ -120,7 +120,7 @@ class ConvBNFuser(ConvBNFuserBase):
 
         A convolution with another user is counted in :attr:`skipped` (the fold would change it).
         """
-        source = bn.args[0] if bn.args else None
+        source = bn.args[0] if bn.op == "call_module" else call_argument(bn, "input")
         if not isinstance(source, fx.Node) or not self._is_convolution(source):
             return None
         if len(source.users) != 1:
@@ -179,7 +179,7 @@ class ConvBNFuser(ConvBNFuserBase):
             bn_output = outputs[0]
         try:
             # Every convolution here takes (input, weight, bias, ...): aten schemas and torch.convNd alike.
-            conv_w, conv_b = (self._constant(_positional(conv, index)) for index in (1, 2))
+            conv_w, conv_b = (self._constant(call_argument(conv, name)) for name in ("weight", "bias"))
             bn_w, bn_b, mean, var = (self._constant(call_argument(bn, name)) for name in
                                      ("weight", "bias", "running_mean", "running_var"))  # fmt: skip
         except LookupError:  # weights that are graph inputs (Dynamo before freezing, lifted export) are unknown
@@ -234,21 +234,17 @@ class ConvBNFuser(ConvBNFuserBase):
             fused.weight, fused.bias = fold.weight, fold.bias
             name = add_attribute(self.module, f"{conv.target}_bn_fused", fused)
             return self.tracer.create_proxy("call_module", name, args, kwargs)
-        stem = f"{_positional(conv, 1).target}_bn_fused"
+        stem = f"{call_argument(conv, 'weight').target}_bn_fused"
         weight = add_attribute(self.module, stem, fold.weight.detach())
         bias = add_attribute(self.module, f"{stem}_bias", fold.bias.detach())
-        args = list(args) + [None] * (3 - len(args))
-        kwargs = {key: value for key, value in kwargs.items() if key != "bias"}
-        args[1] = self.tracer.create_proxy("get_attr", weight, (), {})
-        args[2] = self.tracer.create_proxy("get_attr", bias, (), {})
+        args, kwargs = list(args), dict(kwargs)
+        for position, name, target in ((1, "weight", weight), (2, "bias", bias)):
+            proxy = self.tracer.create_proxy("get_attr", target, (), {})
+            if position < len(args):  # the call passed it by position: replace it there
+                args[position] = proxy
+            else:  # by name, or left out (a convolution without bias): pass it by name
+                kwargs[name] = proxy
         return self.tracer.create_proxy("call_function", conv.target, tuple(args), kwargs)
-
-
-def _positional(node: fx.Node, index: int) -> Any:
-    """Argument ``index`` of a call, whether passed positionally or (bias) by keyword; None if absent."""
-    if index < len(node.args):
-        return node.args[index]
-    return node.kwargs.get({1: "weight", 2: "bias"}.get(index, ""))
 
 
 def fuse_conv_bn(gm: fx.GraphModule) -> PassResult:

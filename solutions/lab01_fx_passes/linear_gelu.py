@@ -37,7 +37,7 @@ from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.given.fused_ops import LINEAR_GELU
-from lab01_fx_passes.given.graph_tools import call_argument, node_value
+from lab01_fx_passes.given.graph_tools import call_argument, call_input, node_value
 from lab01_fx_passes.given.interface import LinearGeluFuserBase, LinearMatch
 
 from .op_names import op_name
@@ -51,9 +51,9 @@ def _aten_transposed_weight(node: Any) -> fx.Node | None:
     if not isinstance(node, fx.Node) or node.op != "call_function":
         return None
     if node.target is aten.t.default:
-        return node.args[0]
-    if node.target is aten.permute.default and list(node.args[1]) == [1, 0]:
-        return node.args[0]
+        return call_input(node)
+    if node.target is aten.permute.default and list(call_argument(node, "dims")) == [1, 0]:
+        return call_input(node)
     return None
 
 
@@ -61,13 +61,15 @@ def _match_aten_matmul(node: fx.Node) -> LinearMatch | None:
     """``[view ->] addmm/mm [-> view]`` computing ``x @ w.T + b``; shapes checked on recorded values."""
     chain, out_view = [], None
     if node.op == "call_function" and node.target in _VIEWS:
-        out_view, node = node, node.args[0]
+        out_view, node = node, call_input(node)
     if not isinstance(node, fx.Node) or node.op != "call_function":
         return None
-    if node.target is aten.addmm.default and not node.kwargs:
-        bias, x2d, transposed = node.args
+    if node.target is aten.addmm.default:
+        if call_argument(node, "beta") != 1 or call_argument(node, "alpha") != 1:
+            return None  # bias * beta + (x @ w.T) * alpha: a Linear only when both are 1
+        bias, x2d, transposed = (call_argument(node, name) for name in ("self", "mat1", "mat2"))
     elif node.target is aten.mm.default:
-        (x2d, transposed), bias = node.args, None
+        (x2d, transposed), bias = (call_argument(node, name) for name in ("self", "mat2")), None
     else:
         return None
     weight = _aten_transposed_weight(transposed)
@@ -83,7 +85,8 @@ def _match_aten_matmul(node: fx.Node) -> LinearMatch | None:
         # Accept only a flatten of x's leading dimensions, undone by the view after the matmul.
         if not (isinstance(x2d, fx.Node) and x2d.op == "call_function" and x2d.target in _VIEWS):
             return None
-        x, x_value, out_value = x2d.args[0], node_value(x2d.args[0]), node_value(out_view)
+        x = call_input(x2d)
+        x_value, out_value = node_value(x), node_value(out_view)
         weight_value = node_value(weight)
         if x_value is None or out_value is None or weight_value is None:
             return None
@@ -102,14 +105,12 @@ def match_linear(node: Any, modules: Mapping[str, nn.Module]) -> LinearMatch | N
     if node.op == "call_module" and isinstance(modules[node.target], nn.Linear):
         has_bias = modules[node.target].bias is not None
         return LinearMatch(
-            node.args[0], f"{node.target}.weight", f"{node.target}.bias" if has_bias else None, [node], []
+            call_input(node), f"{node.target}.weight", f"{node.target}.bias" if has_bias else None, [node], []
         )
     op = op_name(node, modules)
     if node.op == "call_function" and op is not None and op.name == "linear":
-        # torch._C._nn.linear (Dynamo) has no inspectable signature: read positions, then keywords.
-        weight = node.args[1] if len(node.args) > 1 else node.kwargs["weight"]
-        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-        return LinearMatch(node.args[0], weight, bias, [node], [])
+        weight, bias = call_argument(node, "weight"), call_argument(node, "bias")
+        return LinearMatch(call_input(node), weight, bias, [node], [])
     return _match_aten_matmul(node)
 
 
@@ -138,9 +139,9 @@ class LinearGeluFuser(LinearGeluFuserBase):
         fused = 0
         for gelu in list(graph.nodes):
             approximate = gelu_approximation(gelu, modules)
-            if approximate is None or not gelu.args:
+            if approximate is None:
                 continue
-            match = match_linear(gelu.args[0], modules)
+            match = match_linear(call_input(gelu), modules)
             if match is None or not self._only_used_along_chain(match, gelu):
                 continue
             with graph.inserting_before(gelu):

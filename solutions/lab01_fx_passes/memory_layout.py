@@ -47,7 +47,7 @@ from torch import fx, nn
 from torch.fx.node import map_arg
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.given.graph_tools import add_attribute, call_argument, fetch_attr, writes_in_place
+from lab01_fx_passes.given.graph_tools import add_attribute, call_argument, call_input, fetch_attr, writes_in_place
 from lab01_fx_passes.given.interface import (
     ATEN_CONV2DS,
     TORCH_CONV2DS,
@@ -94,7 +94,7 @@ def _written_after(view: fx.Node, modules: dict[str, nn.Module]) -> bool:
 def _writes(user: fx.Node, value: fx.Node, modules: dict[str, nn.Module]) -> bool:
     """Whether ``user`` writes ``value``: an in-place op writes its first argument (``total.add_(flat)`` writes
     ``total`` and only reads ``flat``), an ``out=`` call its ``out``."""
-    first_written = bool(user.args) and user.args[0] is value and writes_in_place(user, op_name(user, modules))
+    first_written = call_input(user) is value and writes_in_place(user, op_name(user, modules))
     return first_written or user.kwargs.get("out") is value
 
 
@@ -115,7 +115,7 @@ class ChannelsLastConverter(ChannelsLastConverterBase):
             return node.target if isinstance(modules[node.target], nn.Conv2d) else None
         if node.op != "call_function" or node.target not in ATEN_CONV2DS + TORCH_CONV2DS:
             return None
-        weight = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
+        weight = call_argument(node, "weight")
         if call_argument(node, "transposed", False) or not isinstance(weight, fx.Node):
             return None
         if weight.op != "get_attr":
@@ -167,14 +167,16 @@ class ChannelsLastConverter(ChannelsLastConverterBase):
 
     @staticmethod
     def _views_to_reshapes(graph: fx.Graph, region: set[fx.Node]) -> int:
-        """Rewrite every view in ``region`` as a reshape (same arguments); return how many."""
+        """Rewrite every view in ``region`` as a reshape (of the same tensor, to the same shape); return how many."""
         views = [node for node in graph.nodes if node in region and is_view(node)]
         for view in views:
             with graph.inserting_before(view):
                 if view.op == "call_method":
                     reshape = graph.call_method("reshape", view.args, view.kwargs)
                 else:
-                    reshape = graph.call_function(VIEW_TO_RESHAPE[view.target], view.args, view.kwargs)
+                    # aten.view(self, size) -> aten.reshape(self, shape): the same values, other names
+                    arguments = (call_input(view), call_argument(view, "size"))
+                    reshape = graph.call_function(VIEW_TO_RESHAPE[view.target], arguments)
             reshape.meta.update(view.meta)
             view.replace_all_uses_with(reshape)
             graph.erase_node(view)

@@ -66,7 +66,15 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.given.graph_tools import TensorInfo, add_attribute, call_argument, fetch_attr, observe_tensors
+from lab01_fx_passes.given.graph_tools import (
+    TensorInfo,
+    add_attribute,
+    binary_operands,
+    call_argument,
+    call_input,
+    fetch_attr,
+    observe_tensors,
+)
 from lab01_fx_passes.given.onednn_ops import (  # noqa: F401  (the operators, reasons and record this pass uses)
     ATEN_CONV2D,
     ATEN_CONVOLUTION,
@@ -110,26 +118,15 @@ from .pipeline import default_pipeline
 
 def _function_convolution(gm: fx.GraphModule, node: fx.Node) -> Convolution | str | None:
     """An aten or Dynamo 2-D convolution (``None`` for anything else, a reason when it cannot be lowered)."""
-    if node.target is ATEN_CONVOLUTION:
-        x, weight, bias, stride, padding, dilation, transposed, _, groups = node.args
-        if transposed:
-            return None
-    elif node.target is ATEN_CONV2D:
-        x, weight = node.args[:2]
-        bias, stride, padding, dilation, groups = (
-            call_argument(node, name, default)
-            for name, default in (("bias", None), ("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
-        )
-    elif node.target is TORCH_CONV2D:
-        # torch.conv2d (Dynamo) has no inspectable signature: positions, then keywords, then defaults.
-        names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-        defaults = (None, None, None, 1, 0, 1, 1)
-        x, weight, bias, stride, padding, dilation, groups = (
-            node.args[index] if index < len(node.args) else node.kwargs.get(name, default)
-            for index, (name, default) in enumerate(zip(names, defaults))
-        )
-    else:
+    if node.target not in (ATEN_CONVOLUTION, ATEN_CONV2D, TORCH_CONV2D):
         return None
+    if call_argument(node, "transposed", False):  # (aten.convolution's flag)
+        return None
+    x, weight, bias, stride, padding, dilation, groups = (
+        call_argument(node, name, default)
+        for name, default in (("input", None), ("weight", None), ("bias", None), ("stride", 1), ("padding", 0),
+                              ("dilation", 1), ("groups", 1))
+    )  # fmt: skip
     constants = [value for value in (weight, bias) if isinstance(value, fx.Node)]
     if any(value.op != "get_attr" for value in constants):
         return WEIGHTS_ARE_INPUTS
@@ -157,8 +154,9 @@ def match_convolution(gm: fx.GraphModule, node: fx.Node, modules: dict[str, nn.M
             return None
         if module.padding_mode != "zeros" or isinstance(module.padding, str):
             return UNSUPPORTED_PADDING
-        return Convolution(node, node.args[0], module.weight, module.bias, pair(module.stride), pair(module.padding),
-                           pair(module.dilation), module.groups, training=module.training)  # fmt: skip
+        return Convolution(node, call_input(node), module.weight, module.bias, pair(module.stride),
+                           pair(module.padding), pair(module.dilation), module.groups,
+                           training=module.training)  # fmt: skip
     if node.op == "call_function":
         return _function_convolution(gm, node)
     return None
@@ -231,10 +229,11 @@ class OneDNNLowering(OneDNNLoweringBase):
         name = op_name(add, modules)
         if name is None or name.name not in ("add", "iadd") or add.op == "call_module":
             return None
-        if len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
+        operands = binary_operands(add)
+        if operands is None or call_argument(add, "alpha", 1) != 1:
             self.unfused[NOT_A_PLAIN_ADD] += 1
             return None
-        first, second = add.args
+        first, second = operands
         if (first is conv.node) == (second is conv.node):
             return None  # conv(x) + conv(x), or the conv is not an operand (a keyword)
         other = second if first is conv.node else first

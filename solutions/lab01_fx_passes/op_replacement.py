@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.given.graph_tools import add_attribute
+from lab01_fx_passes.given.graph_tools import add_attribute, call_input
 from lab01_fx_passes.given.interface import ACTIVATIONS, OpReplacerBase
 
 from .op_names import op_name
@@ -106,7 +106,7 @@ class OpReplacer(OpReplacerBase):
 
     def _replacement(self, gm: fx.GraphModule, node: fx.Node, new: str, in_place: bool) -> fx.Node:
         graph = gm.graph
-        source = node.args[0] if node.args else node.kwargs["input"]
+        source = call_input(node)
         if node.op == "call_module":
             module = add_attribute(gm, f"{node.target}_as_{new}", _activation_module(new, in_place))
             return graph.call_module(module, (source,))

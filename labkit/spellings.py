@@ -1,0 +1,187 @@
+"""The same graph with every call's arguments spelled another way: a pass must not care.
+
+A call can pass an argument by position or by name, and can leave out one equal to its default:
+``F.batch_norm(x, m, v, w, b, False, 0.1, 1e-5)``, ``F.batch_norm(x, m, v, weight=w, bias=b,
+eps=1e-5)`` and ``F.batch_norm(x, m, v, w, b)`` are one computation. Which spelling a graph holds
+depends on who wrote the model and which tracer captured it, so a pass that reads ``node.args[7]``,
+or only ``node.kwargs["eps"]``, or that counts ``len(node.args)``, works on the graphs its author
+tried and silently misreads the others.
+
+:func:`respelled` copies a graph and rewrites every call it can into one :data:`ARGUMENT_SPELLINGS`:
+
+``keywords``
+    every argument the call passed, by name (tensors too, where the signature allows).
+``positional``
+    every argument by position up to the last one that may be positional, the defaults written
+    out; keyword-only arguments stay keywords.
+``shortest``
+    by position, and every argument equal to its default left out.
+
+Where a target has no signature to read (``operator.add``, methods, modules) or its overloads
+disagree on the names, the call is left as it is. The copy is checked to compute exactly what
+the original computes on the inputs given, so a difference after a pass is the pass's.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import fx
+from torch.fx.operator_schemas import get_signature_for_torch_op
+
+#: The spellings :func:`respelled` writes.
+ARGUMENT_SPELLINGS = ("keywords", "positional", "shortest")
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _schema_signature(schema: torch._C.FunctionSchema) -> inspect.Signature:
+    """An operator schema as a Python signature, keeping the schema's own names (``self``, not ``input``)."""
+    parameters = []
+    for argument in schema.arguments:
+        kind = inspect.Parameter.KEYWORD_ONLY if argument.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        default = argument.default_value if argument.has_default_value() else inspect.Parameter.empty
+        parameters.append(inspect.Parameter(argument.name, kind, default=default))
+    return inspect.Signature(parameters)
+
+
+def _candidate_signatures(target: Any) -> list[inspect.Signature]:
+    if isinstance(target, torch._ops.OpOverload):
+        return [_schema_signature(target._schema)]
+    signatures = get_signature_for_torch_op(target) if callable(target) else None
+    if signatures:
+        return list(signatures)
+    try:
+        return [inspect.signature(target)]
+    except (TypeError, ValueError):
+        return []
+
+
+def _shape(signature: inspect.Signature) -> tuple[tuple[str, Any], ...]:
+    return tuple((p.name, p.kind) for p in signature.parameters.values())
+
+
+def call_signature(node: fx.Node) -> inspect.Signature | None:
+    """The signature ``node``'s call binds to, or None where it cannot be told.
+
+    For a torch builtin with overloads the overloads that accept the call must agree on every
+    parameter's name and kind (``torch.add(x, y, alpha=2)`` binds the same way to ``add.Tensor`` and
+    ``add.Scalar``); otherwise the spelling cannot be changed safely and None is returned.
+    """
+    if node.op != "call_function":
+        return None
+    binding = []
+    for signature in _candidate_signatures(node.target):
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
+            continue
+        try:
+            signature.bind(*node.args, **node.kwargs)
+        except TypeError:
+            continue
+        binding.append(signature)
+    if not binding or len({_shape(signature) for signature in binding}) != 1:
+        return None
+    return binding[0]
+
+
+def _equals_default(value: Any, default: Any) -> bool:
+    if default is inspect.Parameter.empty or isinstance(value, (fx.Node, torch.Tensor)):
+        return False
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:  # noqa: BLE001 - values that cannot be compared are never left out
+        return False
+
+
+def _spelled(signature: inspect.Signature, node: fx.Node, spelling: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    bound = signature.bind(*node.args, **node.kwargs)
+    given = dict(bound.arguments)
+    parameters = list(signature.parameters.values())
+    if spelling == "keywords":
+        positional_only = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY]
+        args = tuple(given[name] for name in positional_only if name in given)
+        return args, {name: value for name, value in given.items() if name not in positional_only}
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for parameter in parameters:
+        present = parameter.name in given
+        value = given[parameter.name] if present else parameter.default
+        if spelling == "shortest" and (not present or _equals_default(value, parameter.default)):
+            if parameter.kind in _POSITIONAL:
+                args.append(_LEFT_OUT)
+            continue
+        if value is inspect.Parameter.empty:
+            raise ValueError(f"{node.format_node()}: {parameter.name} has no value and no default")
+        if parameter.kind in _POSITIONAL:
+            args.append(value)
+        else:
+            kwargs[parameter.name] = value
+    if spelling == "shortest":
+        while args and args[-1] is _LEFT_OUT:
+            args.pop()
+        if any(arg is _LEFT_OUT for arg in args):  # a default between two given arguments: write it out
+            defaults = [p.default for p in parameters if p.kind in _POSITIONAL]
+            args = [defaults[i] if arg is _LEFT_OUT else arg for i, arg in enumerate(args)]
+    return tuple(args), kwargs
+
+
+_LEFT_OUT = object()
+
+
+def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = None) -> tuple[fx.GraphModule, int]:
+    """A copy of ``gm`` whose calls spell their arguments as ``spelling`` says, and how many changed.
+
+    Args:
+        gm: the graph to copy (left untouched); the copy shares its submodules, parameters and buffers.
+        spelling: one of :data:`ARGUMENT_SPELLINGS`.
+        inputs: when given, the copy is run on them beside ``gm`` and must give bitwise the same
+            outputs (``AssertionError`` otherwise: the respelling itself would be wrong).
+
+    Returns:
+        ``(copy, changed)``: ``changed`` counts the calls whose ``args`` or ``kwargs`` differ.
+    """
+    if spelling not in ARGUMENT_SPELLINGS:
+        raise ValueError(f"unknown spelling {spelling!r}; expected one of {ARGUMENT_SPELLINGS}")
+    # A new graph over the same modules, parameters and buffers (as a traced graph shares the model's):
+    copied = fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
+    changed = 0
+    for node in copied.graph.nodes:
+        signature = call_signature(node)
+        if signature is None:
+            continue
+        args, kwargs = _spelled(signature, node, spelling)
+        if args != tuple(node.args) or kwargs != dict(node.kwargs):
+            node.args, node.kwargs = args, kwargs
+            changed += 1
+    copied.recompile()
+    if inputs is not None:
+        _assert_same_outputs(gm, copied, inputs, spelling)
+    return copied, changed
+
+
+def _assert_same_outputs(gm: fx.GraphModule, copied: fx.GraphModule, inputs: Sequence[Any], spelling: str) -> None:
+    from labkit.fx_nodes import run_graph
+
+    torch.manual_seed(0)
+    expected = run_graph(gm, *inputs)
+    torch.manual_seed(0)
+    actual = run_graph(copied, *inputs)
+    flat_expected, flat_actual = torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)
+    same = len(flat_expected) == len(flat_actual) and all(map(_bitwise_equal, flat_actual, flat_expected))
+    assert same, f"respelling the graph as {spelling!r} changed what it computes (a fault of labkit/spellings.py)"
+
+
+def _bitwise_equal(actual: Any, expected: Any) -> bool:
+    """The same value bit for bit: NaN equals NaN, -0.0 differs from +0.0 (``torch.equal`` says neither)."""
+    if not isinstance(expected, torch.Tensor):
+        return actual == expected
+    if not isinstance(actual, torch.Tensor) or (actual.dtype, actual.shape) != (expected.dtype, expected.shape):
+        return False
+    if expected.is_floating_point() or expected.is_complex():
+        as_bytes = lambda t: t.detach().contiguous().view(torch.uint8)  # noqa: E731
+        return torch.equal(as_bytes(actual), as_bytes(expected))
+    return torch.equal(actual, expected)

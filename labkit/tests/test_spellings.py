@@ -1,0 +1,107 @@
+"""``labkit.spellings``: the same calls, their arguments spelled three ways, computing exactly the same."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from labkit.fx_nodes import run_graph
+from labkit.spellings import ARGUMENT_SPELLINGS, call_signature, respelled
+
+aten = torch.ops.aten
+
+
+def graph_of(*calls) -> fx.GraphModule:
+    """One graph of ``x``: each call ``(target, args_after_x, kwargs)`` applied to the previous value."""
+    graph = fx.Graph()
+    value = graph.placeholder("x")
+    for target, args, kwargs in calls:
+        value = graph.call_function(target, (value, *args), kwargs)
+    graph.output(value)
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def only_call(gm: fx.GraphModule) -> fx.Node:
+    (node,) = [node for node in gm.graph.nodes if node.op == "call_function"]
+    return node
+
+
+def test_each_spelling_of_an_aten_call():
+    gm = graph_of((aten.leaky_relu.default, (0.2,), {}))
+    x = torch.randn(5)
+    keywords, changed = respelled(gm, "keywords", [x])
+    assert (
+        changed == 1
+        and only_call(keywords).args == ()
+        and set(only_call(keywords).kwargs) == {"self", "negative_slope"}
+    )
+    positional, _ = respelled(keywords, "positional", [x])
+    assert only_call(positional).kwargs == {} and only_call(positional).args[1] == 0.2
+    default = graph_of((aten.leaky_relu.default, (0.01,), {}))
+    shortest, changed = respelled(default, "shortest", [x])
+    assert changed == 1 and len(only_call(shortest).args) == 1, "the default slope is left out"
+    assert torch.equal(run_graph(shortest, x), run_graph(default, x))
+
+
+def test_positional_writes_defaults_out_and_keeps_keyword_only_arguments_keywords():
+    gm = graph_of((F.gelu, (), {"approximate": "tanh"}), (F.dropout, (0.5,), {"training": False}))
+    x = torch.randn(4)
+    positional, changed = respelled(gm, "positional", [x])
+    gelu, dropout = [node for node in positional.graph.nodes if node.op == "call_function"]
+    assert changed >= 1
+    assert dropout.args[1:] == (0.5, False, False) and dropout.kwargs == {}, "F.dropout(x, p, training, inplace)"
+    assert torch.equal(run_graph(positional, x), run_graph(gm, x))
+
+
+def test_shortest_writes_a_default_out_that_sits_between_two_given_arguments():
+    gm = graph_of((F.dropout, (), {"training": False}))  # p is the default but training follows it
+    shortest, _ = respelled(gm, "shortest", [torch.randn(3)])
+    assert only_call(shortest).args[1:] == (0.5, False)
+
+
+def test_torch_builtins_are_respelled_where_their_overloads_agree():
+    conv = graph_of((torch.conv2d, (torch.ones(2, 3, 1, 1),), {"padding": 0}))
+    assert call_signature(only_call(conv)) is not None
+    keywords, changed = respelled(conv, "keywords", [torch.randn(1, 3, 4, 4)])
+    assert changed == 1 and "weight" in only_call(keywords).kwargs
+
+
+def test_calls_without_a_signature_are_left_as_they_are():
+    gm = graph_of((operator.mul, (2,), {}))
+    for spelling in ARGUMENT_SPELLINGS:
+        copy, changed = respelled(gm, spelling, [torch.randn(3)])
+        assert changed == 0 and only_call(copy).args[1:] == (2,)
+
+
+def test_the_copy_shares_the_modules_parameters_and_buffers_and_leaves_the_original_alone():
+    model = torch.nn.BatchNorm1d(4).train()
+    gm = fx.symbolic_trace(lambda x: F.batch_norm(x, model.running_mean, model.running_var, None, None, True))
+    keywords, _ = respelled(gm, "keywords")
+    before = [node.args for node in gm.graph.nodes]
+    run_graph(keywords, torch.randn(5, 4) + 3)
+    assert model.running_mean.abs().sum() > 0, "the respelled graph updated the model's own statistics"
+    assert [node.args for node in gm.graph.nodes] == before
+
+
+def test_a_respelling_that_changes_the_result_is_refused(monkeypatch):
+    from labkit import spellings
+
+    gm = graph_of((aten.leaky_relu.default, (0.2,), {}))
+    monkeypatch.setattr(spellings, "_spelled", lambda signature, node, spelling: ((node.args[0], 0.5), {}))
+    with pytest.raises(AssertionError, match="changed what it computes"):
+        respelled(gm, "positional", [torch.randn(8)])
+
+
+def test_nan_and_signed_zeros_compare_bit_for_bit():
+    gm = graph_of((aten.mul.Tensor, (1.0,), {}))
+    x = torch.tensor([float("nan"), -0.0, 0.0])
+    respelled(gm, "keywords", [x])  # NaN == NaN here: no AssertionError
+
+
+def test_an_unknown_spelling_is_refused():
+    with pytest.raises(ValueError, match="unknown spelling"):
+        respelled(graph_of(), "backwards")
