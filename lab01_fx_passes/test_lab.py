@@ -112,6 +112,7 @@ from lab01_fx_passes.given.models import (
     ConvThen,
     DeadChains,
     EveryIdentity,
+    FunctionalConvBN,
     FunctionalConvs,
     FunctionalLinearGelu,
     ImpureConstants,
@@ -312,15 +313,18 @@ def test_conv_bn_fuses_aten_graphs(lab, dialect):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("spelling", ["keywords", "positional"])  # aten graphs leave out no default already given
+@pytest.mark.parametrize("spelling", ARGUMENT_SPELLINGS)
 def test_conv_bn_reads_every_spelling_of_the_arguments(lab, spelling):
-    """The batch norm's input, eps and training flag, the convolution's weight and bias: by name, or by position
-    with the defaults written out."""
-    in_every_spelling(spelling, ATEN_DIALECTS, _non_default_eps_conv_bn, partial(_check_conv_bn_fuses, lab))
+    """``F.conv2d`` -> ``F.batch_norm`` as a model writes them (symbolic_trace keeps the calls as written), and the
+    aten pairs: the batch norm's input, statistics, ``training`` and ``eps`` (not the default), the convolution's
+    weight and bias, by name, by position with the defaults written out, or with the defaults left out."""
+    in_every_spelling(spelling, ["symbolic_trace", *ATEN_DIALECTS], partial(_non_default_eps_conv_bn, functional=True),
+                      partial(_check_conv_bn_fuses, lab))  # fmt: skip
 
 
-def _non_default_eps_conv_bn(dialect, spelling=None):
-    model, x = conv_bn_model(ConvBNStack(eps=NON_DEFAULT_EPS)), conv_input(2, 3)
+def _non_default_eps_conv_bn(dialect, spelling=None, functional=False):
+    model_class = FunctionalConvBN if functional else ConvBNStack
+    model, x = conv_bn_model(model_class(eps=NON_DEFAULT_EPS)), conv_input(2, 3)
     return capture(model, [x], dialect, spelling)
 
 
@@ -1569,10 +1573,10 @@ def test_algebra_simplifies_every_identity_in_every_dialect(lab, dialect):
 
 @pytest.mark.extension
 @pytest.mark.points(1)
-@pytest.mark.parametrize("spelling", ["keywords", "positional"])  # EveryIdentity's calls pass no default
+@pytest.mark.parametrize("spelling", ["positional"])  # its calls are operators (no names) and pass no default
 def test_algebra_reads_every_spelling_of_the_arguments(lab, spelling):
-    """The operands (``self``/``other``, ``input``), ``alpha``, the dims of transposes and permutes, the shapes
-    of views: by name, or by position with the defaults written out."""
+    """The aten forms of the identities with every default written out (``alpha=1``, ``rounding_mode=None``...):
+    the operands, the dims of transposes and permutes, the shapes of views, where they are."""
     in_every_spelling(spelling, DIALECTS, _every_identity, partial(_check_every_identity_simplified, lab))
 
 

@@ -51,6 +51,7 @@ from lab02_npu_backend.given.program_builder import (  # noqa: F401
     RmsNormChain,
     rule_registrar,
 )
+from labkit.spellings import canonical_arguments  # noqa: F401  (one spelling of a call's arguments)
 
 from .simulator import KERNELS  # noqa: F401
 
@@ -151,7 +152,8 @@ def lower_to_program(gm: fx.GraphModule, example_inputs: Sequence[Any], *, name:
     # RMSNorm chains; walk the nodes in order (builder.naming(node.name) before lowering each, so
     # tensors are named after nodes), mapping each node to its lowered value; emit rmsnorm at each
     # chain's result and nothing for its inner nodes; the output node's argument (a node or a tuple
-    # of nodes) gives the outputs.
+    # of nodes) gives the outputs. Call each rule with canonical_arguments(node) (from
+    # labkit.spellings): F.gelu(input=x) and F.gelu(x) are one call, and a graph may spell it either way.
     # guidance: end
     # TODO
     raise NotImplementedError("lower_to_program")

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from lab02_npu_backend.given import coverage
 from lab02_npu_backend.given.checks import (
     TOLERANCE,
+    RespellingBackend,
     assert_partitioned_graph_computes,
     backend_for,
     compile_and_run,
@@ -91,6 +92,7 @@ from lab02_npu_backend.given.program_builder import LoweringError
 from lab02_npu_backend.given.registration import npu_simulator
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
+from labkit.spellings import ARGUMENT_SPELLINGS
 
 DIALECTS = ("torch", "aten")
 NPU_FRACTION_BAR = 0.85
@@ -667,18 +669,22 @@ def _mixed_arithmetic(x, y, mask, counts):
     return tuple(expression(x, y, mask, counts) for _, expression in MIXED_ARITHMETIC)
 
 
-@pytest.mark.points(2)
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_arithmetic_keeps_operand_order_alpha_and_type_promotion(lab, dialect):
-    """What each operator's schema allows, not only its common use: eager's answer for every expression."""
+def _arithmetic_inputs():
+    """x, y (float32), a boolean mask and int64 counts, all (3, 5)."""
     generator = torch.Generator().manual_seed(0)
-    inputs = (
+    return (
         torch.randn(3, 5, generator=generator),
         torch.randn(3, 5, generator=generator),
         torch.rand(3, 5, generator=generator) > 0.5,
         torch.randint(-3, 4, (3, 5), generator=generator),
     )
-    wrong = compiled_outputs_differing(lab, dialect, _mixed_arithmetic, MIXED_ARITHMETIC, inputs)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_arithmetic_keeps_operand_order_alpha_and_type_promotion(lab, dialect):
+    """What each operator's schema allows, not only its common use: eager's answer for every expression."""
+    wrong = compiled_outputs_differing(lab, dialect, _mixed_arithmetic, MIXED_ARITHMETIC, _arithmetic_inputs())
     assert not wrong, (
         f"{dialect} graphs: these expressions differ from eager: {'; '.join(wrong)}. Check lowering.py's "
         "operand order (a number may come first), alpha, and support.py's dtype checks of every operand"
@@ -706,16 +712,21 @@ def _attention_forms(q, k, v, mask):
     return tuple(form(q, k, v, mask) for _, form in ATTENTION_FORMS)
 
 
+def _attention_inputs():
+    """q, k, v of shape (2, 3, 5, 8) and a boolean (5, 5) mask in which every query sees the first key."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=generator) for _ in range(3))
+    mask = torch.rand(5, 5, generator=generator) > 0.3
+    mask[:, 0] = True  # every query sees at least one key
+    return q, k, v, mask
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_attention_honours_scale_causality_and_masks(lab, dialect):
     """Every argument of ``scaled_dot_product_attention`` the models of this course can pass changes the
     answer; each must reach the NPU's program (or the node falls back): eager's answer for every form."""
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 5, 8, generator=generator) for _ in range(3))
-    mask = torch.rand(5, 5, generator=generator) > 0.3
-    mask[:, 0] = True  # every query sees at least one key
-    wrong = compiled_outputs_differing(lab, dialect, _attention_forms, ATTENTION_FORMS, (q, k, v, mask))
+    wrong = compiled_outputs_differing(lab, dialect, _attention_forms, ATTENTION_FORMS, _attention_inputs())
     assert not wrong, (
         f"{dialect} graphs: these attention forms differ from eager: {'; '.join(wrong)}. Check that "
         "lowering.py passes scale, is_causal and attn_mask on (support.py may refuse what it cannot lower)"
@@ -732,6 +743,11 @@ GELU_FORMS = (
 )
 
 
+def _gelu_inputs():
+    """x from -4 to 4 in steps of 0.05, as a (7, 23) tensor."""
+    return (torch.linspace(-4, 4, 161).reshape(7, 23),)
+
+
 @pytest.mark.points(1)
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_gelu_honours_its_approximate_argument(lab, dialect):
@@ -739,7 +755,7 @@ def test_gelu_honours_its_approximate_argument(lab, dialect):
     is ~0.01, that is more than the spec's 1e-4. On x from -4 to 4 each form must give eager's answer."""
     approximate = next(a for a in torch.ops.aten.gelu.default._schema.arguments if a.name == "approximate")
     assert approximate.kwarg_only and approximate.default_value == "none", "aten.gelu's schema changed: update the test"
-    x = torch.linspace(-4, 4, 161).reshape(7, 23)
+    (x,) = _gelu_inputs()
     assert not outputs_close(F.gelu(x), F.gelu(x, approximate="tanh"), rtol=TOLERANCE, atol=TOLERANCE), (
         "the inputs must tell exact GELU from its tanh approximation at the spec's tolerance"
     )
@@ -780,11 +796,8 @@ def _layer_norm_forms():
     return tuple(forms)
 
 
-@pytest.mark.points(2)
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_layer_norm_normalizes_over_every_dim_of_normalized_shape(lab, dialect):
-    """``nn.LayerNorm((4, 8))`` normalizes each (4, 8) block of its input: its mean and variance are over the
-    last len(normalized_shape) dims, and weight and bias have that shape. Eager's answer for every form."""
+def _layer_norm_inputs():
+    """x of shape (2, 3, 4, 8), then a weight and a bias for each of :data:`LAYER_NORM_SHAPES`."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 4, 8, generator=generator) * 2 + 0.5
     params = [
@@ -792,13 +805,25 @@ def test_layer_norm_normalizes_over_every_dim_of_normalized_shape(lab, dialect):
         for shape in LAYER_NORM_SHAPES
         for t in (torch.rand(shape, generator=generator) + 0.5, torch.rand(shape, generator=generator) - 0.5)
     ]
+    return (x, *params)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_layer_norm_normalizes_over_every_dim_of_normalized_shape(lab, dialect):
+    """``nn.LayerNorm((4, 8))`` normalizes each (4, 8) block of its input: its mean and variance are over the
+    last len(normalized_shape) dims, and weight and bias have that shape. Eager's answer for every form."""
     hint = (
         "lowering.py must normalize over every dim of normalized_shape (the layernorm instruction's "
         "normalized_ndim), not only the last (support.py may refuse what it cannot lower)"
     )
-    wrong, graphs = compiled_forms_off_eager(lab, dialect, _layer_norm_forms(), (x, *params))
+    wrong, graphs = compiled_forms_off_eager(lab, dialect, _layer_norm_forms(), _layer_norm_inputs())
     assert not wrong, f"{dialect} graphs: these LayerNorm forms differ from eager: {'; '.join(wrong)}. {hint}"
     assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
+
+
+#: The normalized shapes of an RMSNorm of a (2, 3, 4, 8) input: the last dim, the last two.
+RMS_NORM_SHAPES = ((8,), (4, 8))
 
 
 def _rms_norm_forms():
@@ -811,7 +836,7 @@ def _rms_norm_forms():
         "aten.rms_norm's eps changed: update the test"
     )
     forms = []
-    for index, shape in enumerate(((8,), (4, 8))):
+    for index, shape in enumerate(RMS_NORM_SHAPES):
         for weighted, eps in itertools.product((True, False), (None, 1e-3)):
             label = f"normalized_shape={shape}, {'weight' if weighted else 'no weight'}, eps={eps}"
 
@@ -822,14 +847,19 @@ def _rms_norm_forms():
     return tuple(forms)
 
 
+def _rms_norm_inputs():
+    """Small activations x of shape (2, 3, 4, 8) (mean square 1e-6), then a weight for each normalized shape."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 8, generator=generator) * 1e-3
+    return (x, *(torch.rand(shape, generator=generator) + 0.5 for shape in RMS_NORM_SHAPES))
+
+
 @pytest.mark.points(1)
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_rms_norm_honours_eps_and_its_default(lab, dialect):
     """On small activations (mean square 1e-6) eps decides the answer: ``eps=None`` is the dtype's machine
     epsilon (1.2e-7 for float32), not a constant of the lowering's choosing. Eager's answer for every form."""
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 4, 8, generator=generator) * 1e-3
-    weights = [torch.rand(shape, generator=generator) + 0.5 for shape in ((8,), (4, 8))]
+    x, *weights = _rms_norm_inputs()
     forms = _rms_norm_forms()
     assert not outputs_close(forms[1][1](x, *weights), forms[0][1](x, *weights), rtol=TOLERANCE, atol=TOLERANCE), (
         "the inputs must tell eps=1e-3 from the default"
@@ -840,6 +870,54 @@ def test_rms_norm_honours_eps_and_its_default(lab, dialect):
         "on, and eps=None means torch.finfo(x.dtype).eps (support.py may refuse what it cannot lower)"
     )
     assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
+
+
+def _every_argument_form():
+    """Every form of the five families above (arithmetic, attention, GELU, LayerNorm, RMSNorm) as one function's
+    outputs, and the inputs of all of them: ``(forms, inputs)``, each form reading its family's inputs."""
+    families = (
+        (MIXED_ARITHMETIC, _arithmetic_inputs()),
+        (ATTENTION_FORMS, _attention_inputs()),
+        (GELU_FORMS, _gelu_inputs()),
+        (_layer_norm_forms(), _layer_norm_inputs()),
+        (_rms_norm_forms(), _rms_norm_inputs()),
+    )
+    forms, inputs = [], []
+    for family_forms, family_inputs in families:
+        start = len(inputs)
+        inputs.extend(family_inputs)
+        for name, form in family_forms:
+            forms.append((name, lambda *values, form=form, part=slice(start, len(inputs)): form(*values[part])))
+    return tuple(forms), tuple(inputs)
+
+
+#: (dialect, spelling) pairs a tracer can produce here: AOTAutograd's aten graphs already leave out no default
+#: before another argument and name no positional argument (the dispatcher records them by position).
+SPELLED_DIALECTS = [*(("torch", spelling) for spelling in ARGUMENT_SPELLINGS), ("aten", "positional")]
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize(("dialect", "spelling"), SPELLED_DIALECTS, ids=["-".join(pair) for pair in SPELLED_DIALECTS])
+def test_lowering_reads_every_spelling_of_the_arguments(lab, dialect, spelling):
+    """The forms above, each graph's calls respelled before ``compile_graph`` sees them: every argument by name,
+    by position with the defaults written out, or with the defaults left out. The same nodes reach the NPU, and
+    eager's answer comes back."""
+    forms, inputs = _every_argument_form()
+    _, as_traced = compiled_forms_off_eager(lab, dialect, forms, inputs)
+    backend = RespellingBackend(lab, dialect, spelling)
+    wrong, graphs = compiled_forms_off_eager(lab, dialect, forms, inputs, backend=backend)
+    assert backend.respelled_calls > 0, f"(the test's own fault) respelling as {spelling!r} changed no call"
+    assert not wrong, (
+        f"{dialect} graphs, arguments respelled ({spelling}): these forms differ from eager: {'; '.join(wrong)}. "
+        "support.py and lowering.py must read each argument where the call put it, by position or by name, and "
+        "its default where the call left it out (node_arg, or the operator's schema)"
+    )
+    npu_nodes = sum(g.npu_nodes for g in graphs)
+    traced_npu_nodes = sum(g.npu_nodes for g in as_traced)
+    assert npu_nodes == traced_npu_nodes, (
+        f"{dialect} graphs, arguments respelled ({spelling}): {npu_nodes} nodes ran on the NPU, {traced_npu_nodes} "
+        "as traced: support.py refuses calls whose arguments are spelled another way (read them by name too)"
+    )
 
 
 # ----------------------------------------------------------------- step 5: the backend (backend.py)

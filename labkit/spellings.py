@@ -10,15 +10,19 @@ tried and silently misreads the others.
 :func:`respelled` copies a graph and rewrites every call it can into one :data:`ARGUMENT_SPELLINGS`:
 
 ``keywords``
-    every argument the call passed, by name (tensors too, where the signature allows).
+    every argument the call passed, by name (tensors too, where the signature allows), in calls of
+    Python-level targets (``torch.conv2d``, ``F.gelu``): their spelling is the model author's. Aten
+    operators keep theirs: the dispatcher records an aten call's arguments by position (keyword-only
+    ones by name), so no tracer writes ``aten.relu(self=x)``.
 ``positional``
     every argument by position up to the last one that may be positional, the defaults written
     out; keyword-only arguments stay keywords.
 ``shortest``
     by position, and every argument equal to its default left out.
 
-Where a target has no signature to read (``operator.add``, methods, modules) or its overloads
-disagree on the names, the call is left as it is. The copy is checked to compute exactly what
+Each respelled graph is one a tracer could record from some model. Where a target has no signature
+to read (``operator.add``, methods, modules) or its overloads disagree on the names, the call is
+left as it is. The copy is checked to compute exactly what
 the original computes on the inputs given, so a difference after a pass is the pass's.
 """
 
@@ -69,8 +73,8 @@ def call_signature(node: fx.Node) -> inspect.Signature | None:
     """The signature ``node``'s call binds to, or None where it cannot be told.
 
     For a torch builtin with overloads the overloads that accept the call must agree on every
-    parameter's name and kind (``torch.add(x, y, alpha=2)`` binds the same way to ``add.Tensor`` and
-    ``add.Scalar``); otherwise the spelling cannot be changed safely and None is returned.
+    parameter's name and kind (``torch.conv2d``'s two do); otherwise None is returned. Aten
+    operators (``torch.ops.aten.add.Tensor``) are one overload each.
     """
     if node.op != "call_function":
         return None
@@ -86,6 +90,19 @@ def call_signature(node: fx.Node) -> inspect.Signature | None:
     if not binding or len({_shape(signature) for signature in binding}) != 1:
         return None
     return binding[0]
+
+
+def _respellable_signature(node: fx.Node) -> inspect.Signature | None:
+    """:func:`call_signature`, where every overload of the target names and orders its parameters alike.
+
+    Overloads are chosen at run time by the values' types (``torch.where(c, x, y)`` names ``x``
+    ``input``, its Scalar overload ``self``): unless they all agree, a name written here could select
+    another overload, or none, so such a call's spelling is never changed.
+    """
+    signature = call_signature(node)
+    if signature is None or len({_shape(candidate) for candidate in _candidate_signatures(node.target)}) != 1:
+        return None
+    return signature
 
 
 def _equals_default(value: Any, default: Any) -> bool:
@@ -132,6 +149,32 @@ def _spelled(signature: inspect.Signature, node: fx.Node, spelling: str) -> tupl
 _LEFT_OUT = object()
 
 
+def canonical_arguments(node: fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``node``'s arguments spelled one way, whatever way the graph spells them: ``(args, kwargs)``.
+
+    Every argument the call passes goes by position up to the first one it leaves out; the ones after
+    that gap, and keyword-only ones, go by name (the signature's names: ``self`` for aten operators).
+    ``aten.sigmoid(self=x)`` and ``aten.sigmoid(x)`` both give ``((x,), {})``; ``F.layer_norm(x, s,
+    weight=w)`` stays so. A call whose signature cannot be told is returned as it is.
+    """
+    signature = call_signature(node)
+    if signature is None:
+        return tuple(node.args), dict(node.kwargs)
+    given = signature.bind(*node.args, **node.kwargs).arguments
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    gap = False
+    for parameter in signature.parameters.values():
+        if parameter.name not in given:
+            gap = gap or parameter.kind in _POSITIONAL
+            continue
+        if parameter.kind in _POSITIONAL and not gap:
+            args.append(given[parameter.name])
+        else:
+            kwargs[parameter.name] = given[parameter.name]
+    return tuple(args), kwargs
+
+
 def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = None) -> tuple[fx.GraphModule, int]:
     """A copy of ``gm`` whose calls spell their arguments as ``spelling`` says, and how many changed.
 
@@ -150,8 +193,8 @@ def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = 
     copied = fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
     changed = 0
     for node in copied.graph.nodes:
-        signature = call_signature(node)
-        if signature is None:
+        signature = _respellable_signature(node)
+        if signature is None or (spelling == "keywords" and isinstance(node.target, torch._ops.OpOverload)):
             continue
         args, kwargs = _spelled(signature, node, spelling)
         if args != tuple(node.args) or kwargs != dict(node.kwargs):

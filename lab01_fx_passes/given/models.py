@@ -89,6 +89,19 @@ class ConvBNStack(nn.Module):
         return self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
 
 
+class FunctionalConvBN(ConvBNStack):
+    """:class:`ConvBNStack`'s layers called as functions, as people write them: ``F.conv2d(x, w)`` with its
+    defaults left out and bias, stride and padding by position; ``F.batch_norm`` with the statistics by
+    position and ``eps`` by name. ``symbolic_trace`` and Dynamo record each call as written."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c1, b1, c2, b2 = self.conv1, self.bn1, self.conv2, self.bn2
+        y = F.conv2d(x, c1.weight, c1.bias, c1.stride, c1.padding)
+        y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, b1.weight, b1.bias, eps=b1.eps))
+        y = F.conv2d(y, c2.weight, c2.bias, padding=c2.padding, groups=c2.groups)
+        return F.batch_norm(y, b2.running_mean, b2.running_var, weight=b2.weight, bias=b2.bias, eps=b2.eps)
+
+
 class SharedConvOutput(nn.Module):
     """One foldable pair (``conv1 -> bn1``), and one that is not: ``conv2``'s output is also added
     to the result, so it must stay un-normalised."""

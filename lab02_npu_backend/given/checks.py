@@ -36,6 +36,7 @@ from lab02_npu_backend.given.ir import ProgramError
 from lab02_npu_backend.given.isa import DTYPE_NAMES, default_isa
 from labkit.fx_nodes import run_graph
 from labkit.numerics import output_error, outputs_close
+from labkit.spellings import respelled
 
 #: The spec's tolerance: a compiled output matches eager within 1e-4 (relative and absolute).
 TOLERANCE = 1e-4
@@ -263,6 +264,39 @@ def backend_for(lab, dialect):
     return lab.npu_backend if dialect == "torch" else lab.npu_aot_backend
 
 
+class RespellingBackend:
+    """A backend that hands ``lab.compile_graph`` each graph of ``dialect`` with every call's arguments respelled
+    (:mod:`labkit.spellings`: by name, by position with the defaults written out, or with the defaults left out).
+
+    :attr:`respelled_calls` counts the calls the respelling changed, over every graph compiled (a test whose
+    graphs had nothing to respell would prove nothing).
+    """
+
+    def __init__(self, lab, dialect: str, spelling: str) -> None:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch.aot_autograd import make_boxed_func
+
+        self.lab, self.dialect, self.spelling, self.respelled_calls = lab, dialect, spelling, 0
+        if dialect == "aten":  # inference only: the forward graph is respelled and compiled, the backward never runs
+            self._backend = aot_autograd(
+                fw_compiler=lambda gm, inputs: make_boxed_func(self._compile(gm, inputs)),
+                bw_compiler=lambda gm, inputs: make_boxed_func(gm.forward),
+            )
+        else:
+            self._backend = self._compile
+
+    def _compile(self, gm, example_inputs):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        real = not any(isinstance(value, FakeTensor) for value in example_inputs)
+        respelled_gm, changed = respelled(gm, self.spelling, example_inputs if real else None)
+        self.respelled_calls += changed
+        return self.lab.compile_graph(respelled_gm, example_inputs, dialect=self.dialect)
+
+    def __call__(self, gm, example_inputs):
+        return self._backend(gm, example_inputs)
+
+
 def compiled_outputs_differing(lab, dialect, fn, forms, inputs) -> list[str]:
     """Compile ``fn`` (one output per entry of ``forms``: ``(name, expression)``) with the backend of
     ``dialect``; the names of the outputs that differ from eager, with by how much."""
@@ -284,11 +318,11 @@ def compiled_outputs_differing(lab, dialect, fn, forms, inputs) -> list[str]:
     ]
 
 
-def compiled_forms_off_eager(lab, dialect, forms, inputs) -> tuple[list[str], list]:
+def compiled_forms_off_eager(lab, dialect, forms, inputs, backend=None) -> tuple[list[str], list]:
     """Compile one function returning every form of ``forms`` (``(name, expression)``, one output each) with
-    the backend of ``dialect``; the names of the forms that differ from eager (with by how much), and the
-    coverage of the compile. If the compiled run raises, each form is compiled alone: a form that raises is
-    named with its error (a starter's TODO, a ``NotImplementedError``, is raised as it is)."""
+    the backend of ``dialect`` (or ``backend``); the names of the forms that differ from eager (with by how
+    much), and the coverage of the compile. If the compiled run raises, each form is compiled alone: a form
+    that raises is named with its error (a starter's TODO, a ``NotImplementedError``, is raised as it is)."""
 
     def run(chosen):
         def fn(*args):
@@ -297,7 +331,7 @@ def compiled_forms_off_eager(lab, dialect, forms, inputs) -> tuple[list[str], li
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NpuCoverageWarning)
             with torch.no_grad():
-                outputs, graphs = compile_and_run(backend_for(lab, dialect), fn, *inputs)
+                outputs, graphs = compile_and_run(backend or backend_for(lab, dialect), fn, *inputs)
                 expected = fn(*inputs)
         wrong = [
             f"{name} (off by {output_error(got, want).max_abs:.3g})"

@@ -34,13 +34,9 @@ def test_each_spelling_of_an_aten_call():
     gm = graph_of((aten.leaky_relu.default, (0.2,), {}))
     x = torch.randn(5)
     keywords, changed = respelled(gm, "keywords", [x])
-    assert (
-        changed == 1
-        and only_call(keywords).args == ()
-        and set(only_call(keywords).kwargs) == {"self", "negative_slope"}
-    )
-    positional, _ = respelled(keywords, "positional", [x])
-    assert only_call(positional).kwargs == {} and only_call(positional).args[1] == 0.2
+    assert changed == 0, "the dispatcher records aten calls by position: no tracer names their arguments"
+    positional, _ = respelled(graph_of((aten.leaky_relu.default, (), {})), "positional", [x])
+    assert only_call(positional).kwargs == {} and only_call(positional).args[1] == 0.01, "the default written out"
     default = graph_of((aten.leaky_relu.default, (0.01,), {}))
     shortest, changed = respelled(default, "shortest", [x])
     assert changed == 1 and len(only_call(shortest).args) == 1, "the default slope is left out"
@@ -61,6 +57,22 @@ def test_shortest_writes_a_default_out_that_sits_between_two_given_arguments():
     gm = graph_of((F.dropout, (), {"training": False}))  # p is the default but training follows it
     shortest, _ = respelled(gm, "shortest", [torch.randn(3)])
     assert only_call(shortest).args[1:] == (0.5, False)
+
+
+def test_python_level_calls_are_respelled_by_name():
+    gm = graph_of((F.leaky_relu, (0.2,), {}))
+    keywords, changed = respelled(gm, "keywords", [torch.randn(5)])
+    assert changed == 1 and only_call(keywords).args == ()
+    kwargs = only_call(keywords).kwargs
+    assert (
+        set(kwargs) == {"input", "negative_slope"} and kwargs["input"].name == "x" and kwargs["negative_slope"] == 0.2
+    )
+
+
+def test_builtins_whose_overloads_name_the_arguments_differently_keep_their_spelling():
+    gm = graph_of((torch.where, (0.0, -2.0), {}))  # where(condition, input, other) / where(condition, self, other)
+    for spelling in ARGUMENT_SPELLINGS:
+        assert respelled(gm, spelling, [torch.rand(3) > 0.5])[1] == 0
 
 
 def test_torch_builtins_are_respelled_where_their_overloads_agree():

@@ -43,6 +43,7 @@ from lab02_npu_backend.given.program_builder import (  # noqa: F401
     RmsNormChain,
     rule_registrar,
 )
+from labkit.spellings import canonical_arguments
 
 from .simulator import KERNELS
 
@@ -589,8 +590,9 @@ def _lower_node(builder: ProgramBuilder, node: fx.Node, env: dict[fx.Node, Any],
     rule = LOWERINGS.get(node.target)
     if rule is None:
         raise LoweringError(f"no lowering rule for node {node.name!r} ({target_name(node)})")
-    args = fx.node.map_arg(node.args, lambda n: env[n])
-    kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+    args, kwargs = canonical_arguments(node)  # aten.add(self=x, other=y) is aten.add(x, y): one spelling per call
+    args = fx.node.map_arg(args, lambda n: env[n])
+    kwargs = fx.node.map_arg(kwargs, lambda n: env[n])
     return rule(builder, out, *args, **kwargs)
 
 
