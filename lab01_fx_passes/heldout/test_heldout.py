@@ -16,16 +16,22 @@ from torch import fx, nn
 from lab01_fx_passes.given.capture import capture
 from lab01_fx_passes.given.checks import (
     RANDOM_LIKE,
+    assert_bitwise_equal,
     assert_close,
+    assert_lowered,
     batch_norms,
     conv_weights,
     count_nodes,
+    dense_convolutions,
+    frozen_if_dynamo,
     fused_linear_gelus,
     gelus,
     inspected,
     node_count,
+    onednn_forms,
+    special_values,
 )  # fmt: skip
-from lab01_fx_passes.given.models import TinyResNet, randomize_batch_norm
+from lab01_fx_passes.given.models import FunctionModel, TinyResNet, randomize_batch_norm
 from lab01_fx_passes.given.wrong_folds import wrong_fold
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs
@@ -425,3 +431,98 @@ def test_pass_manager_judges_each_output_at_its_own_scale(lab):
     with pytest.raises(lab.PassValidationError, match="nudge_the_small_output"):
         manager(fx.symbolic_trace(model))
     assert [row.name for row in manager.report] == ["fuse_conv_bn"], "the fold itself passes"
+
+
+# == Extension: oneDNN lowering (step 10) ==============================================================
+ONEDNN = "extension: oneDNN lowering on other convolutions and models"
+
+
+class OddConvolutions(nn.Module):
+    """A strided, dilated, grouped convolution with asymmetric padding, then ReLU; a depthwise (1, 3) one
+    without bias whose output is the *second* operand of a residual add, then ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grouped = nn.Conv2d(4, 8, 3, stride=2, padding=(1, 2), dilation=(1, 2), groups=2)
+        self.depthwise = nn.Conv2d(8, 8, (1, 3), padding=(0, 1), groups=8, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.grouped(x))
+        return torch.relu(h * 0.5 + self.depthwise(h))
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.area(ONEDNN)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx", "export_core_aten"])
+def test_onednn_lowers_strided_dilated_grouped_and_depthwise_convolutions(lab, dialect):
+    torch.manual_seed(15)
+    model = OddConvolutions().eval().to(memory_format=torch.channels_last)
+    captured = capture(model, [torch.randn(2, 4, 9, 13, generator=seeded(15))], dialect)
+    expected = captured.run()
+    with torch.no_grad():
+        result = lab.lower_to_onednn(frozen_if_dynamo(lab, captured), captured.inputs)
+    lowered = assert_lowered(result, dialect, "2 convolutions", {"conv+relu": 1, "conv+add+relu": 1})
+    assert dense_convolutions(lowered) == 0
+    assert_close(captured.run(lowered), expected)
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.area(ONEDNN)
+def test_onednn_pipeline_lowers_every_convolution_of_mobilenet_v2_blocks(lab):
+    """MobileNetV2's first six blocks: depthwise convolutions, ReLU6 (a clamp: the convolution before it is
+    lowered alone) and residual adds without a ReLU after them: all 15 convolutions lowered, within float32's
+    own error."""
+    model = nn.Sequential(*mobilenet_v2().features[:6]).eval()
+    captured = capture(model, [torch.randn(1, 3, 48, 48, generator=seeded(16))], "symbolic_trace")
+    reference = ReferenceOutputs.measure(captured.graph_module, captured.inputs)
+    with torch.no_grad():
+        result = lab.onednn_pipeline(captured.inputs)(captured.graph_module)
+    assert result.modified and dense_convolutions(result.graph_module) == 0
+    forms = onednn_forms(result.graph_module)
+    assert forms == {"conv": 13, "conv+add": 2}, f"the blocks' 15 convolutions, two of them before an add: {forms}"
+    assert_within_float32_budget(captured, result.graph_module, reference)
+
+
+# == Extension: algebraic simplification (step 11) =====================================================
+ALGEBRA = "extension: algebraic simplification on other shapes, dtypes and permutations"
+
+
+def _undone_in_three_dims(x):
+    x = x * 2
+    a = x.permute(2, 0, 1).permute(1, 2, 0)  # (2, 0, 1) then its inverse (1, 2, 0)
+    b = a.transpose(-1, -2).transpose(-2, -1)
+    c = b.reshape(-1, 4, 5)  # x's own shape, one size inferred
+    d = torch.mul(c, 1.0) / 1.0 - 0  # float64: exact
+    return d * 3
+
+
+def _not_undone(x):
+    x = x * 2
+    return x.permute(1, 2, 0).permute(1, 2, 0) * 3  # (1, 2, 0) twice is (2, 0, 1): not the identity
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.area(ALGEBRA)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export_core_aten"])
+def test_algebra_undoes_permutations_of_three_dims_and_keeps_float64(lab, dialect):
+    x = special_values(3, 4, 5, dtype=torch.float64, seed=17)
+    captured = capture(FunctionModel(_undone_in_three_dims), [x], dialect)
+    expected = captured.run()
+    simplifier = lab.AlgebraicSimplifier(captured.inputs)
+    result = simplifier(captured.graph_module)
+    assert result.modified
+    simplified = dict(simplifier.simplified)
+    assert simplified.get("a permutation undone") == 2 and simplified.get("a reshape to x's own shape") == 1, simplified
+    assert all(simplified.get(rule) == 1 for rule in ("x * 1", "x / 1", "x - 0")), simplified
+    assert_bitwise_equal(captured.run(result.graph_module), expected)
+    assert captured.run(result.graph_module).dtype == torch.float64
+
+    captured = capture(FunctionModel(_not_undone), [special_values(3, 4, 5, seed=18)], dialect)
+    expected = captured.run()
+    simplifier = lab.AlgebraicSimplifier(captured.inputs)
+    result = simplifier(captured.graph_module)
+    assert "a permutation undone" not in simplifier.simplified, "(1, 2, 0) twice is not the identity"
+    assert_bitwise_equal(captured.run(result.graph_module), expected)
