@@ -449,15 +449,20 @@ def test_dce_reads_every_spelling_of_the_arguments(lab, spelling):
     random_ops = lambda dialect, spelled: capture(UnusedRandomOps().train(), [torch.rand(8)], dialect, spelled)  # noqa: E731
     in_every_spelling(spelling, ["symbolic_trace"], random_ops, partial(_check_only_the_identity_dropout_removed, lab))
     for dialect in ("symbolic_trace", "dynamo"):
-        functional = UnusedFunctionalBatchNorm()
-        captured = capture(functional, [torch.randn(5, 4)], dialect, spelling)
-        result = lab.eliminate_dead_code(captured.graph_module)
-        functional.mean.zero_()  # (capturing ran the model once)
-        captured.run(result.graph_module)
-        assert functional.mean.abs().sum() > 0, (
-            f"dce.py, {captured.name}: a training-mode F.batch_norm was removed: it updates the running statistics "
-            "it is given, so is_impure must call it impure (read training with call_argument)"
-        )
+        _check_training_batch_norm_kept(lab, dialect, spelling)
+
+
+def _check_training_batch_norm_kept(lab, dialect, spelling=None):
+    functional = UnusedFunctionalBatchNorm()
+    captured = capture(functional, [torch.randn(5, 4)], dialect, spelling)
+    result = lab.eliminate_dead_code(captured.graph_module)
+    functional.mean.zero_()  # (capturing ran the model once)
+    captured.run(result.graph_module)
+    assert functional.mean.abs().sum() > 0, (
+        f"dce.py, {captured.name}: a training-mode F.batch_norm (training passed by position as traced) was "
+        "removed: it updates the running statistics it is given, so dce.py's is_impure must call it impure (read "
+        "training with call_argument)"
+    )
 
 
 def _check_only_the_identity_dropout_removed(lab, captured):
@@ -494,16 +499,7 @@ def test_dce_keeps_side_effects(lab):
     assert node_count(result.graph_module) == before, "every node here is live or impure"
     assert not result.modified, "nothing was removed, so the result must say unchanged (modified=False)"
     for dialect in ("symbolic_trace", "dynamo"):
-        functional = UnusedFunctionalBatchNorm()
-        captured = capture(functional, [torch.randn(5, 4)], dialect)
-        result = lab.eliminate_dead_code(captured.graph_module)
-        functional.mean.zero_()  # (capturing ran the model once)
-        captured.run(result.graph_module)
-        assert functional.mean.abs().sum() > 0, (
-            f"{dialect}: a training-mode F.batch_norm (training passed by position) was removed: "
-            "it updates the running "
-            "statistics it is given, so dce.py's is_impure must call it impure"
-        )
+        _check_training_batch_norm_kept(lab, dialect)
 
 
 # == 3. Constant folding (it reuses step 2's is_impure) ==========================================
