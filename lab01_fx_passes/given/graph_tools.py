@@ -80,18 +80,18 @@ def binary_operands(node: fx.Node) -> tuple[Any, Any] | None:
     """The two operands of a binary call (``add``, ``mul``, ``sub``, ...), by position or by name.
 
     ``x + y``, ``torch.add(x, y)``, ``torch.add(input=x, other=y)``, ``aten.add.Tensor(self=x, other=y)``
-    and ``x.add(y)`` all give ``(x, y)``. None when the call does not take exactly two operands that
-    way (the keyword-only ``alpha`` or ``rounding_mode`` are read with :func:`call_argument`).
+    and ``x.add(y)`` all give ``(x, y)``. None for a call that does not take two required operands
+    (``F.relu(x)``); the keyword-only ``alpha`` or ``rounding_mode`` are read with :func:`call_argument`.
     """
     signature = call_signature(node)
-    if signature is None:
-        positional = [value for value in node.args]
-        return (positional[0], positional[1]) if len(positional) == 2 and not node.kwargs else None
-    names = [name for name, p in signature.parameters.items() if p.kind is not p.KEYWORD_ONLY]
-    if len(names) != 2:
+    if signature is None:  # operator.add, methods, builtins whose overloads disagree: (x, y) or x, other=y
+        values = [*node.args, *(node.kwargs[name] for name in ("input", "self", "other") if name in node.kwargs)]
+        return (values[0], values[1]) if len(values) == 2 else None
+    operands = [p for p in signature.parameters.values() if p.kind is not p.KEYWORD_ONLY][:2]
+    if len(operands) != 2 or any(p.default is not inspect.Parameter.empty for p in operands):
         return None
     bound = signature.bind(*node.args, **node.kwargs).arguments
-    return bound.get(names[0]), bound.get(names[1])
+    return bound.get(operands[0].name), bound.get(operands[1].name)
 
 
 @dataclass(frozen=True)
