@@ -383,6 +383,34 @@ def scale_outputs_by_1_001(gm: fx.GraphModule) -> PassResult:
     return PassResult(gm, True)
 
 
+def nudge_outputs(by: float, name: str):
+    """A slightly wrong pass named ``name``: adds ``by`` to every output (and does not declare it)."""
+
+    def nudge(gm: fx.GraphModule) -> PassResult:
+        output = gm.graph.find_nodes(op="output")[0]
+        with gm.graph.inserting_before(output):
+            output.args = fx.node.map_arg(output.args, lambda node: gm.graph.call_function(operator.add, (node, by)))
+        gm.recompile()
+        return PassResult(gm, True)
+
+    nudge.__name__ = nudge.__qualname__ = name
+    return nudge
+
+
+class OnACopy:
+    """``pass_`` run on a deep copy of the graph it is given (as passes built on ``fx.Transformer`` return a new
+    GraphModule), keeping its ``changes_semantics`` declaration."""
+
+    def __init__(self, pass_, name: str) -> None:
+        self.pass_, self.__name__ = pass_, name
+        self.changes_semantics = getattr(pass_, "changes_semantics", False)
+
+    def __call__(self, gm: fx.GraphModule) -> PassResult:
+        import copy
+
+        return self.pass_(copy.deepcopy(gm))
+
+
 def returns_the_module(gm: fx.GraphModule) -> fx.GraphModule:
     """Not a pass by the convention: it returns the module, not a PassResult."""
     return gm

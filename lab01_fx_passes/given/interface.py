@@ -112,7 +112,8 @@ RANDOM_OPS = frozenset(
         "native_dropout", "rrelu",
     }
 )  # fmt: skip
-#: Operators that update running statistics when called with ``training=True``.
+#: Operators that update running statistics when called with ``training=True`` (``instance_norm`` names its
+#: flag ``use_input_stats``, True by default, and updates them only when it is given running statistics).
 STATEFUL_IN_TRAINING = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit", "instance_norm"})
 #: Python's augmented assignments (``x += y`` traced as a function call) mutate their first argument.
 AUGMENTED_ASSIGNMENTS = frozenset(

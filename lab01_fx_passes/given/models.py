@@ -89,17 +89,36 @@ class ConvBNStack(nn.Module):
         return self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
 
 
-class FunctionalConvBN(ConvBNStack):
-    """:class:`ConvBNStack`'s layers called as functions, as people write them: ``F.conv2d(x, w)`` with its
-    defaults left out and bias, stride and padding by position; ``F.batch_norm`` with the statistics by
-    position and ``eps`` by name. ``symbolic_trace`` and Dynamo record each call as written."""
+class FunctionalConvBN(nn.Module):
+    """Two Conv+BN pairs called as functions, as people write them: ``F.conv2d`` with bias, stride and padding
+    by position, then ``F.conv2d(y, w)`` with no bias and every default left out (the fold must add a bias);
+    ``F.batch_norm`` with the statistics by position and ``eps`` by name. ``symbolic_trace`` and Dynamo record
+    each call as written."""
+
+    def __init__(self, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8, eps=eps)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        c1, b1, c2, b2 = self.conv1, self.bn1, self.conv2, self.bn2
+        c1, b1, b2 = self.conv1, self.bn1, self.bn2
         y = F.conv2d(x, c1.weight, c1.bias, c1.stride, c1.padding)
         y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, b1.weight, b1.bias, eps=b1.eps))
-        y = F.conv2d(y, c2.weight, c2.bias, padding=c2.padding, groups=c2.groups)
+        y = F.conv2d(y, self.conv2.weight)
         return F.batch_norm(y, b2.running_mean, b2.running_var, weight=b2.weight, bias=b2.bias, eps=b2.eps)
+
+
+class TransposedThenRegular1d(nn.Module):
+    """``ConvTranspose1d -> BatchNorm1d`` (not foldable here), then ``Conv1d -> BatchNorm1d`` (foldable). In aten
+    graphs both convolutions are ``aten.convolution``: only its ``transposed`` argument tells them apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.bn1 = nn.ConvTranspose1d(3, 4, 3, stride=2), nn.BatchNorm1d(4)
+        self.conv, self.bn2 = nn.Conv1d(4, 4, 3, padding=1), nn.BatchNorm1d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn2(self.conv(torch.relu(self.bn1(self.up(x)))))
 
 
 class SharedConvOutput(nn.Module):
@@ -279,6 +298,8 @@ class UnusedInPlaceOps(nn.Module):
         self.relu(v)
         u = v * 0.5
         torch.mul(v, 4.0, out=u)  # a write through out=: the call's value unused, u overwritten
+        t = u
+        t += 0.25  # Dynamo: operator.iadd, whose result nobody reads (symbolic_trace records a plain add)
         return u
 
 
@@ -321,6 +342,20 @@ class UnusedSideEffects(nn.Module):
         record_statistics(x)
         torch._assert(x.shape[1] == 4, "expected 4 features")
         self.bn(x)
+        return x * 2
+
+
+class UnusedFunctionalInstanceNorm(nn.Module):
+    """An ``F.instance_norm`` with running statistics and no users: ``use_input_stats`` (True by default, its
+    training flag by another name) makes it update the running statistics, in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        F.instance_norm(x, self.mean, self.var)
         return x * 2
 
 
@@ -441,6 +476,18 @@ class ConvFeatures(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(torch.relu(self.conv1(x)))
+
+
+class TwoFeatureMaps(nn.Module):
+    """Returns two 4-D feature maps, one of them an intermediate: every output's layout is visible."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = torch.relu(self.conv1(x))
+        return p, self.conv2(p)
 
 
 class ViewHead(nn.Module):
@@ -604,6 +651,24 @@ class SharedValues(nn.Module):
         return r * 2 + y, s
 
 
+class AddsIntoAnotherValue(nn.Module):
+    """``alias += conv(h)`` where ``alias`` names another value, read afterwards: Python's augmented assignment
+    writes that tensor in place (Dynamo records ``operator.iadd``), so a fused kernel writing a new tensor would
+    leave ``total`` as it was."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        total = h * 1.5
+        alias = total
+        alias += self.conv(h)
+        return total * 2
+
+
 class FunctionalConvs(nn.Module):
     """``F.conv2d`` called as people write it: with every default left out (``F.conv2d(x, w)``: stride 1,
     padding 0, no bias), and with a bias, stride and padding given by position. Dynamo records each call
@@ -620,7 +685,7 @@ class FunctionalConvs(nn.Module):
 
 
 class ConvThen(nn.Module):
-    """One convolution, then nothing, a ReLU, ``+ other``, or ``relu(other + conv(x))``."""
+    """One convolution, then nothing, a ReLU, ``+ other``, ``relu(other + conv(x))`` or ``+ 0.5 * other``."""
 
     def __init__(self, conv: nn.Conv2d, tail: str) -> None:
         super().__init__()
@@ -634,6 +699,8 @@ class ConvThen(nn.Module):
             return y + other
         if self.tail == "add_relu":
             return torch.relu(other + y)
+        if self.tail == "add_alpha":  # y + 0.5 * other: not the plain add oneDNN fuses
+            return torch.add(y, other, alpha=0.5)
         return y
 
 
@@ -660,6 +727,18 @@ class EveryIdentity(nn.Module):
         m = k.permute(1, 0).permute(1, 0)
         n = m.neg().neg() + 0  # + 0 on floats again
         return n.view(4, 8) * 3  # keeps every zero's sign: the + 0 left alone shows in the output
+
+
+class ReturnsItsWeight(nn.Module):
+    """Returns ``weight * 1`` beside ``x * 3``: simplified to ``weight``, the caller would hold the model's own
+    parameter (a write to that output would change the model)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(-1, 1, 32).reshape(4, 8))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight * 1, x * 3
 
 
 class FunctionModel(nn.Module):

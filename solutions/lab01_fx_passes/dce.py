@@ -79,6 +79,9 @@ def is_impure(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
         # F.dropout(x, training=False) and aten.dropout(x, p, train=False) are the identity.
         training = call_argument(node, "training", call_argument(node, "train", True))
         return training is not False and call_argument(node, "p", 1.0) != 0
+    if op.name == "instance_norm":  # F.instance_norm(x, running_mean, running_var, use_input_stats=True)
+        updates = call_argument(node, "use_input_stats", True) is not False
+        return updates and call_argument(node, "running_mean") is not None
     if op.name in STATEFUL_IN_TRAINING:
         return call_argument(node, "training", False) is True
     return False
