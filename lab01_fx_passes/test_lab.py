@@ -408,7 +408,7 @@ def test_conv_bn_skips_training_mode_batch_norm(lab, dialect):
 def test_conv_bn_leaves_a_transposed_convolution_alone(lab, dialect):
     """A transposed convolution's weight is laid out ``[in, out, ...]``: this fold does not apply to it. In aten
     graphs it is an ``aten.convolution`` like any other, with ``transposed=True`` (positional)."""
-    captured = capture(conv_bn_model(TransposedThenRegular1d()), [torch.randn(2, 3, 6)], dialect)
+    captured = capture(conv_bn_model(TransposedThenRegular1d()), [torch.randn(2, 4, 6)], dialect)
     expected = captured.run()
     fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "the regular pair conv -> bn2")
     assert batch_norms(fused) == 1, (

@@ -114,7 +114,8 @@ class TransposedThenRegular1d(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.up, self.bn1 = nn.ConvTranspose1d(3, 4, 3, stride=2), nn.BatchNorm1d(4)
+        # As many input channels as output ones: the weight's first dimension matches the BN's too.
+        self.up, self.bn1 = nn.ConvTranspose1d(4, 4, 3, stride=2), nn.BatchNorm1d(4)
         self.conv, self.bn2 = nn.Conv1d(4, 4, 3, padding=1), nn.BatchNorm1d(4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
