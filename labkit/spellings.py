@@ -22,8 +22,11 @@ tried and silently misreads the others.
 
 Each respelled graph is one a tracer could record from some model. Where a target has no signature
 to read (``operator.add``, methods, modules) or its overloads disagree on the names, the call is
-left as it is. The copy is checked to compute exactly what
-the original computes on the inputs given, so a difference after a pass is the pass's.
+left as it is. The copy is checked to compute exactly what the original computes on the inputs
+given, so a difference after a pass is the pass's.
+
+:func:`call_signature` (the signature a call binds to) and :func:`canonical_arguments` (one
+spelling for any call, as a lowering rule wants its arguments) serve the readers of graphs.
 """
 
 from __future__ import annotations
