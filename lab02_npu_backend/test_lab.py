@@ -83,6 +83,8 @@ from lab02_npu_backend.given.models import (
     identities,
     int_and_float,
     neg_sub_div,
+    read_around_a_fallback_write,
+    rms_over_another_dim,
     scaled_by_another_rms,
     split_heads,
 )
@@ -469,6 +471,7 @@ WRITE_CASES = {
     "clone-then-write": (lambda: clone_then_write, lambda: (torch.randn(3, 6),)),
     "add-in-place-read-around": (lambda: add_in_place_read_around, lambda: (torch.randn(3, 6),)),
     "write-then-view": (lambda: write_then_view, lambda: (torch.randn(3, 6),)),
+    "read-around-a-fallback-write": (lambda: read_around_a_fallback_write, lambda: (torch.randn(4, 6),)),
 }
 
 
@@ -527,6 +530,13 @@ def test_partitions_keep_writes_in_place_in_order(lab, case):
 LOWERING_CASES = {
     "rmsnorm-chain": (RMSNormChain(16), lambda: (torch.randn(2, 5, 16),), {"rmsnorm": 1}, {"rsqrt", "mean"}),
     # the same chain, but the rsqrt scales another tensor: no RMSNorm, it stays rsqrt and mean
+    # the chain's shape over dim 1: not an RMSNorm (the instruction normalizes trailing dims)
+    "rmsnorm-over-another-dim": (
+        rms_over_another_dim,
+        lambda: (torch.randn(2, 5, 16),),
+        {"rmsnorm": 0, "rsqrt": 1},
+        set(),
+    ),
     "rmsnorm-lookalike": (
         scaled_by_another_rms,
         lambda: (torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(16)),
@@ -648,8 +658,9 @@ def test_indexing_and_layout_lower_exactly(lab, shape, start, stop, step, index)
 
 
 #: Elementwise arithmetic in every form the operators' schemas allow: a number on either side (``c - x``
-#: is not ``x - c``), ``alpha``, and operands of another dtype (bool and int64 tensors promote to
-#: float32). Each expression is one output, so a failure names the one that is wrong.
+#: is not ``x - c``), ``alpha``, ``rounding_mode`` (keyword-only), a clamp with one bound, at 0, and operands
+#: of another dtype (bool, int64 and int32 tensors promote to float32). Each expression is one output, so a
+#: failure names the one that is wrong.
 MIXED_ARITHMETIC = (
     ("1 - sigmoid(x)", lambda x, y, mask, counts: 1 - torch.sigmoid(x)),
     ("x - 2.5", lambda x, y, mask, counts: x - 2.5),
@@ -660,6 +671,15 @@ MIXED_ARITHMETIC = (
     ("3 * x + 2", lambda x, y, mask, counts: 3 * x + 2),
     ("x / 4 - y / 2", lambda x, y, mask, counts: x / 4 - y / 2),
     ("x * mask (float x bool)", lambda x, y, mask, counts: x * mask),
+    ("counts.int() * 0.5 (int32 x float)", lambda x, y, mask, counts: counts.int() * 0.5),
+    ("counts.int() / 2 + 1 (int32 / int)", lambda x, y, mask, counts: counts.int() / 2 + 1),
+    (
+        "torch.div(x, 2, rounding_mode='floor') + 1",
+        lambda x, y, mask, counts: torch.div(x, 2, rounding_mode="floor") + 1,
+    ),
+    ("x.div(3, rounding_mode='trunc') * 2", lambda x, y, mask, counts: x.div(3, rounding_mode="trunc") * 2),
+    ("x.clamp(min=0.0) * 2", lambda x, y, mask, counts: x.clamp(min=0.0) * 2),
+    ("torch.clamp(x, max=0.0) + 1", lambda x, y, mask, counts: torch.clamp(x, max=0.0) + 1),
     ("x + counts (float + int64)", lambda x, y, mask, counts: x + counts),
     ("counts - x (int64 - float)", lambda x, y, mask, counts: counts - x),
 )
@@ -705,7 +725,19 @@ ATTENTION_FORMS = (
             q, k, v, attn_mask=torch.where(mask, 0.0, -2.0), scale=0.5
         ),
     ),
+    (
+        # 6 query heads in 3 groups over 2 key/value heads, a mask per query head: it splits like the queries
+        "grouped-query, a float mask per head",
+        lambda q, k, v, mask: F.scaled_dot_product_attention(
+            torch.cat([q, q * 0.5], 1), k[:, :2], v[:, :2], attn_mask=_per_head_float_mask(mask, 6), enable_gqa=True
+        ),
+    ),
 )
+
+
+def _per_head_float_mask(mask, heads):
+    """A float mask of shape (heads, *mask.shape), different in every head: -1, -2, ... where ``mask`` is False."""
+    return torch.stack([torch.where(mask, 0.0, -1.0 - head) for head in range(heads)])
 
 
 def _attention_forms(q, k, v, mask):
@@ -1188,6 +1220,8 @@ _A_VIEW = torch.randn(8, 8)[0:2]  # a view reads its own bytes, not its whole st
 COST_CASES = [
     ("matmul", [torch.randn(2, 3, 4), torch.randn(4, 5)], {}, 2 * (2 * 3 * 5) * 4),
     ("matmul", [torch.randn(2, 3, 4), torch.randn(2, 4, 5)], {}, 2 * (2 * 3 * 5) * 4),
+    ("matmul", [torch.randn(3, 4), torch.randn(2, 4, 5)], {}, 2 * (2 * 3 * 5) * 4),  # the first operand broadcast
+    ("matmul", [torch.randn(3, 4), torch.randn(4)], {}, 2 * 3 * 4),  # a matrix times a vector
     ("mul", [torch.randn(8), torch.randn(4, 8)], {}, 32),  # one FLOP per element of the result
     ("mul", [_READ_TWICE, _READ_TWICE], {}, 32),
     ("add", [_A_VIEW, 1.0], {}, 16),

@@ -220,6 +220,15 @@ def add_in_place_read_around(h):
     return before * t
 
 
+def read_around_a_fallback_write(h):
+    """``u`` reads ``t`` before a write the NPU cannot run (``masked_fill_``: it falls back to the CPU, a
+    private write): the partition must be cut there, or ``u`` runs after the write and sees it."""
+    t = h @ h.T
+    u = t * 2
+    y = t.masked_fill_(t > 0, 0.0)
+    return u + y
+
+
 # -------------------------------------------------------------------------- lowering cases (step 4)
 class RMSNormChain(nn.Module):
     """RMSNorm written out, as Llama-style code spells it: ``weight * (x * rsqrt(mean(x**2) + eps))``."""
@@ -236,6 +245,12 @@ def scaled_by_another_rms(x, y, weight):
     """Not an RMSNorm, though it reads like one: ``y`` is scaled by the reciprocal RMS of another tensor, ``x``.
     A matcher that checks the chain's shape but not that the rsqrt multiplies the same ``x`` fuses it."""
     return weight * (y * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def rms_over_another_dim(x):
+    """``x * rsqrt(mean(x**2, dim=1) + eps)``: the RMSNorm chain's shape, but over dim 1, not the last dim: no
+    rmsnorm instruction (it normalizes the trailing dims)."""
+    return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)
 
 
 def causal_attention(q, k, v):
