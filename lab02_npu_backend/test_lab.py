@@ -423,8 +423,28 @@ def test_elided_nodes_do_no_work_and_every_other_node_counts(lab, name):
     it computes nothing (a layout op, dropout, a conversion) and its result equals one of its inputs.
     While coverage is collected, every decision carries its node's FLOPs on the example inputs."""
     case = build_model(name)
+    result = _assert_honest_elision(lab, case.model, case.example_inputs, name)
+    if name == "transformer-encoder":  # its three eval-mode dropouts, once counted as NPU nodes
+        assert [d.op for d in result.coverage.decisions if d.elided] == ["dropout"] * 3
+    assert result.coverage.work_nodes > 0
+
+
+def _reorder_columns(x):
+    return x[:, [1, 0, 2]] * 2
+
+
+@pytest.mark.points(1)
+def test_a_gather_that_keeps_the_shape_is_work(lab):
+    """``x[:, [1, 0, 2]]`` has x's shape and reorders its columns: work, never elided (support.py's elision_reason:
+    a list index can reorder elements without changing the shape)."""
+    result = _assert_honest_elision(lab, _reorder_columns, (torch.randn(4, 3),), "x[:, [1, 0, 2]] * 2")
+    assert not any(d.elided for d in result.coverage.decisions), "support.py: the column swap does work"
+
+
+def _assert_honest_elision(lab, model, example_inputs, name):
+    """The check of test_elided_nodes_do_no_work_and_every_other_node_counts on one model; the partition result."""
     torch._dynamo.reset()
-    captured = capture_graphs(case.model, *case.example_inputs)
+    captured = capture_graphs(model, *example_inputs)
     gm = captured.torch[0]
     values = real_values(gm, captured.torch_inputs[0])
     nodes = {node.name: node for node in gm.graph.nodes}
@@ -445,7 +465,7 @@ def test_elided_nodes_do_no_work_and_every_other_node_counts(lab, name):
                 f"{decision.name} ({decision.op}): elided={decision.elided!r}, but it does "
                 f"{'no' if no_work else 'some'} work"
             )
-    assert not wrong, "\n".join(wrong)
+    assert not wrong, f"{name}: " + "\n".join(wrong)
     counted = {d.name: (d.flops, flops.get(d.name, 0)) for d in result.coverage.decisions}
     miscounted = {node_name: pair for node_name, pair in counted.items() if pair[0] != pair[1]}
     assert sum(flops.values()) > 0 and not miscounted, (
@@ -453,9 +473,7 @@ def test_elided_nodes_do_no_work_and_every_other_node_counts(lab, name):
         f"node_flops(gm, example_inputs) of its node; {len(miscounted)} differ ((yours, node_flops)), "
         f"the first: {dict(list(miscounted.items())[:5])}"
     )
-    if name == "transformer-encoder":  # its three eval-mode dropouts, once counted as NPU nodes
-        assert [d.op for d in result.coverage.decisions if d.elided] == ["dropout"] * 3
-    assert result.coverage.work_nodes > 0
+    return result
 
 
 def write_then_view(h):
