@@ -89,7 +89,7 @@ def test_submission_budget_and_options_for_another_process():
         "--wall-factor",
         "5",
         "--max-consecutive-timeouts",
-        "15",
+        "25",
         "--test-timeout",
         "5",
     ]
