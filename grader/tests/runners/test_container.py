@@ -236,7 +236,7 @@ def test_batch_command_line_runs_containers(tmp_path, engine, capsys):
         "--wall-factor",
         "5",
         "--max-consecutive-timeouts",
-        "15",
+        "25",
     ]
     assert "--read-only" in run and values(run, "--tmpfs")[0].startswith("/tmp:"), "a read-only root, a private /tmp"
     assert values(run, "--security-opt")[-1] in ("unmask=ALL", "systempaths=unconfined"), (
