@@ -151,13 +151,15 @@ def read_events(path: Path) -> tuple[dict[str, Any], ...]:
     return tuple(events)
 
 
-def timeout_streak(events: Iterable[dict[str, Any]], skip: Callable[[str], bool] = is_canary) -> int:
-    """How many real tests in a row, counting back from the last one that ended, ran out of time.
+def timeout_streak(events: Iterable[dict[str, Any]], skip: Callable[[str], bool] = is_canary) -> list[str]:
+    """The real tests in a row, counting back from the last one that ended, that ran out of time (in run order).
 
     A test ran out of time when a phase reported the grader's time limit (``"timeout": true``) or
-    when the supervisor killed it (a ``killed`` event). Canaries (``skip(nodeid)``) are ignored.
+    when the supervisor killed it (a ``killed`` event). Canaries (``skip(nodeid)``) are ignored. The
+    streak rule (:meth:`grader.execute.limits.LabBudget.stops_at`) reads how many they are and which
+    handout steps they belong to.
     """
-    streak = 0
+    streak: list[str] = []
     timed_out: set[str] = set()
     for event in events:
         nodeid, kind = event.get("nodeid"), event.get("event")
@@ -166,9 +168,9 @@ def timeout_streak(events: Iterable[dict[str, Any]], skip: Callable[[str], bool]
         if kind == REPORT and event.get("timeout"):
             timed_out.add(nodeid)
         elif kind == KILLED_EVENT:
-            streak += 1
+            streak.append(nodeid)
         elif kind == FINISH:
-            streak = streak + 1 if nodeid in timed_out else 0
+            streak = [*streak, nodeid] if nodeid in timed_out else []
     return streak
 
 

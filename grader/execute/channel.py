@@ -32,7 +32,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,8 +77,9 @@ class EventRecorder:
         log: the open ``events.jsonl`` (shared by the lab part's processes, appended to).
         seed: this process's canary seed (it never leaves the supervisor).
         verdicts: the write end of the verdict pipe (see the module docstring), or None.
-        streak: real tests in a row that ran out of time before this process; ``max_streak``: the
-            streak rule's length (None: never stop).
+        streak: the real tests in a row that ran out of time before this process; ``stops``: the
+            streak rule (:meth:`~grader.execute.limits.LabBudget.stops_at`: whether such tests in a row
+            stop the run; None: never stop).
         stream_cap_bytes: the most the process may send; past it the rest is dropped and
             :attr:`flooded` is set.
         cost: a test's cost for drawing the full canaries (the reference's seconds on it); None: no full canaries.
@@ -92,8 +93,8 @@ class EventRecorder:
         seed: int,
         stream_cap_bytes: int,
         verdicts: int | None = None,
-        streak: int = 0,
-        max_streak: int | None = None,
+        streak: Sequence[str] = (),
+        stops: Callable[[Sequence[str]], bool] | None = None,
         cost: Callable[[str], float | None] | None = None,
         plain: Collection[str] = (),
     ) -> None:
@@ -103,7 +104,7 @@ class EventRecorder:
         self.running_full = False  # the running item is a full canary
         self.returned = False  # the running item's body returned (its one ``returned`` came)
         self.last_timed_out: tuple[str, bool] = ("", False)  # the last finished item's test, and if it ran out of time
-        self.streak, self.max_streak = streak, max_streak
+        self.streak, self.stops = list(streak), stops
         self.timed_out = False  # a phase of the running real test reported the grader's time limit
         self.order: list[tuple[str, bool]] | None = None
         self.position = 0  # the next start's index in ``order``
@@ -263,15 +264,17 @@ class EventRecorder:
 
     def _count_streak(self, finished: str) -> None:
         """After each test: count a real one in the streak, then tell the probe to go on or stop."""
-        if not is_canary(finished):
-            self.streak = self.streak + 1 if self.timed_out else 0
-        if self.max_streak and self.streak >= self.max_streak and not is_canary(finished):
+        if is_canary(finished):
+            self._answer(GO_ON)
+            return
+        self.streak = [*self.streak, finished] if self.timed_out else []
+        if self.stops is not None and self.stops(self.streak):
             self._write(
                 {
                     "event": STOPPED_EVENT,
                     "t": round(time.time(), 3),
-                    "streak": self.streak,
-                    "reason": stop_reason(self.streak),
+                    "streak": len(self.streak),
+                    "reason": stop_reason(len(self.streak)),
                 }
             )
             self._answer(STOP)

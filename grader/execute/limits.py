@@ -26,10 +26,12 @@ test, or a GPU test timed on a machine without one) gets ``unmeasured_test_timeo
 Because a part's budget is the sum of its tests' wall limits, a submission whose every test stays within
 its own limits is never stopped by the budget, however slow: a correct but slow submission is not
 punished. What bounds a submission where *everything* hangs is the streak rule: after
-``max_consecutive_timeouts`` tests in a row ran out of time, the rest of the part is not run and the lab's
-status says so (``stopped``). Its default is generous on purpose: lab 1 runs 20 tests in a row that all
-call ``fuse_conv_bn`` (its step 1, in every dialect and spelling), and one hanging function must cost only its
-own tests, not the whole lab.
+``max_consecutive_timeouts`` tests in a row ran out of time, **from more than one handout step**, the rest
+of the part is not run and the lab's status says so (``stopped``). The steps matter: each step's tests
+call the one function that step asks for, and a step can have many (lab 1's step 11 runs 57 tests that
+all call its oneDNN lowering). One hanging function must cost only its own tests, so a streak inside one
+step never stops the part, however long; a streak that runs on into the next step means more than one
+function hangs.
 
 Everything here is a pure function of the rubric and the limits: the supervisor
 (:mod:`grader.execute.supervisor`), the in-process timers (:mod:`grader.execute.probe`) and the scorer all
@@ -38,7 +40,7 @@ read the same numbers, and ``raw/<lab>/limits.json`` records them for every grad
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +148,9 @@ class LabBudget:
         default: the limits of a test missing from ``tests``.
         lab_s: the part's wall-clock budget (all its pytest processes together).
         max_consecutive_timeouts: tests in a row that may run out of time before the part is stopped
-            (0: never stopped).
+            (0: never stopped), if they belong to more than one handout step (:meth:`stops_at`).
+        steps: node id -> the handout step it grades (its ``lab.toml`` step; for a held-out test off
+            every step, its area; else its test function), what :meth:`stops_at` counts.
         reference_s: node id -> the reference's recorded seconds on it (what :meth:`cost` reads to
             draw the full canaries, :func:`grader.evidence.events.full_canaries`).
     """
@@ -156,6 +160,7 @@ class LabBudget:
     lab_s: float
     max_consecutive_timeouts: int
     reference_s: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, str] = field(default_factory=dict)
 
     def test(self, nodeid: str) -> TestLimit:
         return self.tests.get(nodeid, self.default)
@@ -175,9 +180,18 @@ class LabBudget:
             return limit.shared_setup.wall_s + limit.wall_s  # the build (its setup), then its own call
         return limit.wall_s
 
-    def stops_at(self, streak: int) -> bool:
-        """Whether ``streak`` tests in a row out of time stop the lab (never when the limit is 0)."""
-        return 0 < self.max_consecutive_timeouts <= streak
+    def stops_at(self, streak: Sequence[str]) -> bool:
+        """Whether ``streak`` (real tests in a row that ran out of time) stops the part: at least
+        ``max_consecutive_timeouts`` tests, from more than one handout step (never when the limit is 0).
+
+        One step's tests all call the function that step asks for, so one hanging function times out
+        its own step's tests in a row, however many (lab 1's step 11 has 57): that alone never stops
+        the part, and the steps after it are graded. A streak that goes on into the next step means
+        more than one function hangs, and that is what the rule stops.
+        """
+        if not 0 < self.max_consecutive_timeouts <= len(streak):
+            return False
+        return len({self.steps.get(nodeid, nodeid) for nodeid in streak}) > 1
 
     def to_dict(self) -> dict[str, Any]:
         """The form written to ``raw/<lab>/limits.json`` and sent to the probe plugin."""
@@ -270,7 +284,17 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
         for test in lab.tests
         if test.heldout == heldout and test.reference_s is not None
     }
-    return LabBudget(tests, limit_for_test(None, limits), lab_s, limits.max_consecutive_timeouts, reference)
+    steps = {test.nodeid: step_of_test(lab, test) for test in lab.tests if test.heldout == heldout}
+    return LabBudget(tests, limit_for_test(None, limits), lab_s, limits.max_consecutive_timeouts, reference, steps)
+
+
+def step_of_test(lab: LabRubric, test: RubricTest) -> str:
+    """The handout step ``test`` grades, in words: its ``lab.toml`` step; for a test off every step (a
+    held-out one), its area; else its own test function."""
+    step = next((step for step in lab.steps if test.name in step.tests), None)
+    if step is not None:
+        return f"step {step.number}"
+    return f"area {test.area}" if test.area else f"test {test.name}"
 
 
 def whole_lab_s(lab: LabRubric, limits: RunLimits) -> float:

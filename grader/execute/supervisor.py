@@ -47,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -239,6 +239,7 @@ def supervise(
     deadline: float,
     gpu_off: bool = True,
     plain_canaries: Collection[str] = (),
+    streak: Sequence[str] = (),
 ) -> Supervised:
     """Run one graded pytest process (``argv`` without the channel options) until it exits or must be killed.
 
@@ -248,6 +249,8 @@ def supervise(
     so one process's memory is a kernel limit too). The exit code is negative for a signal (``-11`` =
     segfault), None only if waiting failed. ``plain_canaries``: tests whose canary must not be full
     (:func:`~grader.evidence.events.full_canaries`: one of theirs was killed in an earlier process).
+    ``streak``: the real tests in a row that ran out of time in the part's earlier processes (the streak rule
+    counts on from them).
     """
     events_read, events_write = os.pipe()
     control_read, control_write = os.pipe()
@@ -258,8 +261,8 @@ def supervise(
         seed=secrets.randbits(63),
         stream_cap_bytes=limits.output_cap_bytes,
         verdicts=verdict_write,
-        streak=int(control.get("streak", 0)),
-        max_streak=budget.max_consecutive_timeouts or None,
+        streak=streak,
+        stops=budget.stops_at if budget.max_consecutive_timeouts else None,
         cost=budget.cost,
         plain=plain_canaries,
     )
@@ -432,13 +435,7 @@ def run_lab(
                     "no:timeout",
                 )
                 commands.append(argv)
-                streak = timeout_streak(read_events(events))
-                control = {
-                    "limits": budget.to_dict(),
-                    "skip": [*started, *killed],
-                    "streak": streak,
-                    "editable": editable,
-                }
+                control = {"limits": budget.to_dict(), "skip": [*started, *killed], "editable": editable}
                 env = pytest_env(sandbox, gpu, threads, state=writable, cold_caches=cold_caches)
                 view = View(
                     readable=(sandbox,), writable=(writable, drop), hidden=part.hidden, cwd=sandbox, private=private
@@ -456,6 +453,7 @@ def run_lab(
                     deadline=start + budget.lab_s,
                     gpu_off=cuda_hidden(gpu),
                     plain_canaries=plain_canaries,
+                    streak=timeout_streak(read_events(events)),
                 )
                 kept = report_file(len(commands) - 1)
                 problem = keep_report(drop / REPORT_NAME, raw_dir / kept, limits.report_cap_bytes)
@@ -488,8 +486,8 @@ def run_lab(
             streak = timeout_streak(read_events(events))
             remaining = [nodeid for nodeid in part.nodeids if nodeid not in {*started, *killed}]
             if budget.stops_at(streak):
-                stopped = stop_reason(streak, len(remaining))
-                append_event(events, STOPPED_EVENT, streak=streak, reason=stopped)
+                stopped = stop_reason(len(streak), len(remaining))
+                append_event(events, STOPPED_EVENT, streak=len(streak), reason=stopped)
                 break
             if not remaining:
                 break

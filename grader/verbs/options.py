@@ -74,8 +74,8 @@ def add_course_options(parser: argparse.ArgumentParser) -> None:
         "--max-consecutive-timeouts",
         type=int,
         default=defaults.max_consecutive_timeouts,
-        help="after this many tests in a row ran out of time, the rest of the lab is not run "
-        f"(default {defaults.max_consecutive_timeouts}; 0: never)",
+        help="after this many tests in a row ran out of time, from more than one handout step, the rest "
+        f"of the lab is not run (default {defaults.max_consecutive_timeouts}; 0: never)",
     )
     caps = parser.add_argument_group(
         "resource caps",

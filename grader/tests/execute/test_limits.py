@@ -19,9 +19,13 @@ from grader.course.rubric import LabRubric, Rubric, RubricTest, with_reference_t
 from grader.evidence.events import (
     COLLECTED,
     CONFIGURE,
+    FINISH,
+    GO_ON,
     KILLED_EVENT,
     REPORT,
     START,
+    STOP,
+    STOPPED_EVENT,
     canary_nodeid,
     timeout_streak,
 )
@@ -29,6 +33,7 @@ from grader.evidence.runs import passed_test_times
 from grader.execute.channel import EventRecorder, original_nodeid
 from grader.execute.limits import RunLimits, lab_budget, limit_for_test, submission_budget_s, time_limit_args
 from grader.execute.supervisor import SharedFixtureBuilders, overran, overrun_grace_s
+from labkit.labspec import Step
 
 LIMITS = RunLimits()  # 10 x the reference's CPU time, at least 10 s; backstop 5 x that; 300 s unmeasured
 
@@ -104,10 +109,73 @@ def _test(nodeid: str, timeout: bool = False) -> list[dict]:
 
 def test_the_timeout_streak_counts_tests_in_a_row_and_ignores_canaries():
     events = [*_test("a", True), *_test(canary_nodeid(1, "a")), *_test("b", True)]
-    assert timeout_streak(events) == 2, "a canary between two timeouts does not break the streak"
-    assert timeout_streak([*events, *_test("c")]) == 0, "a test that ends in time breaks it"
+    assert timeout_streak(events) == ["a", "b"], "a canary between two timeouts does not break the streak"
+    assert timeout_streak([*events, *_test("c")]) == [], "a test that ends in time breaks it"
     killed = [*events, {"event": "start", "nodeid": "d"}, {"event": KILLED_EVENT, "nodeid": "d", "limit_s": 3}]
-    assert timeout_streak(killed) == 3, "a test the runner killed counts"
+    assert timeout_streak(killed) == ["a", "b", "d"], "a test the runner killed counts"
+
+
+def stepped_lab(steps: dict[int, int], heldout_areas: tuple[str, ...] = ()) -> LabRubric:
+    """A lab whose step ``n`` has ``steps[n]`` tests (functions ``test_<n>_<i>``), then one held-out test per area."""
+    tests = [
+        RubricTest(f"labX/test_lab.py::test_{n}_{i}", f"test_{n}_{i}", 1, False, reference_s=0.01)
+        for n, count in steps.items()
+        for i in range(count)
+    ]
+    tests += [
+        RubricTest(f"labX/heldout/test_x.py::test_h{i}", f"test_h{i}", 1, False, "heldout", area, reference_s=0.01)
+        for i, area in enumerate(heldout_areas)
+    ]
+    handout = tuple(
+        Step(n, f"step {n}", ("x.py",), tuple(f"test_{n}_{i}" for i in range(count))) for n, count in steps.items()
+    )
+    return LabRubric("labX", "labX", "Demo", tuple(tests), steps=handout)
+
+
+def test_a_streak_stops_the_part_only_when_it_spans_more_than_one_handout_step():
+    """One hanging function times out its own step's tests in a row: lab 1's step 11 runs 57 tests that all
+    call its oneDNN lowering, lab 2's step 5 48. With a bare count (25) such a hang stopped the lab there, and
+    every step after it scored 0 untried; it must cost only its own tests."""
+    lab = stepped_lab({1: 30, 2: 3}, heldout_areas=("folding", "folding", "layout"))
+    budget = lab_budget(lab, LIMITS)
+    step_1 = [test.nodeid for test in lab.tests[:30]]
+    step_2 = [test.nodeid for test in lab.tests[30:33]]
+    assert not budget.stops_at(step_1), "30 timeouts of one step: its function hangs, the next step still runs"
+    assert budget.stops_at([*step_1, step_2[0]]), "the streak runs on into the next step: more than one hangs"
+    assert not budget.stops_at([*step_1[-23:], *step_2[:1]]), "...once it is 25 tests long"
+    assert budget.stops_at([*step_1[-24:], *step_2[:1]])
+    assert not lab_budget(lab, replace(LIMITS, max_consecutive_timeouts=0)).stops_at([*step_1, *step_2])
+    heldout = lab_budget(lab, replace(LIMITS, max_consecutive_timeouts=2), heldout=True)
+    folding, layout = [test.nodeid for test in lab.tests[33:35]], lab.tests[35].nodeid
+    assert not heldout.stops_at(folding), "held-out tests off every step count by their area"
+    assert heldout.stops_at([*folding, layout])
+
+
+def test_the_supervisor_tells_the_probe_to_stop_only_once_the_streak_leaves_its_step():
+    """The same rule where it is applied during a run: the recorder's answer after each test."""
+    from grader.tests.execute.test_full_canaries import Supervisor
+
+    lab = stepped_lab({1: 4, 2: 2})
+    budget = lab_budget(lab, replace(LIMITS, max_consecutive_timeouts=3))
+    supervisor = Supervisor([test.nodeid for test in lab.tests], stops=budget.stops_at)
+    answers = []
+    for nodeid, canary in supervisor.recorder.order:
+        supervisor.send(START, nodeid)
+        supervisor.send(REPORT, nodeid, when="call", outcome="failed", timeout=not canary)
+        answer = supervisor.send(FINISH, nodeid)
+        if not canary:
+            answers.append((nodeid.rsplit("::", 1)[1], answer))
+        if answer == STOP:
+            break
+    assert answers == [
+        ("test_1_0", GO_ON),
+        ("test_1_1", GO_ON),
+        ("test_1_2", GO_ON),
+        ("test_1_3", GO_ON),
+        ("test_2_0", STOP),
+    ], "four timeouts in step 1 go on; the first of step 2 stops"
+    (stopped,) = [event for event in supervisor.events() if event["event"] == STOPPED_EVENT]
+    assert stopped["streak"] == 5 and "5 tests in a row" in stopped["reason"]
 
 
 def test_the_watch_reports_a_test_past_its_wall_clock_backstop_plus_grace():
@@ -174,7 +242,7 @@ def test_a_streak_limit_of_0_never_stops_a_lab(demo_setup, tmp_path):
     from grader.runners.local import GradingSetup, grade_submission
     from grader.tests.corpus import expected, materialize
 
-    assert not lab_budget(lab_with(1.0), replace(LIMITS, max_consecutive_timeouts=0)).stops_at(99)
+    assert not lab_budget(lab_with(1.0), replace(LIMITS, max_consecutive_timeouts=0)).stops_at(["t"] * 99)
     options = replace(demo_setup.options, limits=replace(demo_setup.options.limits, max_consecutive_timeouts=0))
     setup = GradingSetup(demo_setup.course, demo_setup.labs, demo_setup.rubric, options)
     submission = materialize("swallows_timeout", tmp_path / "swallows_timeout")
