@@ -53,7 +53,7 @@ from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten
 
 from lab01_fx_passes.given.backend import lab_backend
-from lab01_fx_passes.given.capture import ATEN_DIALECTS, DIALECTS, capture
+from lab01_fx_passes.given.capture import ATEN_DIALECTS, DIALECTS, CapturedGraph, capture
 from lab01_fx_passes.given.checks import (
     ATOL,
     RANDOM_LIKE,
@@ -376,15 +376,10 @@ def test_conv_bn_says_why_it_cannot_fire_on_unfrozen_dynamo_graphs(lab):
 @pytest.mark.parametrize("dialect", ["symbolic_trace", *ATEN_DIALECTS])
 def test_conv_bn_skips_conv_output_with_another_user(lab, dialect):
     """conv2's output is read by bn2 and by the add: folding bn2 into conv2 would change the add."""
-    model, x = conv_bn_model(SharedConvOutput()), conv_input(2, 3)
-    captured = capture(model, [x], dialect)
-    expected = captured.run()
-    fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "the safe pair conv1 -> bn1")
-    assert batch_norms(fused) == 1, (
-        f"exactly one pair (conv1 -> bn1) is safe to fold, {2 - batch_norms(fused)} were folded: "
-        "a convolution whose output has another user must keep it"
+    captured = capture(conv_bn_model(SharedConvOutput()), [conv_input(2, 3)], dialect)
+    assert_folds_one_pair_of_two(
+        lab, captured, "the safe pair conv1 -> bn1", "a convolution whose output has another user must keep it"
     )
-    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
 
 
 @pytest.mark.points(2)
@@ -393,14 +388,10 @@ def test_conv_bn_skips_training_mode_batch_norm(lab, dialect):
     """BN in training mode normalises with batch statistics: not a fixed affine map, not foldable."""
     model = conv_bn_model(ConvBNStack())
     model.bn2.train()  # bn1 stays foldable: the pass must still fire on it
-    x = conv_input(2, 3, batch=4)
-    captured = capture(model, [x], dialect)
-    expected = captured.run()
-    fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "the eval-mode pair conv1 -> bn1")
-    assert batch_norms(fused) == 1, (
-        "only the eval-mode BN may be folded: a training-mode BN uses the batch's statistics"
+    captured = capture(model, [conv_input(2, 3, batch=4)], dialect)
+    assert_folds_one_pair_of_two(
+        lab, captured, "the eval-mode pair conv1 -> bn1", "a training-mode BN uses the batch's statistics"
     )
-    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
 
 
 @pytest.mark.points(1)
@@ -409,13 +400,24 @@ def test_conv_bn_leaves_a_transposed_convolution_alone(lab, dialect):
     """A transposed convolution's weight is laid out ``[in, out, ...]``: this fold does not apply to it. In aten
     graphs it is an ``aten.convolution`` like any other, with ``transposed=True`` (positional)."""
     captured = capture(conv_bn_model(TransposedThenRegular1d()), [torch.randn(2, 4, 6)], dialect)
-    expected = captured.run()
-    fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "the regular pair conv -> bn2")
-    assert batch_norms(fused) == 1, (
-        f"conv_bn.py, {dialect}: {2 - batch_norms(fused)} batch norms folded, 1 expected: the one after the "
-        "transposed convolution stays (read aten.convolution's transposed argument with call_argument)"
+    assert_folds_one_pair_of_two(
+        lab,
+        captured,
+        "the regular pair conv -> bn2",
+        "the one after the transposed convolution stays (read aten.convolution's transposed argument with "
+        "call_argument)",
     )
-    assert_close(captured.run(fused), expected, what=f"conv_bn.py's fused {dialect} graph")
+
+
+def assert_folds_one_pair_of_two(lab, captured: CapturedGraph, safe_pair: str, why: str) -> None:
+    """``fuse_conv_bn`` on ``captured`` (two conv -> BN pairs) must fold ``safe_pair`` and leave the other
+    batch norm in place (``why``: what makes it unsafe), and the result must still match the model."""
+    expected = captured.run()
+    fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), captured.dialect, safe_pair)
+    assert batch_norms(fused) == 1, (
+        f"conv_bn.py, {captured.dialect}: {2 - batch_norms(fused)} batch norms folded, 1 expected ({safe_pair}): {why}"
+    )
+    assert_close(captured.run(fused), expected, what=f"conv_bn.py's fused {captured.dialect} graph")
 
 
 # == 2. Dead code elimination ====================================================================
