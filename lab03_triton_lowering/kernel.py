@@ -128,6 +128,8 @@ def layernorm_gelu_forward(
 
     - any leading shape (flatten to rows with ``reshape(-1, n)``), zero rows (launch nothing),
       any strides (copy only when the last dimension is not contiguous; otherwise pass the row stride);
+    - ``weight`` and ``bias`` with any stride too (``weight[::2]`` is a valid weight, and the kernel reads
+      them at ``cols``: pass ``.contiguous()`` ones);
     - returns a NEW contiguous tensor with ``x``'s shape and dtype;
     - launch with ``kernel_for(layernorm_gelu_kernel, x.device)[grid](...)``: on CUDA that is the
       compiled kernel, a plain launch when run eagerly and, while traced, ``wrap_triton``'s node that
@@ -136,8 +138,9 @@ def layernorm_gelu_forward(
     """
     # TODO(step 1): allocate, launch, reshape back.
     # guidance: begin
-    # rows = x.reshape(-1, n); copy only if rows.stride(-1) != 1; out = torch.empty (not empty_like: x may
-    # be non-contiguous); grid = (n_rows,); kernel_for(layernorm_gelu_kernel, x.device)[grid](..., num_warps=...);
+    # rows = x.reshape(-1, n); copy only if rows.stride(-1) != 1; weight/bias .contiguous() when given;
+    # out = torch.empty (not empty_like: x may be non-contiguous); grid = (n_rows,);
+    # kernel_for(layernorm_gelu_kernel, x.device)[grid](..., num_warps=...);
     # return out.view(x.shape).
     # guidance: end
     raise NotImplementedError("TODO(step 1): launch layernorm_gelu_kernel over the rows of x")

@@ -128,6 +128,25 @@ def test_kernel_handles_non_contiguous_input(lab, layout):
 
 
 @pytest.mark.points(1)
+@pytest.mark.parametrize("strided", ["weight", "bias"])
+def test_kernel_reads_strided_weight_and_bias(lab, strided):
+    """``F.layer_norm`` takes a weight or bias that is a view with a stride (every other element of a
+    bigger tensor): the kernel reads them at ``cols``, so the launcher must pass contiguous ones."""
+    x, weight, bias = make_inputs((3, 40))
+    affine = {"weight": weight, "bias": bias}
+    every_other = torch.stack([affine[strided], torch.full_like(affine[strided], 7.0)], dim=1).flatten()[::2]
+    assert torch.equal(every_other, affine[strided]) and every_other.stride() == (2,)
+    affine[strided] = every_other
+    assert_matches_reference(
+        lab,
+        x,
+        affine["weight"],
+        affine["bias"],
+        data=f"a {strided} read with stride 2 ({strided}[::2] of a bigger tensor)",
+    )
+
+
+@pytest.mark.points(1)
 def test_kernel_returns_a_new_contiguous_tensor_and_leaves_input_alone(lab):
     x, weight, bias = make_inputs((4, 3, 50))
     x_before = x.clone()
@@ -524,6 +543,16 @@ def test_install_is_idempotent_and_uninstall_restores_inductor_config(lab):
         )
         lab.uninstall_lowering()  # a second uninstall is harmless
         assert inductor_config.post_grad_custom_post_pass is sentinel
+        # Another library installs its own pass after ours: uninstalling ours must not remove theirs.
+        lab.install_lowering()
+        later = SentinelPass()
+        inductor_config.post_grad_custom_post_pass = later
+        lab.uninstall_lowering()
+        assert inductor_config.post_grad_custom_post_pass is later, (
+            "lowering.py: uninstall_lowering() replaced a pass another library installed after install_lowering(); "
+            "restore the previous pass only while post_grad_custom_post_pass is still yours"
+        )
+        inductor_config.post_grad_custom_post_pass = sentinel
         # Replaced behind its back (another library, a config.patch that ended): no longer installed, so a call
         # installs it again rather than hand back a handle whose pass Inductor no longer runs.
         lab.install_lowering()
@@ -749,6 +778,21 @@ def test_attention_is_stable_for_large_scores(lab, causal):
 
 
 @pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_is_stable_when_every_score_is_far_below_zero(lab, causal):
+    """Every score about -144 (q near +3, k near -3): exp(score) underflows to 0 for all keys. Only a running
+    maximum that starts at -inf (the first block's maximum becomes the reference) keeps the softmax finite;
+    one that starts at 0 divides 0 by 0."""
+    shape = AttentionShape(1, 1, 40, 40, 16)
+    q, k, v = attention_inputs(shape, spread=0.01)
+    q, k = q + 3.0, k - 3.0
+    assert_attention_matches(
+        lab, q, k, v, causal, scale=1.0, data="every score near -144 (start the running maximum at -inf, not 0)"
+    )
+
+
+@pytest.mark.extension
 @pytest.mark.points(3)
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(
@@ -900,13 +944,20 @@ def test_fp8_scale_reaches_the_statistics_where_eps_matters(lab, scale):
 
 @pytest.mark.extension
 @pytest.mark.points(1)
+@pytest.mark.parametrize("scale", [4.0, 1e-3], ids=["scale_4", "scale_1e-3"])
 @pytest.mark.parametrize("fp8", FP8_DTYPES, ids=FP8_IDS)
-def test_fp8_rows_longer_than_a_block(lab, fp8):
-    """Rows of 8195 (past any block of 8192): both passes of the loop read FP8 and dequantize. (A scale
-    of 4 on values of variance 9: the statistics do not depend on it, the second pass's values do.)"""
-    q, scale = fp8_inputs((2, 8195), fp8, scale=4.0)
+def test_fp8_rows_longer_than_a_block(lab, fp8, scale):
+    """Rows of 8195 (past any block of 8192): every pass of the loop reads FP8 and dequantizes, the shift of
+    the shifted statistics included. (A scale of 4 on values of variance 9: eps is negligible. A scale of
+    1e-3 makes the real variance about 1e-5, eps's size, so a value read without its scale anywhere shows.)"""
+    q, scale_tensor = fp8_inputs((2, 8195), fp8, scale=scale)
     assert_fp8_matches(
-        lab, q, scale, out_dtype=torch.float16, why="rows longer than a block: dequantize in both passes"
+        lab,
+        q,
+        scale_tensor,
+        out_dtype=torch.float16,
+        why="rows longer than a block: dequantize (multiply by the scale) every value the loop reads, in every "
+        "pass, the shift of the statistics included",
     )
 
 

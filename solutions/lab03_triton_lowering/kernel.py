@@ -278,7 +278,8 @@ def layernorm_gelu_forward(
 
     Arguments are trusted (the public ``layernorm_gelu`` validates them). Any leading shape is
     flattened into rows; a row layout the kernel cannot address (last dimension not contiguous)
-    is copied first. ``config`` overrides :func:`launch_config` (the benchmark's tuning sweep).
+    is copied first, and so are a strided ``weight`` or ``bias`` (the kernel reads them at ``cols``).
+    ``config`` overrides :func:`launch_config` (the benchmark's tuning sweep).
     Returns a new contiguous tensor shaped like ``x``, of ``x``'s dtype or ``out_dtype``; with ``scale``
     (FP8 input, step 8), each value of ``x`` is ``x * scale``, the scale read in the kernel.
 
@@ -293,6 +294,9 @@ def layernorm_gelu_forward(
     rows = x.reshape(-1, n_cols)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
+    # The kernel reads weight and bias at ``cols``: a strided view (weight[::2]) must be copied first.
+    weight = weight.contiguous() if weight is not None else None
+    bias = bias.contiguous() if bias is not None else None
     n_rows = rows.shape[0]
     out = torch.empty((n_rows, n_cols), dtype=out_dtype or x.dtype, device=x.device)
     config = config or launch_config(n_cols, n_rows)
