@@ -82,6 +82,8 @@ EDGE_SHAPES = {
     "odd_row_7": (3, 7),
     "row_1000_not_power_of_two": (5, 1000),
     "row_1024_power_of_two": (2, 1024),
+    # a power-of-two row, so only the row mask guards the end: rows that do not fill a program's last block
+    "five_rows_of_64": (5, 64),
     "zero_rows": (0, 64),
     "three_dims": (2, 3, 33),
     "four_dims": (2, 2, 3, 17),

@@ -58,6 +58,8 @@ from typing import Any
 
 import torch
 
+from labkit.guard_bands import guarded_launch
+
 #: Where launches on CPU tensors go. ``"interpreted"`` (the default) runs them in Triton's
 #: interpreter. ``"compiled"`` is for compile-only simulations of a GPU (``simulated_gpu``), where
 #: CPU tensors stand in for CUDA ones and nothing is ever executed.
@@ -218,6 +220,17 @@ def interpreted(kernel: Any) -> Any:
     return InterpretedLaunch(kernel)
 
 
+class GuardedLaunch:
+    """An interpreted kernel whose every launch runs on guarded copies of its tensors
+    (:func:`labkit.guard_bands.guarded_launch`): a read outside a tensor reads NaN, a write outside one raises."""
+
+    def __init__(self, launchable: Any, name: str) -> None:
+        self.launchable, self.name = launchable, name
+
+    def __getitem__(self, grid: Any) -> Any:
+        return guarded_launch(self.launchable[grid], self.name)
+
+
 def kernel_for(kernel: Any, device: torch.device | str) -> Any:
     """The launchable form of ``kernel`` for tensors on ``device``: index it with the grid and call it.
 
@@ -228,7 +241,9 @@ def kernel_for(kernel: Any, device: torch.device | str) -> Any:
     Returns:
         On CUDA, the compiled kernel: through ``wrap_triton`` while traced (``make_fx``, Inductor), as
         it is for a plain eager launch. On CPU, the kernel's interpreted form, unless
-        :data:`cpu_launches` is ``"compiled"``.
+        :data:`cpu_launches` is ``"compiled"``, each launch fenced by guard bands
+        (:mod:`labkit.guard_bands`: a read outside a tensor reads NaN, a write outside one raises
+        :class:`~labkit.guard_bands.OutOfBoundsWrite`).
 
     Raises:
         ValueError: a device other than CPU or CUDA, or an unknown :data:`cpu_launches`.
@@ -239,7 +254,7 @@ def kernel_for(kernel: Any, device: torch.device | str) -> Any:
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"Triton kernels here run on CPU (interpreted) or CUDA, not on {device}")
     if device.type == "cpu" and cpu_launches == "interpreted":
-        return interpreted(kernel)
+        return GuardedLaunch(interpreted(kernel), getattr(kernel, "__name__", repr(kernel)))
     if _is_interpreted(kernel) or not traced():  # interpreted (TRITON_INTERPRET=1), or a plain eager launch
         return kernel
     from torch.library import wrap_triton

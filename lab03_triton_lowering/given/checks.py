@@ -118,7 +118,8 @@ def assert_matches_reference(
     not_finite = bool(expected.isfinite().all()) and not bool(actual.isfinite().all())
     hint = (
         ": NaN or inf where PyTorch's output is finite (a division by zero or an overflow: the variance is the "
-        "biased one, divided by the row's length, and eps is added before the square root)"
+        "biased one, divided by the row's length, and eps is added before the square root; or a load past the "
+        "row or the last row: on CPU every element outside a tensor reads as NaN, so check your loads' masks)"
         if not_finite
         else f" (op.py: layernorm_gelu's eps defaults to {DEFAULT_EPS:g}, nn.LayerNorm's)"
         if eps is None
@@ -454,7 +455,9 @@ def assert_attention_matches(
     if bad_rows:
         mistake += (
             f"; NaN or inf at queries {bad_rows[:5]}{'...' if len(bad_rows) > 5 else ''}: every query sees at "
-            "least key 0 (causal attention keeps the diagonal), so it is a 0/0 or an exp that overflowed"
+            "least key 0 (causal attention keeps the diagonal), so it is a 0/0, an exp that overflowed, or a load "
+            "outside q, k or v (on CPU every element outside a tensor reads as NaN: check each load's mask, over "
+            "the sequence and over the head dim)"
         )
     raise AssertionError(
         f"{where}: max |error| {error.max_abs:.3g} next to scaled_dot_product_attention (allowed: {tolerance}){mistake}"

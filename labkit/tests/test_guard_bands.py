@@ -1,0 +1,112 @@
+"""labkit.guard_bands: every interpreted launch sees its tensors fenced by NaN, and a stray store raises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from labkit.guard_bands import OutOfBoundsWrite, fenced_arguments
+from labkit.triton_env import kernel_for
+
+
+@triton.jit
+def two_rows_per_program(x_ptr, out_ptr, N: tl.constexpr):
+    """Copies rows 2p and 2p+1 with no row mask: the mistake of a launcher that rounds the rows up."""
+    rows = tl.program_id(0) * 2 + tl.arange(0, 2)
+    cols = tl.arange(0, N)
+    offsets = rows[:, None] * N + cols[None, :]
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets))
+
+
+@triton.jit
+def row_sums(x_ptr, row_stride, out_ptr, n_cols, BLOCK: tl.constexpr, MASKED: tl.constexpr):
+    """Sums each row of a ``[rows, n_cols]`` view whose rows are ``row_stride`` apart (``MASKED``: as it should)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    if MASKED:
+        x = tl.load(x_ptr + row * row_stride + cols, mask=cols < n_cols, other=0.0)
+    else:
+        x = tl.load(x_ptr + row * row_stride + cols)
+    tl.store(out_ptr + row, tl.sum(x, axis=0))
+
+
+@triton.jit
+def add_one(x_ptr, out_ptr, N: tl.constexpr):
+    cols = tl.arange(0, N)
+    tl.store(out_ptr + cols, tl.load(x_ptr + cols) + 1.0)
+
+
+def test_a_store_past_the_last_row_raises_and_names_the_argument():
+    """Three rows, two per program: the second program stores a fourth row past the output's end. Unfenced,
+    the interpreter writes into the heap (a crash later, elsewhere, or nothing at all)."""
+    x, out = torch.randn(3, 16), torch.empty(3, 16)
+    with pytest.raises(OutOfBoundsWrite, match=r"argument 1 \(torch.float32, shape \[3, 16\].*16 after its last"):
+        kernel_for(two_rows_per_program, x.device)[(2,)](x, out, N=16)
+
+
+def test_a_load_past_the_tensors_end_reads_nan():
+    """Rows of 40 read in blocks of 64 without a mask: the last row reads 24 elements past the tensor."""
+    x, out = torch.randn(3, 40), torch.empty(3)
+    kernel_for(row_sums, x.device)[(3,)](x, x.stride(0), out, 40, BLOCK=64, MASKED=False)
+    assert out[-1].isnan(), "the last row's load went past the tensor, into the guard"
+    kernel_for(row_sums, x.device)[(3,)](x, x.stride(0), out, 40, BLOCK=64, MASKED=True)
+    torch.testing.assert_close(out, x.sum(1))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.randn(4, 64)[:, :40],  # rows 64 apart: 24 unowned elements after each row
+        lambda: torch.randn(1, 40).expand(4, 40),  # a broadcast row: stride 0
+        lambda: torch.randn(4, 40),
+    ],
+    ids=["row_slice", "expanded", "contiguous"],
+)
+def test_a_correct_kernel_is_unchanged_by_the_fences(make):
+    x = make()
+    out = torch.empty(x.shape[0])
+    version = x._version
+    kernel_for(row_sums, x.device)[(x.shape[0],)](x, x.stride(0), out, 40, BLOCK=64, MASKED=True)
+    torch.testing.assert_close(out, x.sum(1))
+    assert x._version == version, "an input the kernel did not write is not written back"
+
+
+def test_a_row_slice_masked_only_past_the_block_reads_the_gaps_as_nan():
+    """Rows 64 apart but 40 long, read 64 at a time: a kernel that forgets the row length reads the 24 elements
+    between rows. Unfenced they are the bigger tensor's finite values; fenced they are NaN."""
+    x, out = torch.randn(4, 64)[:, :40], torch.empty(4)
+    kernel_for(row_sums, x.device)[(4,)](x, x.stride(0), out, 64, BLOCK=64, MASKED=True)
+    assert out.isnan().all()
+
+
+def test_tensors_that_share_memory_are_passed_as_they_are():
+    """An in-place launch (the same tensor as input and output): separate copies would lose the write."""
+    x = torch.zeros(16)
+    kernel_for(add_one, x.device)[(1,)](x, x, N=16)
+    assert torch.equal(x, torch.ones(16))
+
+
+def test_fenced_arguments_leave_everything_but_plain_tensors_alone():
+    empty, plain = torch.empty(0), torch.randn(3)
+    with fenced_arguments((empty, 5, None, plain), {"scale": 2.0}, "k") as (args, kwargs):
+        assert args[0] is empty and args[1:3] == (5, None) and kwargs == {"scale": 2.0}
+        assert args[3] is not plain and torch.equal(args[3], plain)
+        assert args[3].untyped_storage().nbytes() > plain.untyped_storage().nbytes(), "fenced: a bigger buffer"
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2]
+)
+def test_every_guard_of_a_floating_tensor_is_a_nan_that_arithmetic_does_not_make(dtype):
+    from labkit.guard_bands import _BITS, guard_pattern
+
+    size = torch.empty((), dtype=dtype).element_size()
+    made = torch.tensor([float("nan"), float("inf") - float("inf")]).to(dtype).view(_BITS[size]).tolist()
+    for index in range(3):
+        pattern = guard_pattern(dtype, index)
+        assert torch.tensor([pattern], dtype=_BITS[size]).view(dtype).float().isnan().all(), (dtype, hex(pattern))
+        if size > 1:  # fp8 has two NaNs (e4m3fn) or six (e5m2), arithmetic's among them: a stray NaN store is missed
+            assert pattern not in made, (dtype, hex(pattern))
+    assert guard_pattern(dtype, 0) != guard_pattern(dtype, 1), "two tensors of a launch have different guards"
