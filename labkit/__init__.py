@@ -12,4 +12,8 @@
   what happened to them, DOT text always, SVG and PNG through Graphviz).
 - :mod:`labkit.run_lab`: what ``nox -s labNN`` runs: pytest, resumed after a test that crashes the
   process, from the run's event log (:mod:`labkit.event_log`).
+- :mod:`labkit.triton_env`: one Triton kernel launched compiled on CUDA and interpreted on CPU, each CPU
+  launch fenced by guard bands (:mod:`labkit.guard_bands`: a read outside a tensor is NaN, a write raises).
+- :mod:`labkit.spellings`: an FX graph's calls respelled (keywords, positional, shortest) with the same
+  meaning, so a pass is checked on every way its arguments can be written.
 """
