@@ -59,7 +59,8 @@ def attention_kernel(
     # TODO(step 7): the online softmax over key blocks.
     # guidance: begin
     # Suggested steps (see the handout's "Extension" section):
-    #   1. block_m = tl.program_id(0), batch_head = tl.program_id(1) (batch = batch_head // n_heads, ...);
+    #   1. block_m = tl.program_id(0), batch_head = tl.program_id(1) (batch = batch_head // n_heads, ...),
+    #      both .to(tl.int64): row * stride can pass 2**31 elements on a long sequence;
     #      rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M), dims = tl.arange(0, BLOCK_D); load q once, masked.
     #   2. m = -inf, l = 0, acc = 0 (fp32, [BLOCK_M] and [BLOCK_M, BLOCK_D]).
     #   3. for start in range(0, n_keys, BLOCK_N) (causal: stop after the block holding the last row's

@@ -85,6 +85,8 @@ EDGE_SHAPES = {
     # a power-of-two row, so only the row mask guards the end: rows that do not fill a program's last block
     "five_rows_of_64": (5, 64),
     "zero_rows": (0, 64),
+    "zero_columns": (3, 0),
+    "no_rows_and_no_columns": (0, 2, 0),
     "three_dims": (2, 3, 33),
     "four_dims": (2, 2, 3, 17),
 }
@@ -98,7 +100,7 @@ def test_kernel_matches_pytorch_on_edge_shapes(lab, shape, approximate):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1, 1])  # 1: an int is a number too (F.layer_norm takes it)
 @pytest.mark.parametrize("affine", AFFINE_FORMS)
 def test_kernel_handles_affine_forms_and_eps(lab, affine, eps):
     # Small spread (std 0.01) so eps is not negligible next to the variance.
@@ -188,6 +190,8 @@ BAD_INPUTS = {
     "unknown_gelu_form": (lambda x, w, b: dict(x=x, weight=w, bias=b, approximate="fast"), ValueError, ["approximate"]),
     # x is [2, 3, 16]: the length expected is its last dimension's, 16 (not 3, its second or second-to-last).
     "weight_wrong_length": (lambda x, w, b: dict(x=x, weight=w[:-1], bias=b), ValueError, ["weight", "16"]),
+    # 16 values, but not of shape (16,): F.layer_norm refuses it ("same shape as normalized_shape")
+    "weight_not_one_dimensional": (lambda x, w, b: dict(x=x, weight=w.reshape(4, 4), bias=b), ValueError, ["weight"]),
     # The bias is checked whether or not a weight comes with it (LayerNorm(elementwise_affine) has both or none,
     # a caller may pass either): these two cases leave the weight out.
     "bias_wrong_length": (lambda x, w, b: dict(x=x, weight=None, bias=torch.cat([b, b])), ValueError, ["bias", "16"]),
@@ -439,8 +443,20 @@ def test_compiled_model_calls_the_kernel_at_each_site_and_matches_eager(fusable_
 
 @pytest.mark.points(2)
 def test_lowering_replaces_only_the_fusable_control_site(non_fusable_run):
-    assert non_fusable_run.replacements == 1, (
-        f"handle.replacements={non_fusable_run.replacements}; only the control site of NonFusableSites may be replaced"
+    counted, calls = non_fusable_run.replacements, len(non_fusable_run.fused_calls)
+    assert counted == 1, (
+        f"handle.replacements={counted}, and the generated code calls the fused kernel {calls} time(s); only the "
+        f"control site of NonFusableSites may be replaced{_count_hint(counted, calls)}"
+    )
+
+
+def _count_hint(counted: int, replaced: int) -> str:
+    """What to say when the handle's count disagrees with the sites a graph shows replaced."""
+    if counted == replaced:
+        return ""
+    return (
+        f" (the pass replaced {replaced} site(s) but the handle counts {counted}: handle.replacements must add up "
+        "what every graph replaced, += not =, read where the pass records it)"
     )
 
 
@@ -596,7 +612,11 @@ def test_lowering_fires_in_half_precision_with_or_without_the_round_trip(lab, dt
         replaced = handle.replacements - before
     finally:
         lab.uninstall_lowering()
-    assert replaced == 1, f"{dtype}, {form}: {replaced} replacements in a graph with one LayerNorm -> GELU"
+    calls = sum(1 for node in graph_module.graph.nodes if "layernorm_gelu" in str(node.target))
+    assert replaced == 1, (
+        f"{dtype}, {form}: {replaced} replacements counted in a graph with one LayerNorm -> GELU"
+        f"{_count_hint(replaced, calls)}"
+    )
     graph_module.recompile()
     expected = reference(x.float(), weight.float(), bias.float(), 1e-5, "none").to(dtype)
     out = graph_module(x, weight, bias)
@@ -679,6 +699,27 @@ def test_the_pass_runs_the_previously_installed_pass(lab):
             )
         finally:
             lab.uninstall_lowering()
+
+
+@pytest.mark.points(1)
+def test_cache_key_changes_with_the_previous_pass(lab):
+    """Our pass runs the previous one, so the code it leaves depends on that pass too: installed over two
+    passes with different keys, it must have two keys, or Inductor serves a graph compiled under one pass
+    after the other was installed (and the other never runs)."""
+
+    class AnotherPass(SentinelPass):
+        def uuid(self) -> str:
+            return "another"
+
+    keys = []
+    for previous in (None, SentinelPass(), AnotherPass()):
+        with inductor_config.patch(post_grad_custom_post_pass=previous):
+            keys.append(lab.install_lowering().graph_pass.uuid())
+            lab.uninstall_lowering()
+    assert len(set(keys)) == 3, (
+        f"lowering.py: uuid() is {keys[0]!r} over no pass, {keys[1]!r} over a pass keyed 'sentinel' and {keys[2]!r} "
+        "over one keyed 'another': it must include the previous pass's uuid()"
+    )
 
 
 @pytest.mark.points(1)
@@ -867,6 +908,9 @@ ATTENTION_BAD_INPUTS = {
     "three_dims": (lambda q, k, v: dict(q=q[0], k=k[0], v=v[0]), ValueError, ["q"]),
     "v_of_another_length": (lambda q, k, v: dict(q=q, k=k, v=v[:, :, :-1]), ValueError, ["v"]),
     "head_dims_differ": (lambda q, k, v: dict(q=q[..., :8], k=k, v=v), ValueError, ["head_dim"]),
+    # SDPA broadcasts these; the kernel indexes k and v by q's batch and head, so it must refuse them
+    "batch_differs": (lambda q, k, v: dict(q=q, k=torch.cat([k, k]), v=torch.cat([v, v])), ValueError, ["batch"]),
+    "heads_differ": (lambda q, k, v: dict(q=q, k=k[:, :1], v=v[:, :1]), ValueError, ["heads"]),
     "head_dim_too_large": (
         lambda q, k, v: dict(q=q.repeat(1, 1, 1, 9), k=k.repeat(1, 1, 1, 9), v=v.repeat(1, 1, 1, 9)),
         ValueError,
@@ -942,6 +986,20 @@ def test_fp8_scale_reaches_the_statistics_where_eps_matters(lab, scale):
         f"eps/s**2 (s = {scale:g} here), so a kernel that ignores it is right only where the variance dwarfs eps"
     )
     assert_fp8_matches(lab, q, scale_tensor, out_dtype=torch.float16, why=why)
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("shape", [(0, 8), (3, 0)], ids=["no_rows", "no_columns"])
+def test_fp8_empty_input_keeps_the_output_dtype(lab, shape):
+    """Nothing to launch, but the result is still a tensor of ``out_dtype`` shaped like the input (not x's
+    FP8 dtype: ``torch.empty_like(x)`` returns that)."""
+    q = torch.empty(shape, dtype=torch.float8_e4m3fn)
+    out = lab.layernorm_gelu_fp8(q, torch.tensor([0.5]), out_dtype=torch.float16)
+    assert out.dtype == torch.float16 and tuple(out.shape) == shape, (
+        f"fp8.py: layernorm_gelu_fp8 on an empty {list(shape)} input returned {out.dtype} {list(out.shape)}; "
+        f"expected torch.float16 {list(shape)} (out_dtype, even when there is nothing to compute)"
+    )
 
 
 @pytest.mark.extension

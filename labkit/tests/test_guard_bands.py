@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from labkit.guard_bands import OutOfBoundsWrite, fenced_arguments
+from labkit.guard_bands import OutOfBoundsRead, OutOfBoundsWrite, fenced_arguments
 from labkit.triton_env import kernel_for
 
 
@@ -33,6 +33,27 @@ def row_sums(x_ptr, row_stride, out_ptr, n_cols, BLOCK: tl.constexpr, MASKED: tl
 
 
 @triton.jit
+def copy_rows_masked_on_input(x_ptr, out_ptr, n_rows, N: tl.constexpr):
+    """Two rows per program; the load is masked to the real rows, the store is not."""
+    rows = tl.program_id(0) * 2 + tl.arange(0, 2)
+    offsets = rows[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=rows[:, None] < n_rows, other=0.0))
+
+
+@triton.jit
+def add_one_through_a_tuple(x_ptr, pointers, N: tl.constexpr):
+    cols = tl.arange(0, N)
+    tl.store(pointers[0] + cols, tl.load(x_ptr + cols) + 1.0)
+
+
+@triton.jit
+def scale_copy(x_ptr, scale_ptr, out_ptr, n, N: tl.constexpr):
+    cols = tl.arange(0, N)
+    x = tl.load(x_ptr + cols, mask=cols < n, other=0.0)
+    tl.store(out_ptr + cols, x * tl.load(scale_ptr), mask=cols < n)
+
+
+@triton.jit
 def add_one(x_ptr, out_ptr, N: tl.constexpr):
     cols = tl.arange(0, N)
     tl.store(out_ptr + cols, tl.load(x_ptr + cols) + 1.0)
@@ -42,15 +63,27 @@ def test_a_store_past_the_last_row_raises_and_names_the_argument():
     """Three rows, two per program: the second program stores a fourth row past the output's end. Unfenced,
     the interpreter writes into the heap (a crash later, elsewhere, or nothing at all)."""
     x, out = torch.randn(3, 16), torch.empty(3, 16)
-    with pytest.raises(OutOfBoundsWrite, match=r"argument 1 \(torch.float32, shape \[3, 16\].*16 after its last"):
+    with pytest.raises(
+        OutOfBoundsRead,
+        match=r"a load of 16 element\(s\).*1 element\(s\) past the last element of "
+        r"argument 0 \(torch.float32, shape \[3, 16\]",
+    ):
         kernel_for(two_rows_per_program, x.device)[(2,)](x, out, N=16)
 
 
-def test_a_load_past_the_tensors_end_reads_nan():
+def test_a_store_far_past_the_end_is_stopped_before_it_lands():
+    """Rows of 8192, two rows per program, three programs: the stray rows start 8192 elements past the end, beyond
+    any guard band. The address check refuses the store itself (the heap is never written)."""
+    x, out = torch.randn(2, 8192), torch.empty(2, 8192)
+    with pytest.raises(OutOfBoundsWrite, match=r"a store of 16384 element\(s\).*past the last element of argument 1"):
+        kernel_for(copy_rows_masked_on_input, x.device)[(2,)](x, out, 2, N=8192)
+
+
+def test_a_load_past_the_tensors_end_raises():
     """Rows of 40 read in blocks of 64 without a mask: the last row reads 24 elements past the tensor."""
     x, out = torch.randn(3, 40), torch.empty(3)
-    kernel_for(row_sums, x.device)[(3,)](x, x.stride(0), out, 40, BLOCK=64, MASKED=False)
-    assert out[-1].isnan(), "the last row's load went past the tensor, into the guard"
+    with pytest.raises(OutOfBoundsRead, match=r"a load of 24 element\(s\).*past the last element of argument 0"):
+        kernel_for(row_sums, x.device)[(3,)](x, x.stride(0), out, 40, BLOCK=64, MASKED=False)
     kernel_for(row_sums, x.device)[(3,)](x, x.stride(0), out, 40, BLOCK=64, MASKED=True)
     torch.testing.assert_close(out, x.sum(1))
 
@@ -77,8 +110,10 @@ def test_a_row_slice_masked_only_past_the_block_reads_the_gaps_as_nan():
     """Rows 64 apart but 40 long, read 64 at a time: a kernel that forgets the row length reads the 24 elements
     between rows. Unfenced they are the bigger tensor's finite values; fenced they are NaN."""
     x, out = torch.randn(4, 64)[:, :40], torch.empty(4)
-    kernel_for(row_sums, x.device)[(4,)](x, x.stride(0), out, 64, BLOCK=64, MASKED=True)
-    assert out.isnan().all()
+    kernel_for(row_sums, x.device)[(3,)](x, x.stride(0), out, 64, BLOCK=64, MASKED=True)  # not the last row
+    assert out[:3].isnan().all(), "the gaps between rows read as NaN"
+    with pytest.raises(OutOfBoundsRead, match="24 element"):  # the last row's gap lies past the tensor's end
+        kernel_for(row_sums, x.device)[(4,)](x, x.stride(0), out, 64, BLOCK=64, MASKED=True)
 
 
 def test_tensors_that_share_memory_are_passed_as_they_are():
@@ -110,3 +145,50 @@ def test_every_guard_of_a_floating_tensor_is_a_nan_that_arithmetic_does_not_make
         if size > 1:  # fp8 has two NaNs (e4m3fn) or six (e5m2), arithmetic's among them: a stray NaN store is missed
             assert pattern not in made, (dtype, hex(pattern))
     assert guard_pattern(dtype, 0) != guard_pattern(dtype, 1), "two tensors of a launch have different guards"
+
+
+def test_aliases_through_a_tuple_keep_the_kernels_write():
+    """The same tensor as a plain argument and inside a tuple: one buffer, as it was (not two copies)."""
+    x = torch.zeros(16)
+    kernel_for(add_one_through_a_tuple, x.device)[(1,)](x, (x,), N=16)
+    assert torch.equal(x, torch.ones(16))
+
+
+@pytest.mark.parametrize(
+    "scale",
+    [
+        lambda: torch.randn(1, 8)[:, 0],  # one element, stride 8
+        lambda: torch.tensor([2.0]).expand(16),  # a broadcast scale: stride 0
+        lambda: torch.nn.Parameter(torch.tensor([2.0])),
+    ],
+    ids=["one_element_stride_8", "expanded", "parameter"],
+)
+def test_odd_but_valid_tensors_launch_as_before(scale):
+    s = scale()
+    x, out = torch.randn(10), torch.empty(10)
+    kernel_for(scale_copy, x.device)[(1,)](x, s, out, 10, N=16)
+    torch.testing.assert_close(out, x * s.detach().reshape(-1)[0])
+
+
+def test_a_parameter_is_checked_like_any_tensor():
+    weight = torch.nn.Parameter(torch.randn(10))
+    with pytest.raises(OutOfBoundsRead, match="argument 0"):
+        kernel_for(add_one, weight.device)[(1,)](weight, torch.empty(16), N=16)
+
+
+def test_views_of_one_packed_tensor_are_fenced_apart():
+    """k and v sliced from one packed tensor share no element: each gets its own fence, so a read past k's
+    columns reads NaN (in the packed tensor it would be v's finite values)."""
+    packed = torch.randn(4, 64)
+    k, v, out = packed[:, :40], packed[:, 40:], torch.empty(4)
+    kernel_for(row_sums, k.device)[(3,)](k, k.stride(0), out, 64, BLOCK=64, MASKED=True)  # v not passed
+    assert out[:3].isnan().all()
+    with fenced_arguments((k, v), {}, "k") as (args, _):
+        assert args[0] is not k and args[1] is not v, "no shared element: both fenced"
+
+
+def test_an_inference_tensor_output_is_written_back():
+    with torch.inference_mode():
+        x, out = torch.zeros(16), torch.empty(16)
+    kernel_for(add_one, x.device)[(1,)](x, out, N=16)
+    assert torch.equal(out, torch.ones(16))

@@ -60,7 +60,9 @@ def attention_kernel(
     DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     # Which query rows, of which (batch, head), this program owns.
-    block_m = tl.program_id(0)
+    # int64 offsets: one (batch, head) slice alone can pass 2**31 elements (q transposed from [B, S, H, D]
+    # with H * D = 4096 and S > 524288), and rows * stride_qm with it.
+    block_m = tl.program_id(0).to(tl.int64)
     batch_head = tl.program_id(1).to(tl.int64)  # batch * stride_qb can pass 2**31 elements
     batch = batch_head // n_heads
     head = batch_head % n_heads
@@ -90,7 +92,7 @@ def attention_kernel(
     else:
         end = n_keys
     for start in range(0, end, BLOCK_N):
-        keys = start + tl.arange(0, BLOCK_N)
+        keys = start + tl.arange(0, BLOCK_N).to(tl.int64)  # keys * stride_kn: int64 too
         key_ok = keys < n_keys
         kv_mask = key_ok[:, None] & dim_ok[None, :]
         k = tl.load(k_base + keys[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
