@@ -27,11 +27,13 @@ Because a part's budget is the sum of its tests' wall limits, a submission whose
 its own limits is never stopped by the budget, however slow: a correct but slow submission is not
 punished. What bounds a submission where *everything* hangs is the streak rule: after
 ``max_consecutive_timeouts`` tests in a row ran out of time, **from more than one handout step**, the rest
-of the part is not run and the lab's status says so (``stopped``). The steps matter: each step's tests
-call the one function that step asks for, and a step can have many (lab 1's step 11 runs 57 tests that
-all call its oneDNN lowering). One hanging function must cost only its own tests, so a streak inside one
-step never stops the part, however long; a streak that runs on into the next step means more than one
-function hangs.
+of the part is not run and the lab's status says so (``stopped``). The steps matter: a step's tests call
+the function that step asks for, and a step can have many (lab 1's step 11 runs 57 tests that all call its
+algebraic simplifier). One hanging function should cost only its own tests, so a streak inside one step
+never stops the part, however long; a streak that runs on into the next step stops it. That is also the
+rule's limit: where adjacent steps call one function (lab 3's steps 1 and 2 both run the kernel), a hang
+in it stops the part in the second step, and the steps after it are not run. It never stops a part
+earlier than a bare count would, and the part's budget bounds it either way.
 
 Everything here is a pure function of the rubric and the limits: the supervisor
 (:mod:`grader.execute.supervisor`), the in-process timers (:mod:`grader.execute.probe`) and the scorer all

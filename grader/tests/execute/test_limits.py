@@ -134,7 +134,7 @@ def stepped_lab(steps: dict[int, int], heldout_areas: tuple[str, ...] = ()) -> L
 
 def test_a_streak_stops_the_part_only_when_it_spans_more_than_one_handout_step():
     """One hanging function times out its own step's tests in a row: lab 1's step 11 runs 57 tests that all
-    call its oneDNN lowering, lab 2's step 5 48. With a bare count (25) such a hang stopped the lab there, and
+    call its algebraic simplifier, lab 2's step 5 48. With a bare count (25) such a hang stopped the lab there, and
     every step after it scored 0 untried; it must cost only its own tests."""
     lab = stepped_lab({1: 30, 2: 3}, heldout_areas=("folding", "folding", "layout"))
     budget = lab_budget(lab, LIMITS)
