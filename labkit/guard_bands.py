@@ -11,14 +11,18 @@ nothing shows at all.
 :func:`guarded_launch` makes every such access visible, for every launch
 :func:`~labkit.triton_env.kernel_for` interprets:
 
-- **addresses**: while the kernel runs, each load and store of the interpreter is checked lane by lane
-  (the lanes its mask lets through): an address outside every tensor the launch was given raises
+- **addresses**: while the kernel runs, each load, store and atomic of the interpreter is checked lane
+  by lane (the lanes its mask lets through): an address outside every tensor the launch was given raises
   :class:`OutOfBoundsRead` or :class:`OutOfBoundsWrite`, naming the nearest argument and how far
-  past it the access went, before the access happens;
+  past it the access went, before the access happens. The tensors include those inside tuple arguments
+  and the bases of ``TensorDescriptor`` and ``triton.reinterpret`` arguments (addressed, so checked,
+  though passed as they are). Launches are checked one at a time (a lock; the interpreter's builder is
+  one object per process), a launch inside another against its own tensors;
 - **gaps**: an address inside a tensor's span can still miss its elements (the gaps of a strided
   view: rows 64 apart but 40 long). So each tensor argument is copied into a fresh buffer with the same
-  strides, in which every element that is not one of the tensor's (its gaps, and :data:`GUARD_ELEMENTS`
-  elements before and after its span) holds a NaN (:func:`guard_pattern`). A read of a gap returns NaN,
+  strides, in which every element that is not one of the tensor's (its gaps, and a guard before and after
+  its span, as long as the span itself: an overrun by a whole tensor lands there) holds a NaN
+  (:func:`guard_pattern`). A read of a gap returns NaN,
   which shows in the output; after the launch a write to a gap (or to a guard, where the address check
   is not available) raises :class:`OutOfBoundsWrite`; the values the kernel wrote into its arguments are
   copied back into the caller's tensors.
@@ -33,6 +37,7 @@ they are too. Tensors inside tuple arguments are handled like the others.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,8 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
-#: Elements of guard before and after each tensor's span.
+#: Elements of guard before and after each tensor's span: at least this many, and as many as the span itself
+#: (up to :data:`MAX_GUARD_ELEMENTS`), so an overrun by up to a whole tensor (a row stride counted twice) lands in
+#: the tensor's own guard, not in the next argument's copy, where its address would pass the check.
 GUARD_ELEMENTS = 4096
+MAX_GUARD_ELEMENTS = 1 << 22
 
 #: Integer types of each element size: a guard is written and compared as the bits it is.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -94,6 +102,7 @@ class _Fenced:
 
     original: torch.Tensor
     buffer: torch.Tensor  # the whole fenced memory, as integers of the element's size
+    guard: int  # elements of guard before (and after) the tensor's span
     pattern: int  # what every element of ``buffer`` outside the tensor holds
     copy: torch.Tensor  # the original's shape, strides and values, inside ``buffer``
     owned: torch.Tensor  # bool per element of ``buffer``: True where an element of ``copy`` lies
@@ -133,45 +142,47 @@ def _bytes(tensor: torch.Tensor) -> torch.Tensor:
 
 def _fence(tensor: torch.Tensor, index: int) -> _Fenced:
     span = _span(tensor)
-    elements = GUARD_ELEMENTS + span + GUARD_ELEMENTS
+    guard = min(max(GUARD_ELEMENTS, span), MAX_GUARD_ELEMENTS)
+    elements = guard + span + guard
     pattern = guard_pattern(tensor.dtype, index)  # below the sign bit for every size but one byte (unsigned)
     buffer = torch.full((elements,), pattern, dtype=_BITS[tensor.element_size()], device=tensor.device)
-    copy = buffer.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), GUARD_ELEMENTS)
+    copy = buffer.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), guard)
     with torch.no_grad():
         _distinct_elements(copy).copy_(_distinct_elements(tensor))
     owned = torch.zeros(elements, dtype=torch.bool, device=tensor.device)
-    owned.as_strided(tensor.shape, tensor.stride(), GUARD_ELEMENTS).fill_(True)
-    return _Fenced(tensor, buffer, pattern, copy, owned)
+    owned.as_strided(tensor.shape, tensor.stride(), guard).fill_(True)
+    return _Fenced(tensor, buffer, guard, pattern, copy, owned)
 
 
 def _stray_writes(fenced: _Fenced) -> tuple[int, int, int]:
     """How many elements outside the tensor were written: before its first element, in the gaps of its
     strides, after its last element."""
     changed = (fenced.buffer != fenced.pattern) & ~fenced.owned
-    last = GUARD_ELEMENTS + _span(fenced.original)
-    return (
-        int(changed[:GUARD_ELEMENTS].sum()),
-        int(changed[GUARD_ELEMENTS:last].sum()),
-        int(changed[last:].sum()),
-    )
+    first, last = fenced.guard, fenced.guard + _span(fenced.original)
+    return int(changed[:first].sum()), int(changed[first:last].sum()), int(changed[last:].sum())
 
 
 def _describe(position: str, tensor: torch.Tensor) -> str:
     return f"argument {position} ({tensor.dtype}, shape {list(tensor.shape)}, strides {list(tensor.stride())})"
 
 
-def _is_checked(value: Any) -> bool:
-    """Whether ``value`` is a tensor whose memory the launch addresses (a plain tensor or a parameter)."""
+def _is_fenceable(value: Any) -> bool:
+    """Whether ``value`` is a tensor the launch may be given a fenced copy of (a plain tensor or a parameter)."""
     return type(value) in (torch.Tensor, torch.nn.Parameter) and value.numel() > 0
 
 
-def _tensors_in(value: Any, position: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(position, tensor)`` for each checked tensor in ``value``, tuples (Triton's tuple arguments) walked."""
+def _tensors_in(value: Any, position: str, inside: bool = False) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    """``(position, tensor, fenceable)`` for each tensor whose memory ``value`` lets the kernel address: tuples
+    (Triton's tuple arguments) walked, the base of a ``TensorDescriptor`` or of ``triton.reinterpret``'s wrapper
+    too (``inside`` one of those: addressed, so checked, but passed as it is)."""
     if isinstance(value, tuple):
         for index, item in enumerate(value):
-            yield from _tensors_in(item, f"{position}[{index}]")
-    elif _is_checked(value):
-        yield position, value
+            yield from _tensors_in(item, f"{position}[{index}]", inside)
+    elif isinstance(value, torch.Tensor):
+        if value.numel() > 0:
+            yield position, value, _is_fenceable(value) and not inside
+    elif isinstance(getattr(value, "base", None), torch.Tensor):  # a descriptor or a reinterpreted tensor
+        yield from _tensors_in(value.base, f"{position}.base", inside=True)
 
 
 def _swapped(value: Any, fences: dict[int, _Fenced]) -> Any:
@@ -186,9 +197,9 @@ def _swapped(value: Any, fences: dict[int, _Fenced]) -> Any:
 def _element_offsets(tensor: torch.Tensor, unit: int) -> torch.Tensor:
     """Where each of ``tensor``'s elements starts in its storage, in ``unit`` bytes (each element once)."""
     scale = tensor.element_size() // unit
-    offsets = torch.arange(tensor.untyped_storage().nbytes() // unit, device="cpu")
+    offsets = torch.arange(_span(tensor) * scale, device="cpu")
     strides = [stride * scale for stride in tensor.stride()]
-    return offsets.as_strided(tensor.shape, strides, tensor.storage_offset() * scale).flatten().unique()
+    return (offsets.as_strided(tensor.shape, strides, 0).flatten() + tensor.storage_offset() * scale).unique()
 
 
 def _overlapping(tensors: list[torch.Tensor]) -> set[int]:
@@ -198,7 +209,8 @@ def _overlapping(tensors: list[torch.Tensor]) -> set[int]:
     shared = set()
     for i, first in enumerate(tensors):
         for second in tensors[i + 1 :]:
-            if first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr():
+            a, b = _extent("", first), _extent("", second)
+            if a.end <= b.start or b.end <= a.start:  # not one byte in common
                 continue
             unit = math.gcd(first.element_size(), second.element_size())
             if first is second or bool(torch.isin(_element_offsets(first, unit), _element_offsets(second, unit)).any()):
@@ -232,41 +244,74 @@ def _check_addresses(kind: str, pointers: Any, mask: Any, extents: list[_Extent]
         elements = max(1, -(-distance(nearest) // width))
         side = "before the first element of" if first < nearest.start else "past the last element of"
         where = f"{elements} element(s) {side} {nearest.name}"
-    error = OutOfBoundsRead if kind == "load" else OutOfBoundsWrite
+    error = OutOfBoundsRead if kind == "load" else OutOfBoundsWrite  # an atomic writes
+    article = "an" if kind == "atomic" else "a"
     raise error(
-        f"kernel {kernel_name}: a {kind} of {len(stray)} element(s) outside every tensor it was given, the first "
-        f"{where} (a mask that lets a row or a column past the end through)"
+        f"kernel {kernel_name}: {article} {kind} of {len(stray)} element(s) outside every tensor it was given, "
+        f"the first {where} (a mask that lets a row or a column past the end through)"
     )
+
+
+#: The extents of each launch in progress, innermost last (a launch inside another checks against its own).
+_active_extents: list[tuple[list[_Extent], str]] = []
+#: Launches are checked one at a time: the interpreter's builder is one object for the whole process.
+_launch_lock = threading.RLock()
+#: The interpreter's memory operations: name -> (where its pointers are among the arguments, where its mask is;
+#: None: every lane), and whether it reads or writes.
+_MEMORY_OPERATIONS = {
+    "create_masked_load": (0, 1, "load"),
+    "create_masked_store": (0, 2, "store"),
+    "create_atomic_rmw": (1, 3, "atomic"),
+    "create_atomic_cas": (0, None, "atomic"),
+}
+
+
+class _AllLanes:
+    """The mask of an operation that has none: every lane."""
+
+    data = True
+
+
+def _checked(operation: Callable[..., Any], pointer_at: int, mask_at: int | None, kind: str) -> Callable[..., Any]:
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        extents, kernel_name = _active_extents[-1]
+        mask = _AllLanes() if mask_at is None else args[mask_at]
+        _check_addresses(kind, args[pointer_at], mask, extents, kernel_name)
+        return operation(*args, **kwargs)
+
+    return checked
 
 
 @contextmanager
 def _addresses_checked(extents: list[_Extent], kernel_name: str) -> Iterator[None]:
-    """For the duration of the block, the interpreter checks each load's and store's addresses against
-    ``extents`` (nothing is checked on a Triton whose interpreter has no masked load and store)."""
+    """For the duration of the block, the interpreter checks each load's, store's and atomic's addresses against
+    ``extents`` (what a Triton whose interpreter lacks one of these operations has of them). The outermost
+    launch installs the checks on the interpreter's builder and puts back exactly what was there after it."""
     try:
         from triton.runtime import interpreter
     except ImportError:  # no Triton: nothing to check
         yield
         return
     builder = getattr(interpreter, "interpreter_builder", None)
-    if builder is None or not all(hasattr(builder, name) for name in ("create_masked_load", "create_masked_store")):
-        yield
-        return
-    load, store = builder.create_masked_load, builder.create_masked_store
-
-    def checked_load(pointers, mask, *rest, **options):
-        _check_addresses("load", pointers, mask, extents, kernel_name)
-        return load(pointers, mask, *rest, **options)
-
-    def checked_store(pointers, value, mask, *rest, **options):
-        _check_addresses("store", pointers, mask, extents, kernel_name)
-        return store(pointers, value, mask, *rest, **options)
-
-    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    operations = {name: spec for name, spec in _MEMORY_OPERATIONS.items() if hasattr(builder, name)}
+    outermost = not _active_extents
+    saved = {name: vars(builder).get(name, _MISSING) for name in operations} if outermost else {}
+    if outermost:
+        for name, (pointer_at, mask_at, kind) in operations.items():
+            setattr(builder, name, _checked(getattr(builder, name), pointer_at, mask_at, kind))
+    _active_extents.append((extents, kernel_name))
     try:
         yield
     finally:
-        del builder.create_masked_load, builder.create_masked_store  # the class's own methods again
+        _active_extents.pop()
+        for name, value in saved.items():
+            if value is _MISSING:
+                delattr(builder, name)  # the class's own method again
+            else:
+                setattr(builder, name, value)
+
+
+_MISSING = object()
 
 
 @contextmanager
@@ -278,11 +323,12 @@ def fenced_arguments(args: tuple, kwargs: dict[str, Any], kernel_name: str) -> I
         OutOfBoundsRead, OutOfBoundsWrite: the kernel read or wrote outside the tensors it was given.
     """
     positions = [*((str(i), v) for i, v in enumerate(args)), *((repr(k), v) for k, v in kwargs.items())]
-    tensors = [found for position, value in positions for found in _tensors_in(value, position)]
+    found = [entry for position, value in positions for entry in _tensors_in(value, position)]
+    tensors = [(position, tensor) for position, tensor, _ in found]
     shared = _overlapping([tensor for _, tensor in tensors])
     fences: dict[int, _Fenced] = {}
-    for index, (_, tensor) in enumerate(tensors):
-        if id(tensor) not in shared and id(tensor) not in fences:
+    for index, (_, tensor, fenceable) in enumerate(found):
+        if fenceable and id(tensor) not in shared and id(tensor) not in fences:
             fences[id(tensor)] = _fence(tensor, index)
     passed = [(position, fences[id(t)].copy if id(t) in fences else t, t) for position, t in tensors]
     extents = [_extent(_describe(position, original), given) for position, given, original in passed]
@@ -320,7 +366,7 @@ def guarded_launch(launch: Callable[..., Any], kernel_name: str) -> Callable[...
     """``launch`` (an interpreted ``kernel[grid]``) run with its accesses checked and its tensors fenced."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        with fenced_arguments(args, kwargs, kernel_name) as (fenced_args, fenced_kwargs):
+        with _launch_lock, fenced_arguments(args, kwargs, kernel_name) as (fenced_args, fenced_kwargs):
             try:
                 return launch(*fenced_args, **fenced_kwargs)
             except Exception as error:  # the interpreter wraps what a load or store raised (once per

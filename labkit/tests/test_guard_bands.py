@@ -192,3 +192,75 @@ def test_an_inference_tensor_output_is_written_back():
         x, out = torch.zeros(16), torch.empty(16)
     kernel_for(add_one, x.device)[(1,)](x, out, N=16)
     assert torch.equal(out, torch.ones(16))
+
+
+@triton.jit
+def atomic_add_at(out_ptr, OFFSET: tl.constexpr):
+    tl.atomic_add(out_ptr + OFFSET, 1.0)
+
+
+@triton.jit
+def rows_read_with_twice_their_stride(x_ptr, out_ptr, n_cols, row_stride, BLOCK: tl.constexpr, TILES: tl.constexpr):
+    row = tl.program_id(0)
+    for tile in range(0, TILES):
+        cols = tile * BLOCK + tl.arange(0, BLOCK)
+        inside = cols < n_cols
+        x = tl.load(x_ptr + row * row_stride + cols, mask=inside, other=0.0)
+        tl.store(out_ptr + row * n_cols + cols, x, mask=inside)
+
+
+def test_an_atomic_outside_every_tensor_raises_before_it_lands():
+    """Atomics bypass the interpreter's load and store: a stray one a million elements away segfaulted."""
+    out = torch.zeros(1)
+    kernel_for(atomic_add_at, out.device)[(1,)](out, OFFSET=0)
+    assert out.item() == 1.0
+    with pytest.raises(OutOfBoundsWrite, match=r"an atomic of 1 element\(s\).*past the last element of argument 0"):
+        kernel_for(atomic_add_at, out.device)[(1,)](out, OFFSET=1 << 20)
+
+
+def test_an_overrun_by_a_whole_row_lands_in_the_tensors_own_guard():
+    """Rows of 65537 read with twice their stride: the last row starts 65537 elements past the tensor, beyond a
+    fixed 4096-element guard, where the next argument's copy may lie (its address would pass). The guard is as
+    long as the tensor, so the read lands in it."""
+    x, out = torch.randn(3, 65537), torch.zeros(3, 65537)
+    with pytest.raises(OutOfBoundsRead, match="argument 0"):
+        kernel_for(rows_read_with_twice_their_stride, x.device)[(3,)](x, out, 65537, 2 * 65537, BLOCK=8192, TILES=9)
+
+
+def test_launches_from_several_threads_are_checked_each_against_its_own_tensors():
+    import threading
+
+    errors = []
+
+    def launch_a_few() -> None:
+        try:
+            for _ in range(4):
+                x, out = torch.randn(16), torch.empty(16)
+                kernel_for(add_one, x.device)[(1,)](x, out, N=16)
+                assert torch.equal(out, x + 1)
+        except Exception as error:  # noqa: BLE001  (collected, then reported by the assertion below)
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=launch_a_few) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_a_host_tensor_descriptors_base_is_addressed_and_passed_as_it_is():
+    descriptors = pytest.importorskip("triton.tools.tensor_descriptor")
+    x, out = torch.randn(8, 16), torch.zeros(8, 16)
+    kernel_for(copy_by_descriptor, x.device)[(2,)](
+        descriptors.TensorDescriptor.from_tensor(x, [4, 16]),
+        descriptors.TensorDescriptor.from_tensor(out, [4, 16]),
+        BM=4,
+    )
+    assert torch.equal(out, x)
+
+
+@triton.jit
+def copy_by_descriptor(x_desc, out_desc, BM: tl.constexpr):
+    row = tl.program_id(0) * BM
+    out_desc.store([row, 0], x_desc.load([row, 0]))
