@@ -110,7 +110,12 @@ class LabSpec:
 
     def step_of(self, test_function: str) -> Step | None:
         """The step whose ``tests`` list ``test_function`` (a function name, without parameters)."""
-        return next((step for step in self.steps if test_function in step.tests), None)
+        return step_listing(self.steps, test_function)
+
+
+def step_listing(steps: tuple[Step, ...], test_function: str) -> Step | None:
+    """The step of ``steps`` whose ``tests`` list ``test_function`` (a function name, without parameters)."""
+    return next((step for step in steps if test_function in step.tests), None)
 
 
 def _require(table: dict, key: str, kind: type, where: str):

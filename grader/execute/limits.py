@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from grader.evidence.events import FULL_CANARY_SHARE
+from labkit.labspec import step_listing
 
 if TYPE_CHECKING:
     from grader.course.rubric import LabRubric, Rubric, RubricTest
@@ -186,10 +187,10 @@ class LabBudget:
         """Whether ``streak`` (real tests in a row that ran out of time) stops the part: at least
         ``max_consecutive_timeouts`` tests, from more than one handout step (never when the limit is 0).
 
-        One step's tests all call the function that step asks for, so one hanging function times out
-        its own step's tests in a row, however many (lab 1's step 11 has 57): that alone never stops
-        the part, and the steps after it are graded. A streak that goes on into the next step means
-        more than one function hangs, and that is what the rule stops.
+        A step's tests call the function that step asks for, so one hanging function times out its own
+        step's tests in a row, however many (lab 1's step 11 has 57): that alone never stops the part, and
+        the steps after it are graded. A streak that goes on into the next step stops it, whether another
+        function hangs too or adjacent steps call the same one (the module docstring says which).
         """
         if not 0 < self.max_consecutive_timeouts <= len(streak):
             return False
@@ -293,7 +294,7 @@ def lab_budget(lab: LabRubric, limits: RunLimits, *, heldout: bool = False) -> L
 def step_of_test(lab: LabRubric, test: RubricTest) -> str:
     """The handout step ``test`` grades, in words: its ``lab.toml`` step; for a test off every step (a
     held-out one), its area; else its own test function."""
-    step = next((step for step in lab.steps if test.name in step.tests), None)
+    step = step_listing(lab.steps, test.name)
     if step is not None:
         return f"step {step.number}"
     return f"area {test.area}" if test.area else f"test {test.name}"

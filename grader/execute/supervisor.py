@@ -262,7 +262,7 @@ def supervise(
         stream_cap_bytes=limits.output_cap_bytes,
         verdicts=verdict_write,
         streak=streak,
-        stops=budget.stops_at if budget.max_consecutive_timeouts else None,
+        stops=budget.stops_at,  # never stops when max_consecutive_timeouts is 0
         cost=budget.cost,
         plain=plain_canaries,
     )
