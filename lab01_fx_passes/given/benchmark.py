@@ -15,11 +15,13 @@ Candidates (all in eval mode, under ``torch.no_grad``, the same thread count):
 - ``optimize_for_inference``: the same module's TorchScript + oneDNN optimiser;
 - ``pipeline + oneDNN``: the optional extension (step 10), ``onednn_pipeline``: the lab pipeline,
   then Conv(+ReLU, +add) lowered to oneDNN's fused, pre-packed convolution. Left out, with a line
-  saying so, while step 10 is not done. Its weights are packed for the pipeline's 2-image example,
-  and oneDNN picks their layout for that input size: at batch 1 it may reorder them again on every
-  call (the handout measures it).
+  saying so, while step 10 is not done. Lowered once per timed batch size, on that many images:
+  oneDNN picks a packed weight's layout for the input size it is shown, and at another size it may
+  reorder the weight again on every call (the handout measures it), so a server packs per shape it
+  serves (:class:`PackedPerBatchSize`), as Inductor below compiles per shape.
 - ``inductor (freezing)`` (``--inductor``, off by default: each batch size compiles for a minute or
-  more): ``torch.compile`` with Inductor's ``freezing`` option, the strongest CPU anchor PyTorch ships:
+  more): ``torch.compile`` with ``torch._inductor.config.freezing`` set while it traces
+  (:class:`FrozenInductor` says why the ``options`` dict is not enough), the strongest CPU anchor PyTorch ships:
   parameters become constants, Inductor's own passes fold BN and pre-pack the convolutions
   (``torch/_inductor/fx_passes/mkldnn_fusion.py``), then it generates C++ for everything between
   them. Compiled for every timed batch size before timing starts, so no compile is timed.
@@ -85,42 +87,82 @@ TARGET_SPEEDUP, TARGET_BATCH, TARGET_AGREEMENT, FULL_SET_IMAGES = 1.12, 8, 0.999
 RUN_LENGTHS = {"quick": (32, 1, 5), "default": (256, 2, 12), "full": (FULL_SET_IMAGES, 3, 20)}
 
 
-def build_onednn_candidate(lab: Any, model: nn.Module, example: torch.Tensor) -> nn.Module | None:
-    """The optional extension's candidate (``onednn_pipeline``), or None, said in a line, while step 10 is not done."""
+class PackedPerBatchSize:
+    """One lowered graph per served batch size, each with its weights packed for that size.
+
+    oneDNN packs a convolution's weight for the input size it is shown (see the handout), so a
+    server lowers once per shape it serves, as ``torch.compile`` keeps one graph per shape. A batch
+    size nobody packed for runs the first graph: correct, only slower.
+    """
+
+    def __init__(self, graphs: dict[int, Callable[[torch.Tensor], torch.Tensor]]) -> None:
+        self.graphs = dict(graphs)
+        self.fallback = self.graphs[min(self.graphs)]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.graphs.get(x.shape[0], self.fallback)(x)
+
+
+def build_onednn_candidate(lab: Any, model: nn.Module, batch_sizes: Sequence[int]) -> PackedPerBatchSize | None:
+    """The optional extension's candidate (``onednn_pipeline``, lowered once per batch size in
+    ``batch_sizes`` on that many images), or None, said in a line, while step 10 is not done."""
     if not hasattr(lab, "onednn_pipeline"):
         print(f"  {ONEDNN}: left out (this copy of the lab has no onednn_pipeline, the optional step 10)", flush=True)
         return None
     start = time.perf_counter()
+    graphs = {}
     try:
-        manager = lab.onednn_pipeline([example])
-        with torch.no_grad():  # the lowering packs weights for inference only
-            result = manager(fx.symbolic_trace(copy.deepcopy(model)))
+        for batch in batch_sizes:
+            manager = lab.onednn_pipeline([synthetic_images(batch, CALIBRATION_SEED + 1)])
+            with torch.no_grad():  # the lowering packs weights for inference only
+                graphs[batch] = manager(fx.symbolic_trace(copy.deepcopy(model))).graph_module
     except NotImplementedError as error:
         print(f"  {ONEDNN}: left out (the optional step 10 is not done: {error})", flush=True)
         return None
-    print(
-        f"  {ONEDNN}: {len(manager.report)} passes in {time.perf_counter() - start:.1f} s (with validation)", flush=True
-    )
-    return result.graph_module
+    print(f"  {ONEDNN}: {len(manager.report)} passes, weights packed for batch sizes {list(graphs)}, "
+          f"in {time.perf_counter() - start:.1f} s (with validation)", flush=True)  # fmt: skip
+    return PackedPerBatchSize(graphs)
 
 
-def build_inductor_candidate(model: nn.Module, batch_sizes: Sequence[int]) -> nn.Module:
-    """``torch.compile`` with Inductor's freezing, compiled for each of ``batch_sizes`` (one graph per
-    size: ``dynamic=False``, as a server compiles the sizes it serves) so that no compile is timed."""
-    compiled = torch.compile(copy.deepcopy(model), options={"freezing": True}, dynamic=False)
+class FrozenInductor:
+    """``torch.compile(model, dynamic=False)`` called with Inductor's ``freezing`` switched on.
+
+    Freezing is decided while Dynamo traces: it turns parameters into graph constants only when
+    ``torch._inductor.config.freezing`` is set and grad mode is off at that moment
+    (``torch._dynamo.utils.is_parameter_freezing``). ``torch.compile(..., options={"freezing": True})``
+    reaches Inductor only after the trace, with the parameters already graph inputs: nothing is
+    frozen, no weight is pre-packed, and no error says so (this candidate was built that way once,
+    and ran as a plain Inductor compile). A new batch size traces again, so the switch is on at every
+    call, not only the first.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.compiled = torch.compile(model, dynamic=False)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        with torch._inductor.config.patch(freezing=True), torch.no_grad():  # freezing: inference graphs only
+            return self.compiled(x)
+
+
+def build_inductor_candidate(
+    model: nn.Module, batch_sizes: Sequence[int], image_shape: Sequence[int] = (3, 224, 224)
+) -> FrozenInductor:
+    """Inductor with freezing, compiled for each of ``batch_sizes`` (one graph per size, as a server
+    compiles the sizes it serves) so that no compile is timed."""
+    compiled = FrozenInductor(copy.deepcopy(model))
     start = time.perf_counter()
-    with torch.no_grad():  # freezing applies to inference graphs only
-        for batch in batch_sizes:
-            compiled(torch.randn(batch, 3, 224, 224))
+    for batch in batch_sizes:
+        compiled(torch.randn(batch, *image_shape))
     print(f"  {INDUCTOR}: compiled for batch sizes {list(batch_sizes)} in {time.perf_counter() - start:.1f} s")
     return compiled
 
 
 def build_candidates(
-    model: nn.Module, example: torch.Tensor, inductor_batch_sizes: Sequence[int] = ()
-) -> tuple[dict[str, nn.Module], list[Any]]:
-    """The models to compare (four, five with the extension, one more with ``inductor_batch_sizes``),
-    and the lab pipeline's per-pass report."""
+    model: nn.Module, example: torch.Tensor, batch_sizes: Sequence[int], inductor: bool = False
+) -> tuple[dict[str, Callable[[torch.Tensor], torch.Tensor]], list[Any]]:
+    """The models to compare (four, five with the extension, one more with ``inductor``), and the lab
+    pipeline's per-pass report. The extension's lowering and Inductor are specialised to each of
+    ``batch_sizes``, the sizes the benchmark times."""
     lab = load_lab(PACKAGE)
     print(f"building candidates (lab implementation: {selected_impl()})", flush=True)
     manager = lab.default_pipeline([example])
@@ -133,11 +175,11 @@ def build_candidates(
         optimized = optimization.optimize_for_inference(model)
     print(f"  fx.fuse and optimize_for_inference: {time.perf_counter() - start:.1f} s", flush=True)
     candidates = {BASELINE: model, PIPELINE: result.graph_module, "fx.fuse": fused, OPTIMIZE_FOR_INFERENCE: optimized}
-    lowered = build_onednn_candidate(lab, model, example)
+    lowered = build_onednn_candidate(lab, model, batch_sizes)
     if lowered is not None:
         candidates[ONEDNN] = lowered
-    if inductor_batch_sizes:
-        candidates[INDUCTOR] = build_inductor_candidate(model, inductor_batch_sizes)
+    if inductor:
+        candidates[INDUCTOR] = build_inductor_candidate(model, batch_sizes)
     return candidates, manager.report
 
 
@@ -401,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with torch.no_grad():
         logit_scale = model(example).abs().max().item()
     with finish_steps_first(PACKAGE, "the benchmark's default_pipeline"):
-        candidates, pass_report = build_candidates(model, example, args.batch_sizes if args.inductor else ())
+        candidates, pass_report = build_candidates(model, example, args.batch_sizes, args.inductor)
     print_pass_table(pass_report, logit_scale)
     timings = measure_latency(candidates, args.batch_sizes, args.warmup, args.repeats)
     print_latency_table(timings)

@@ -57,6 +57,55 @@ def test_lab01_the_lowering_is_judged_against_inductor_at_every_timed_batch_size
     assert targets[f"{b.ONEDNN} at least as fast as {b.INDUCTOR} (batch 8)"] == MISSED
 
 
+def test_lab01_the_lowering_is_packed_for_every_timed_batch_size(monkeypatch):
+    """oneDNN packs a weight for the input size it is shown, so the extension's candidate is lowered
+    once per timed batch size on that many images (as Inductor compiles per size), and a size
+    nobody packed for still gets the original's answer."""
+    import torch
+
+    from lab01_fx_passes.given.models import TinyResNet, randomize_batch_norm
+    from labkit.impl import load_lab
+
+    monkeypatch.setenv("LABKIT_IMPL", "solution")
+    lab = load_lab(lab01_benchmark.PACKAGE)
+    shown = []
+
+    class RecordingLab:
+        def onednn_pipeline(self, example_inputs):
+            shown.append(tuple(example_inputs[0].shape))
+            return lab.onednn_pipeline(example_inputs)
+
+    model = randomize_batch_norm(TinyResNet(), 0).eval()
+    candidate = lab01_benchmark.build_onednn_candidate(RecordingLab(), model, [1, 8])
+    assert [size[0] for size in shown] == [1, 8], "one lowering per timed batch size, shown that many images"
+    assert sorted(candidate.graphs) == [1, 8]
+    with torch.no_grad():
+        for batch in (1, 8, 3):
+            x = torch.randn(batch, *shown[0][1:], generator=torch.Generator().manual_seed(batch))
+            torch.testing.assert_close(candidate(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_lab01_the_inductor_anchor_is_really_frozen(monkeypatch):
+    """Frozen weights are constants of the compiled code: a weight changed in place after the compile
+    is not seen (no guard watches it; the lab's step 8 is about exactly that). Compiled with
+    ``options={"freezing": True}`` the weights stayed graph inputs, so the change was seen: the
+    benchmark's strongest anchor had run as a plain Inductor compile."""
+    import torch
+    from torch import nn
+
+    monkeypatch.setattr(lab01_benchmark.copy, "deepcopy", lambda model: model)  # compile the model we hold
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    candidate = lab01_benchmark.build_inductor_candidate(model, [2], image_shape=(3, 12, 12))
+    x = torch.randn(2, 3, 12, 12)
+    before = candidate(x)
+    with torch.no_grad():
+        model[0].weight.mul_(-1)
+        eager_after = model(x)
+    assert not torch.allclose(eager_after, before), "the in-place change must change eager's answer"
+    torch.testing.assert_close(candidate(x), before, msg="the compiled anchor saw a weight change: not frozen")
+
+
 @pytest.mark.parametrize(
     "disagreements, images, expected",
     [
