@@ -2,7 +2,7 @@
 
 Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments after -- go to pytest, e.g. -- --step 2)
                 nox -s grade-me                   (grade your copy as the grader would: graded/me/feedback.md)
-                nox -s bench-lab01 bench-lab02 bench-lab03  (~2 min, ~1 min, GPU; lab 1's long form: -- --full)
+                nox -s bench-lab01 bench-lab02 bench-lab03  (~3 min, ~1 min, GPU; lab 1's long form: -- --full)
                 nox -s report-lab02               (lab 2's NPU coverage report; -- --model all, -- --zoo, -- --draw)
                 nox -s draw-lab01                 (lab 1's graphs before and after the pipeline, as pictures)
                 nox -s zoo-lab02                  (lab 2's backend on the transformers zoo, both dialects)
