@@ -21,6 +21,10 @@ When folding is wrong, and this pass refuses:
 - the weights are graph **inputs** (placeholders): in Dynamo graphs every parameter and buffer is
   one, unknown until the graph runs. The freezing step (``freezing.py``) turns them into constants
   first; without it the pass cannot fire, and says so.
+- ``eps`` is a **graph value**, not a number: under ``torch.compile(..., dynamic=True)`` Dynamo
+  does not specialise a module's float attributes, so ``bn.eps`` arrives as a 0-d tensor input read
+  by ``.item()`` and the call's ``eps`` argument is that node (:data:`EPS_IS_A_GRAPH_VALUE`). The fold
+  needs the number; arithmetic on the node fails (``Tensor + Node``), so check before you compute.
 
 Dialects handled: ``symbolic_trace`` (``call_module`` Conv/BN pairs: the pair becomes one
 ``call_module`` on a new fused convolution; functional ``F.conv2d`` -> ``F.batch_norm`` calls appear
@@ -51,6 +55,7 @@ from lab01_fx_passes.given.interface import (  # noqa: F401  (given: the targets
     ATEN_CONVOLUTIONS,
     ATEN_TENSOR_BATCH_NORMS,
     ATEN_TUPLE_BATCH_NORMS,
+    EPS_IS_A_GRAPH_VALUE,
     NO_PAIRS,
     SHARED_OUTPUT,
     TORCH_BATCH_NORMS,
@@ -101,6 +106,8 @@ class ConvBNFuser(ConvBNFuserBase):
         #    All weights must be get_attr constants (self.fetch_attr(node.target) reads them); a
         #    placeholder weight (Dynamo before freezing) is a pair skipped as WEIGHTS_ARE_INPUTS.
         #    For tuple-returning BNs only getitem(bn, 0) may be used.
+        #    eps (call_argument(bn, "eps", 1e-5)) must be a Python number: under dynamic=True it
+        #    is a node (a pair skipped as EPS_IS_A_GRAPH_VALUE).
         #  - count every refused pair in self.skipped[REASON] (TRAINING_MODE, SHARED_OUTPUT, ...).
         #  Compute the fused weight and bias with fuse_conv_bn_weights (under torch.no_grad()).
         # guidance: end

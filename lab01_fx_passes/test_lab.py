@@ -1307,6 +1307,53 @@ def test_default_pipeline_in_a_torch_compile_backend_runs_a_fused_resnet(lab):
         torch._dynamo.reset()
 
 
+@pytest.mark.points(2)
+@pytest.mark.parametrize("model_class", [TinyResNet, ViewHead], ids=lambda model_class: model_class.__name__)
+def test_default_pipeline_in_a_dynamic_shape_backend_is_right_at_every_batch_size(lab, model_class):
+    """``torch.compile(model, backend=lab_backend(lab), dynamic=True)``: the graph's sizes are symbols.
+
+    With ``dynamic=True`` Dynamo hands the backend one graph for every batch size the guards admit:
+    the batch is a ``SymInt`` placeholder (``s0``), a view reads it (``y.view(s0, -1)``), and a module's
+    float attributes (BN's ``eps``) are not specialised either: they arrive as 0-d tensor inputs read
+    by ``.item()``, so the batch norm's ``eps`` is a node, not a number. A pass that needs a number
+    there must leave that node alone and say why (``conv_bn.py``: ``EPS_IS_A_GRAPH_VALUE``), never
+    compute with it or bake the example's value in. The compiled model must match eager at batch
+    sizes it was not compiled for, with no second graph.
+    """
+    model, model_name = eval_model(model_class(), seed=5), model_class.__name__
+    batches = (5, 2, 7)  # 5 differs from every other size of the input: Dynamo gives it its own symbol
+    inputs = [torch.randn(batch, 3, 16, 16, generator=torch.Generator().manual_seed(batch)) for batch in batches]
+    backend = lab_backend(lab)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend=backend, dynamic=True)
+        with torch.no_grad():
+            for batch, x in zip(batches, inputs):
+                try:
+                    output = compiled(x)
+                except Exception as error:  # Dynamo wraps the backend's exception: report the pass's own
+                    cause = getattr(error, "inner_exception", None) or error
+                    pytest.fail(
+                        f"{model_name} under torch.compile(dynamic=True), batch {batch}: the pipeline raised "
+                        f"{type(cause).__name__}: {cause}\n  here a size is a SymInt input and BN's eps a graph "
+                        "value, not numbers: a pass that needs a number leaves that node alone with a reason "
+                        "(conv_bn.py: EPS_IS_A_GRAPH_VALUE)"
+                    )
+                assert_close(output, model(x), what=f"the dynamic-shape compiled {model_name} at batch {batch}")
+        assert len(backend.compiled) == 1, (
+            f"Dynamo compiled {len(backend.compiled)} graphs: one graph with a symbolic batch serves batches 5, 2 and 7"
+        )
+        graph = backend.compiled[0]
+        symbols = [node for node in graph.optimized.graph.find_nodes(op="placeholder")
+                   if isinstance(node.meta.get("example_value"), torch.SymInt)]  # fmt: skip
+        assert symbols, "the optimised graph must keep the batch as a SymInt input (it serves every batch size)"
+        assert graph.fallbacks == 0, "no frozen value changed: the optimised graph must have run every call"
+        silent = [row.name for row in graph.report if not row.modified and not getattr(row, "reason", None)]
+        assert not silent, f"passes that changed nothing must say why: {silent}"
+    finally:
+        torch._dynamo.reset()
+
+
 @pytest.mark.points(3)
 def test_default_pipeline_accepts_correct_folds_of_large_outputs(lab, large_output_model):
     """Logits of order 1e4: float32 eager itself is ~4e-3 from exact, and a correct fold moves them as much.

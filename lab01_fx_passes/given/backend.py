@@ -31,6 +31,8 @@ from typing import Any
 
 from torch import fx
 
+from labkit.fx_nodes import concrete_inputs
+
 
 class GuardedGraph:
     """What the backend hands Dynamo: the optimised graph, run while the freezer's guard holds.
@@ -72,7 +74,7 @@ def lab_backend(lab: ModuleType) -> Callable[[fx.GraphModule, list[Any]], Guarde
 
     def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> GuardedGraph:
         original = fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the passes may rewrite gm in place
-        manager = lab.default_pipeline(example_inputs)
+        manager = lab.default_pipeline(concrete_inputs(example_inputs))  # dynamic=True: SymInt sizes -> this call's
         result = manager(gm)
         freezers = [p for p in manager.passes if isinstance(p, lab.ParameterFreezer)]
         guarded = GuardedGraph(result.graph_module, original, freezers, manager.report)

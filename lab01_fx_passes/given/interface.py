@@ -71,6 +71,9 @@ TORCH_BATCH_NORMS = (F.batch_norm,)
 TRAINING_MODE = "BatchNorm in training mode (or without running statistics)"
 SHARED_OUTPUT = "the convolution's output has another user"
 TRANSPOSED = "transposed convolution"
+#: ``torch.compile(..., dynamic=True)`` does not specialise a module's float attributes: BN's ``eps``
+#: reaches the graph as a 0-d tensor input read by ``.item()``, so the call's ``eps`` is a node, not a number.
+EPS_IS_A_GRAPH_VALUE = "eps is a value of the graph (a float Dynamo left symbolic), not a number"
 NO_PAIRS = "no convolution followed by a BatchNorm in this graph"
 
 

@@ -21,6 +21,10 @@ When folding is wrong, and this pass refuses:
 - the weights are graph **inputs** (placeholders): in Dynamo graphs every parameter and buffer is
   one, unknown until the graph runs. The freezing step (``freezing.py``) turns them into constants
   first; without it the pass cannot fire, and says so.
+- ``eps`` is a **graph value**, not a number: under ``torch.compile(..., dynamic=True)`` Dynamo
+  does not specialise a module's float attributes, so ``bn.eps`` arrives as a 0-d tensor input read
+  by ``.item()`` and the call's ``eps`` argument is that node (:data:`EPS_IS_A_GRAPH_VALUE`). The fold
+  needs the number; arithmetic on the node fails (``Tensor + Node``), so check before you compute.
 
 Dialects handled: ``symbolic_trace`` (``call_module`` Conv/BN pairs: the pair becomes one
 ``call_module`` on a new fused convolution; functional ``F.conv2d`` -> ``F.batch_norm`` calls appear
@@ -54,6 +58,7 @@ from lab01_fx_passes.given.interface import (
     ATEN_CONVOLUTIONS,
     ATEN_TENSOR_BATCH_NORMS,
     ATEN_TUPLE_BATCH_NORMS,
+    EPS_IS_A_GRAPH_VALUE,
     SHARED_OUTPUT,
     TORCH_BATCH_NORMS,
     TORCH_CONVOLUTIONS,
@@ -189,7 +194,11 @@ class ConvBNFuser(ConvBNFuserBase):
             if mean is None or var is None:  # no running statistics: batch statistics, as in training
                 self.skipped[TRAINING_MODE] += 1
             return None
-        weight, bias = _fused_weights(conv_w, conv_b, mean, var, call_argument(bn, "eps", 1e-5), bn_w, bn_b)
+        eps = call_argument(bn, "eps", 1e-5)
+        if not isinstance(eps, (int, float)):  # a node: Dynamo's float left symbolic (dynamic=True)
+            self.skipped[EPS_IS_A_GRAPH_VALUE] += 1
+            return None
+        weight, bias = _fused_weights(conv_w, conv_b, mean, var, eps, bn_w, bn_b)
         return _Fold(conv, bn, weight, bias, bn_output=bn_output)
 
     def _constant(self, argument: Any) -> torch.Tensor | None:
