@@ -218,11 +218,16 @@ def _copy_output(pipe: IO[bytes], sink: IO[bytes], cap: int, flooded: threading.
 
 
 def _send(fd: int, payload: bytes) -> None:
-    with os.fdopen(fd, "wb") as pipe:
-        try:
+    """Write ``payload`` into the graded process's control pipe and close it.
+
+    A process that exits before reading it (pytest could not start) is reported by its exit status;
+    the broken pipe, raised by the write or by the close that flushes it, is no news to print.
+    """
+    try:
+        with os.fdopen(fd, "wb") as pipe:
             pipe.write(payload)
-        except BrokenPipeError:
-            pass
+    except BrokenPipeError:
+        pass
 
 
 def supervise(

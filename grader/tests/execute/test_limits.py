@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import replace
 
 import pytest
@@ -362,3 +363,16 @@ def test_whichever_test_builds_a_slow_shared_fixture_keeps_its_points(tmp_path):
         (test.nodeid, test.outcome, test.message) for test in squares
     ]
     assert lab.score == lab.max_score
+
+
+def test_a_control_message_to_a_process_that_never_read_it_raises_nothing():
+    """pytest that cannot start exits before reading its control pipe: its exit status says so, and the
+    thread that wrote the message prints no BrokenPipeError traceback on the grader's console (the
+    buffered write fails only when the pipe is flushed on close)."""
+    from grader.execute.supervisor import _send
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    _send(write_end, b'{"control": 1}')  # raised BrokenPipeError from the close before
+    with pytest.raises(OSError):
+        os.fstat(write_end)  # and the descriptor is closed all the same
