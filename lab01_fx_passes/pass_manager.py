@@ -36,7 +36,7 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes.given.pass_report import Pass, PassReport, PassValidationError, pass_name, reason_of  # noqa: F401
-from labkit.numerics import TOLERANCE_FACTOR, OutputError, ReferenceOutputs, output_error  # noqa: F401
+from labkit.numerics import TOLERANCE_FACTOR, OutputError, ReferenceOutputs, fresh_copies, output_error  # noqa: F401
 
 
 class PassManager:
@@ -85,7 +85,9 @@ class PassManager:
         #    reference = ReferenceOutputs.measure(graph_module, self.example_inputs);
         #  - for each pass: count nodes, time it (time.perf_counter), check it returned a
         #    PassResult (TypeError naming the pass otherwise), continue with result.graph_module;
-        #  - validate: graph.lint(), run the graph (under torch.no_grad()); a failure to run raises
+        #  - validate: graph.lint(), run the graph (under torch.no_grad()) on fresh_copies(self.example_inputs):
+        #    a graph may write its inputs in place (x.sub_(mean)), and a run on written inputs
+        #    differs from the first, blaming an innocent pass; a failure to run raises
         #    PassValidationError(pass_name, message) naming the pass; for a pass that does not
         #    declare changes_semantics, verdict = reference.compare(outputs,
         #    factor=self.tolerance_factor), and a verdict that is not ok raises

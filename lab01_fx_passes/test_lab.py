@@ -122,6 +122,7 @@ from lab01_fx_passes.given.models import (
     LinearGeluMLP,
     LiteralConstants,
     MaskWrittenBeforeItsView,
+    NormalizesItsInputInPlace,
     ReluZoo,
     ResidualConvs,
     ReturnsAViewOfAParameter,
@@ -1079,6 +1080,43 @@ def test_pass_manager_compares_every_pass_with_the_original_graph(lab):
         f"pass_manager.py: the error was raised at {caught.value.pass_name}, expected nudge_1: validate each pass "
         "against the original graph's outputs (or the graph a declared semantic change returned)"
     )
+
+
+@pytest.mark.points(1)
+def test_pass_manager_validates_a_graph_that_writes_its_input_on_fresh_copies(lab):
+    """``x.sub_(mean)`` writes the example input on every run: measured on ``x - 0.5`` and validated on
+    ``x - 1.0``, an exact fold would be blamed. Every run starts from fresh copies of the example inputs
+    (``labkit.numerics.fresh_copies``), and the caller's tensors are never written."""
+    model, x = conv_bn_model(NormalizesItsInputInPlace()), conv_input(2, 3)
+    untouched = x.clone()
+    manager = lab.PassManager([lab.fuse_conv_bn, lab.eliminate_dead_code], example_inputs=[x])
+    try:
+        result = manager(fx.symbolic_trace(model))
+    except lab.PassValidationError as error:
+        pytest.fail(
+            f"pass_manager.py blamed {error.pass_name!r}, an exact pass: the graph writes its input in place "
+            "(x.sub_(mean)), so each run must start from fresh copies of the example inputs "
+            f"(labkit.numerics.fresh_copies), or every run sees a different x. ({error})"
+        )
+    assert result.modified, "fuse_conv_bn folds the pair: the manager must return its graph"
+    assert torch.equal(x, untouched), (
+        "pass_manager.py wrote the caller's example input (x.sub_(mean) ran on it): run on fresh_copies(...)"
+    )
+
+
+@pytest.mark.points(1)
+def test_pass_manager_reports_one_row_per_pass_on_every_call(lab):
+    """One manager called twice (a torch.compile backend calls it per graph): the report describes the
+    last call, one row per pass, not every call so far."""
+    captured = tiny_resnet_graph()
+    manager = lab.PassManager([lab.fuse_conv_bn, lab.eliminate_dead_code], example_inputs=captured.inputs)
+    for call in (1, 2):
+        manager(tiny_resnet_graph().graph_module)
+        names = [row.name for row in manager.report]
+        assert names == ["fuse_conv_bn", "eliminate_dead_code"], (
+            f"pass_manager.py: after call {call} the report holds {names}: one PassReport per pass of the "
+            "call just made (start each call with an empty report)"
+        )
 
 
 @pytest.mark.points(1)

@@ -142,6 +142,19 @@ def outputs_close(actual: Any, expected: Any, *, rtol: float, atol: float) -> bo
 # ---------------------------------------------------------------- what float32 can promise
 
 
+def fresh_copies(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """``inputs`` with every tensor cloned (same values, dtype and strides), other leaves as they are.
+
+    Run a program you validate on fresh copies, every time: a graph may write its inputs in place
+    (``x.sub_(mean)``, a Dynamo graph's buffer ``count.add_(1)``), and a second run on the written
+    tensors computes something else than the first, so a comparison would blame whatever ran in
+    between. The caller's tensors are never written.
+    """
+    with torch.no_grad():
+        return tuple(tree_map(lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf,
+                              tuple(inputs)))  # fmt: skip
+
+
 def _float64_copy(value: Any) -> Any:
     """``value`` with every floating (or complex) tensor in double precision; other leaves as they are."""
 
@@ -175,7 +188,7 @@ def run_in_float64(program: Callable[..., Any], inputs: Sequence[Any]) -> Any:
     """
     runnable = _float64_module(program) if isinstance(program, nn.Module) else program
     with torch.no_grad():
-        return runnable(*_float64_copy(tuple(inputs)))
+        return runnable(*_float64_copy(fresh_copies(inputs)))  # a float64 input is not copied by .to()
 
 
 @dataclass(frozen=True)
@@ -245,14 +258,15 @@ class ReferenceOutputs:
 
     @classmethod
     def measure(cls, program: Callable[..., Any], inputs: Sequence[Any]) -> "ReferenceOutputs":
-        """Run ``program`` on ``inputs`` as it is and in float64 (both under ``torch.no_grad()``).
+        """Run ``program`` on ``inputs`` as it is and in float64 (both under ``torch.no_grad()``, each on
+        :func:`fresh_copies` of ``inputs``: a program that writes its inputs sees the same values twice).
 
         Raises:
             whatever ``program`` raises on its own inputs; a failure of the float64 run only is
             recorded in :attr:`float64_failure`.
         """
         with torch.no_grad():
-            outputs = program(*inputs)
+            outputs = program(*fresh_copies(inputs))  # both runs start from the same values
         try:
             exact = run_in_float64(program, inputs)
             _paired_leaves(_float64_copy(outputs), exact)  # the float64 run must mirror the original

@@ -249,6 +249,20 @@ class BasicBlock(nn.Module):
         return self.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
 
 
+class NormalizesItsInputInPlace(nn.Module):
+    """Subtracts a mean from its input *in place* (``x.sub_(mean)``), then Conv -> BN: every run of the
+    graph writes the tensor it was given, so two runs on one tensor compute different things."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.full((1, 3, 1, 1), 0.5))
+        self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.sub_(self.mean)
+        return self.bn(self.conv(x))
+
+
 class TinyResNet(nn.Module):
     """A small ResNet with a Linear+GELU classifier head: what the default pipeline is tested on."""
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from labkit.numerics import output_error, outputs_close
+from labkit.numerics import fresh_copies, output_error, outputs_close
 
 
 def test_identical_outputs_have_zero_error():
@@ -138,3 +138,17 @@ def test_compare_refuses_changed_structure_and_a_bad_factor():
     with pytest.raises(ValueError, match="factor"):
         reference.compare(torch.ones(3), factor=0)
     assert not reference.compare(torch.tensor([1.0, float("nan"), 1.0])).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_program_that_writes_its_input_is_measured_twice_from_the_same_values(dtype):
+    """``x.add_(1)`` writes its input: the float32 and float64 runs each start from fresh copies, so both
+    see x (the float64 one used to see x + 1, a float64 input not even copied by ``.to``), and the
+    caller's x is never written."""
+    x = torch.arange(4, dtype=dtype)
+    measured = ReferenceOutputs.measure(lambda t: t.add_(1), [x])
+    assert torch.equal(x, torch.arange(4, dtype=dtype)), "the caller's input was written"
+    assert torch.equal(measured.outputs, torch.arange(1, 5, dtype=dtype))
+    assert torch.equal(measured.exact, torch.arange(1, 5, dtype=torch.float64))
+    copies = fresh_copies([x, 3, None])
+    assert copies[1:] == (3, None) and torch.equal(copies[0], x) and copies[0].data_ptr() != x.data_ptr()

@@ -46,6 +46,7 @@ from labkit.numerics import (
     TOLERANCE_FACTOR,
     OutputError,
     ReferenceOutputs,
+    fresh_copies,
     output_error,
 )
 
@@ -91,8 +92,8 @@ class PassManager:
         self.report: list[PassReport] = []
 
     def _run(self, gm: fx.GraphModule) -> Any:
-        with torch.no_grad():
-            return gm(*self.example_inputs)
+        with torch.no_grad():  # fresh copies: a graph that writes an input in place must not drift run to run
+            return gm(*fresh_copies(self.example_inputs))
 
     def __call__(self, graph_module: fx.GraphModule) -> PassResult:
         """Run every pass on ``graph_module`` (passes may modify it in place) and return the result."""
