@@ -113,6 +113,7 @@ from lab01_fx_passes.given.models import (
     ConvBNStack,
     ConvFeatures,
     ConvThen,
+    CountsItsCallsThroughAView,
     DeadChains,
     EveryIdentity,
     FunctionalConvBN,
@@ -604,6 +605,26 @@ def test_constant_folding_never_folds_random_or_mutated_values(lab, dialect):
         "buffer was modified in place (`offset` is written by add_ on every call; never fold a value an "
         "in-place op consumes)"
     )
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export"])
+def test_constant_folding_never_folds_a_read_of_a_buffer_written_in_place(lab, dialect):
+    """``self.calls.view(2, 2).add_(1)`` then ``self.calls * 2``: the read comes after a write through a
+    view, and the buffer keeps the count from call to call. ``self.calls * 2`` looks constant (a pure op
+    on module state) and is not. aten graphs even read the buffer through two ``get_attr`` nodes, so only
+    its memory says it is the one written."""
+    captured = capture(CountsItsCallsThroughAView(), [torch.ones(4)], dialect)
+    original = copy.deepcopy(captured.graph_module)  # its own buffer, from the same starting count
+    gm = lab.fold_constants(captured.graph_module).graph_module
+    for call in (1, 2):
+        got, want = captured.run(gm), captured.run(original)
+        assert outputs_close(got, want, rtol=0, atol=0), (
+            f"{dialect}, call {call}: the folded graph gives {got} where the original gives {want}: "
+            "constant_folding.py folded a read of a buffer that an in-place op writes (through a view of it, "
+            "before the read, on every call). Nothing computed from module state that an impure node writes is "
+            "constant; compare memory (given: graph_tools.storage_address), not nodes"
+        )
 
 
 @pytest.mark.points(1)

@@ -138,6 +138,18 @@ def is_module_state(node: fx.Node) -> bool:
     return node.op == "placeholder" and DYNAMO_STATIC_INPUT in node.meta.get("tensor_dict", {})
 
 
+def storage_address(value: Any) -> int | None:
+    """Which memory a tensor's elements live in: ``value.untyped_storage().data_ptr()``.
+
+    Two tensors that return the same address share memory (one is a view of the other, or both views of
+    a third), whatever nodes produced them. None for non-tensors, for an empty storage (address 0) and
+    for opaque tensors (oneDNN's packed weights, sparse layouts), which have no storage to compare.
+    """
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    return value.untyped_storage().data_ptr() or None
+
+
 def fetch_attr(gm: nn.Module, qualified_name: str) -> Any:
     """The attribute ``qualified_name`` (dotted path) of ``gm``, as a ``get_attr`` node reads it.
 

@@ -87,6 +87,7 @@ from lab01_fx_passes.given.graph_tools import (
     binary_operands,
     call_argument,
     call_input,
+    storage_address,
     writes_in_place,
 )
 from lab01_fx_passes.given.pass_report import unchanged
@@ -95,14 +96,6 @@ from .op_names import op_name
 
 #: An operand that is no identity (the arithmetic rules' answer when the operand does not qualify).
 _NOT_AN_IDENTITY = None
-
-
-def _storage(value: Any) -> int | None:
-    """Where a tensor's memory lives (None for non-tensors, empty and opaque tensors)."""
-    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-        return None
-    address = value.untyped_storage().data_ptr()
-    return address or None
 
 
 def _operands(node: fx.Node) -> tuple[Any, Any]:
@@ -130,7 +123,7 @@ class AlgebraicSimplifier(AlgebraicSimplifierBase):
         if self.example_inputs is None:
             return unchanged(graph_module, NO_EXAMPLE_INPUTS)
         self._values = observe_values(graph_module, self.example_inputs)
-        self._memory = {node: _storage(value) for node, value in self._values.items()}
+        self._memory = {node: storage_address(value) for node, value in self._values.items()}
         self._modules = dict(graph_module.named_modules())
         self._written = self._written_storages(graph_module)
         graph = graph_module.graph

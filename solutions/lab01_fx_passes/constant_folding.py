@@ -20,7 +20,11 @@ The price: the folded value is frozen. If a parameter it was computed from chang
   with one (a view of it, the tensor it views, another view of that tensor): ``v = c.view(2, 2)``
   then ``c.add_(x)`` changes ``v`` too, and a folded ``v`` would keep the value from before the write;
 - a constant that is a graph *output* is not folded: the caller would receive the buffer itself and
-  could modify it.
+  could modify it;
+- nothing computed from a parameter or buffer that an impure node consumes is constant, wherever in
+  the graph it is read: ``self.count.view(2, 2).add_(1)`` then ``self.count * 2`` reads the buffer as
+  the write left it, and the write persists from call to call. Memory, not nodes, decides: aten
+  graphs read one buffer through several ``get_attr`` nodes (``_tensor_constant0`` twice).
 
 In Dynamo graphs parameters are placeholders, so only subgraphs built from literals (``torch.ones``,
 ``torch.arange``) are constant there; in ``symbolic_trace`` and aten graphs parameters are
@@ -36,11 +40,12 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten
 
-from lab01_fx_passes.given.graph_tools import add_attribute
-from lab01_fx_passes.given.interface import UNKNOWN, ConstantFolderBase
+from lab01_fx_passes.given.graph_tools import add_attribute, storage_address
+from lab01_fx_passes.given.interface import RANDOM_OPS, UNKNOWN, ConstantFolderBase
 
 from .dce import is_impure
 from .freezing import shares_memory_with
+from .op_names import op_name
 
 
 class ConstantFolder(ConstantFolderBase):
@@ -65,7 +70,8 @@ class ConstantFolder(ConstantFolderBase):
         if node.op == "output":
             return None
         if node.op == "get_attr":
-            return super().run_node(node)
+            value = super().run_node(node)
+            return UNKNOWN if storage_address(value) in self._touched else value
         args, kwargs = self.fetch_args_kwargs_from_env(node)
         inputs, _ = tree_flatten((args, kwargs))
         if any(value is UNKNOWN for value in inputs) or is_impure(node, self._modules):
@@ -73,6 +79,23 @@ class ConstantFolder(ConstantFolderBase):
         value = super().run_node(node)
         self.constants[node] = value
         return value
+
+    def _state_impure_nodes_may_write(self) -> set[int]:
+        """The storages of the parameters and buffers that an impure node may write, directly or through
+        views: every impure node's inputs but a random draw's (``rand_like(w)`` reads only ``w``'s shape)."""
+        touched = set()
+        for node in self.module.graph.nodes:
+            if node.op == "output" or not is_impure(node, self._modules):
+                continue
+            op = op_name(node, self._modules)
+            if op is not None and op.name in RANDOM_OPS and not op.in_place and node.kwargs.get("out") is None:
+                continue
+            for argument in node.all_input_nodes:
+                for alias in shares_memory_with(argument, self._modules):
+                    if alias.op == "get_attr":
+                        touched.add(storage_address(self.fetch_attr(alias.target)))
+        touched.discard(None)
+        return touched
 
     def _foldable(self) -> set[fx.Node]:
         """Constant nodes that may be folded: not sharing memory with a value an impure node reads (a view
@@ -100,6 +123,7 @@ class ConstantFolder(ConstantFolderBase):
         """
         graph = self.module.graph
         self.constants.clear()
+        self._touched = self._state_impure_nodes_may_write()
         self.run(enable_io_processing=False)  # placeholders are UNKNOWN: no inputs are needed
         foldable = self._foldable()
         frontier = [
