@@ -20,7 +20,11 @@ The price: the folded value is frozen. If a parameter it was computed from chang
   with one (a view of it, the tensor it views, another view of that tensor): ``v = c.view(2, 2)``
   then ``c.add_(x)`` changes ``v`` too, and a folded ``v`` would keep the value from before the write;
 - a constant that is a graph *output* is not folded: the caller would receive the buffer itself and
-  could modify it.
+  could modify it;
+- nothing computed from a parameter or buffer that an impure node consumes is constant, wherever in
+  the graph it is read: ``self.count.view(2, 2).add_(1)`` then ``self.count * 2`` reads the buffer as
+  the write left it, and the write persists from call to call. Memory, not nodes, decides: aten
+  graphs read one buffer through several ``get_attr`` nodes (``_tensor_constant0`` twice).
 
 In Dynamo graphs parameters are placeholders, so only subgraphs built from literals (``torch.ones``,
 ``torch.arange``) are constant there; in ``symbolic_trace`` and aten graphs parameters are
@@ -36,10 +40,15 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten  # noqa: F401  (finds UNKNOWN inside nested args)
 
-from lab01_fx_passes.given.graph_tools import add_attribute  # noqa: F401  (new buffers)
-from lab01_fx_passes.given.interface import UNKNOWN, ConstantFolderBase  # noqa: F401  (given: the analysis' unknown value)
+from lab01_fx_passes.given.graph_tools import add_attribute, storage_address  # noqa: F401  (buffers; memory)
+from lab01_fx_passes.given.interface import (  # noqa: F401  (given: the analysis' unknown value, random ops)
+    RANDOM_OPS,
+    UNKNOWN,
+    ConstantFolderBase,
+)
 
 from .dce import is_impure  # noqa: F401  (step 2's: a random or in-place call is never constant)
+from .op_names import op_name  # noqa: F401  (step 0's: a node's operator, in any dialect)
 
 
 class ConstantFolder(ConstantFolderBase):
@@ -68,7 +77,10 @@ class ConstantFolder(ConstantFolderBase):
         # TODO(step 3): propagate constants through the graph.
         # guidance: begin
         #  - placeholder -> UNKNOWN;
-        #  - get_attr -> its real value (super().run_node(node));
+        #  - get_attr -> its real value (super().run_node(node)), unless an impure node that may
+        #    write (not a mere random draw: rand_like(w) reads only w's shape) consumes that tensor's
+        #    memory, directly or through a view: then UNKNOWN. Find those first (fold(), before
+        #    self.run); storage_address(value) says which memory a tensor is;
         #  - a call whose arguments (self.fetch_args_kwargs_from_env(node)) contain UNKNOWN (search
         #    nested args with tree_flatten), or that is impure (is_impure(node, self._modules)) -> UNKNOWN;
         #  - any other call: evaluate it (super().run_node), record it in self.constants, return it.
