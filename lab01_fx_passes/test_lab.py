@@ -508,7 +508,7 @@ def _check_only_the_identity_dropout_removed(lab, captured):
     assert removed == 1, (
         f"{captured.name}: {removed} nodes removed: only the eval-mode dropout is dead and pure; every random op "
         "draws from the generator, so deleting one changes every random number after it (dce.py's is_impure must "
-        "call every random op impure: rand, randn, dropout in training mode, ...)"
+        "call every random op impure: rand, randn, dropout and nn.RReLU in training mode, ...)"
     )
     assert dce.removed_count == 1 and result.modified, (
         f"DCEPass.removed_count is {dce.removed_count} and modified {result.modified} after removing 1 node: "
@@ -527,7 +527,11 @@ def test_dce_keeps_side_effects(lab):
     STATISTICS_LOG.clear()
     run_graph(result.graph_module, torch.randn(5, 4))
     assert len(STATISTICS_LOG) == 1, "the logging call was removed"
-    assert int(model.bn.num_batches_tracked) == 1, "the training-mode BatchNorm was removed"
+    assert int(model.bn.num_batches_tracked) == 1, "dce.py: the training-mode BatchNorm was removed"
+    assert model.instance_norm.running_mean.abs().sum() > 0, (
+        "dce.py: the training-mode InstanceNorm1d(track_running_stats=True) was removed: it updates its running "
+        "statistics like a BatchNorm, though it is no _BatchNorm (both are _NormBase)"
+    )
     assert node_count(result.graph_module) == before, "every node here is live or impure"
     assert not result.modified, "nothing was removed, so the result must say unchanged (modified=False)"
     for dialect in ("symbolic_trace", "dynamo"):

@@ -324,12 +324,14 @@ class UnusedRandomOps(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.dropout = nn.Dropout(0.5)  # in training mode: random
+        self.rrelu = nn.RReLU()  # in training mode: a random slope per element
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         torch.randn_like(x)
         x.bernoulli()
         F.dropout(x, 0.5)  # training=True is F.dropout's default
         self.dropout(x)
+        self.rrelu(x)
         F.dropout(x, 0.5, training=False)  # the identity: pure, and dead
         return x + torch.rand_like(x)
 
@@ -347,16 +349,18 @@ torch.fx.node.has_side_effect(record_statistics)
 
 class UnusedSideEffects(nn.Module):
     """Side effects whose results nobody reads: a logging call (:func:`record_statistics`), an assertion,
-    and a training-mode BatchNorm, which updates its running statistics."""
+    a training-mode BatchNorm and an InstanceNorm that tracks running statistics, both of which update them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.bn = nn.BatchNorm1d(4)  # in training mode: updates its running statistics
+        self.instance_norm = nn.InstanceNorm1d(4, track_running_stats=True)  # so does this one (not a _BatchNorm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         record_statistics(x)
         torch._assert(x.shape[1] == 4, "expected 4 features")
         self.bn(x)
+        self.instance_norm(x.t().unsqueeze(0))  # [1, 4 channels, rows]
         return x * 2
 
 
