@@ -101,7 +101,7 @@ from lab01_fx_passes.given.checks import (
     unchanged_because,
 )
 from lab01_fx_passes.given.graph_tools import is_module_state
-from lab01_fx_passes.given.interface import NO_CONSTANTS, RETURNED
+from lab01_fx_passes.given.interface import MODIFIED_IN_PLACE, NO_CONSTANTS, RETURNED
 from lab01_fx_passes.given.models import (
     STATISTICS_LOG,
     AddmmNotALinear,
@@ -614,8 +614,8 @@ def test_constant_folding_never_folds_random_or_mutated_values(lab, dialect):
 @pytest.mark.points(1)
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export"])
 def test_constant_folding_never_folds_a_read_of_a_buffer_written_in_place(lab, dialect):
-    """``self.calls.view(2, 2).add_(1)`` then ``self.calls * 2``: the read comes after a write through a
-    view, and the buffer keeps the count from call to call. ``self.calls * 2`` looks constant (a pure op
+    """``self.calls.view(2, 2)[0].add_(1)`` then ``self.calls * 2``: the read comes after a write through a
+    view of a view, and the buffer keeps the count from call to call. ``self.calls * 2`` looks constant (a pure op
     on module state) and is not. aten graphs even read the buffer through two ``get_attr`` nodes, so only
     its memory says it is the one written."""
     captured = capture(CountsItsCallsThroughAView(), [torch.ones(4)], dialect)
@@ -1280,6 +1280,17 @@ def test_freezing_keeps_values_the_graph_modifies_or_autograd_needs(lab):
     assert scale and all(reason == RETURNED for reason in reasons.values()), (
         f"freezing.py: the graph returns scale.view(2, 2), a view of the parameter scale: it stays an input, kept "
         f"with the reason RETURNED (rule 2: the caller would receive the constant itself); kept: {reasons}"
+    )
+    counting = capture(CountsItsCallsThroughAView(), [torch.ones(4)], "dynamo")
+    counting_freezer = lab.ParameterFreezer(counting.inputs)
+    with torch.no_grad():
+        counting_freezer(counting.graph_module)
+    calls = [node.name for node in counting.graph_module.graph.find_nodes(op="placeholder") if "calls" in node.name]
+    reasons = {name: counting_freezer.kept.get(name) for name in calls}
+    assert calls and all(reason == MODIFIED_IN_PLACE for reason in reasons.values()), (
+        f"freezing.py: the graph writes the buffer calls through a view of a view (calls.view(2, 2)[0].add_(1)): "
+        f"it stays an input, kept with the reason MODIFIED_IN_PLACE (follow views of views, to any depth); "
+        f"kept: {reasons}"
     )
 
 

@@ -474,15 +474,15 @@ class ConstantsSharingMemoryWithWrites(nn.Module):
 
 
 class CountsItsCallsThroughAView(nn.Module):
-    """A buffer written in place through a view on every call (``self.calls.view(2, 2).add_(1)``), then
-    read (``self.calls * 2``): the read sees the write, and the count persists from call to call."""
+    """A buffer written in place through a view of a view on every call (``self.calls.view(2, 2)[0].add_(1)``),
+    then read (``self.calls * 2``): the read sees the write, and the count persists from call to call."""
 
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("calls", torch.zeros(4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls.view(2, 2).add_(1)
+        self.calls.view(2, 2)[0].add_(1)
         return x * (self.calls * 2)
 
 
