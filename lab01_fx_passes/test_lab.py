@@ -1558,6 +1558,17 @@ def test_onednn_says_why_it_left_a_relu_or_add_apart(lab):
         f"unfused is {dict(lowering.unfused)}"
     )
     assert_close(run_graph(lowered, x, per_channel), expected_out, what="the lowered convolution, then the add")
+    wider = torch.randn(2, 4, 6, 6, dtype=torch.float64).to(memory_format=torch.channels_last)
+    lowering = lab.OneDNNLowering((x, wider))  # y + a float64 tensor: eager promotes the sum to float64
+    with torch.no_grad():
+        expected_out = model(x, wider)
+        lowered = assert_lowered(lowering(fx.symbolic_trace(model)), "symbolic_trace", "a Conv2d (+ float64)", {"conv": 1})
+    assert adds(lowered) == 1 and dict(lowering.unfused) == {NOT_A_PLAIN_ADD: 1}, (
+        f"onednn_lowering.py: an add whose other operand is float64 stays apart (oneDNN's sum needs the "
+        f"convolution's own shape, dtype and device), counted under {NOT_A_PLAIN_ADD!r}; unfused is "
+        f"{dict(lowering.unfused)}"
+    )
+    assert_close(run_graph(lowered, x, wider), expected_out, what="the lowered convolution, then the float64 add")
     other = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
     for dialect in ("symbolic_trace", "make_fx"):  # torch.add(y, other, alpha=0.5): alpha is a keyword-only argument
         model.tail = "add_alpha"
