@@ -1562,7 +1562,7 @@ def test_onednn_says_why_it_left_a_relu_or_add_apart(lab):
     lowering = lab.OneDNNLowering((x, wider))  # y + a float64 tensor: eager promotes the sum to float64
     with torch.no_grad():
         expected_out = model(x, wider)
-        lowered = assert_lowered(lowering(fx.symbolic_trace(model)), "symbolic_trace", "a Conv2d (+ float64)", {"conv": 1})
+        lowered = assert_lowered(lowering(fx.symbolic_trace(model)), "symbolic_trace", "a Conv2d (+ f64)", {"conv": 1})
     assert adds(lowered) == 1 and dict(lowering.unfused) == {NOT_A_PLAIN_ADD: 1}, (
         f"onednn_lowering.py: an add whose other operand is float64 stays apart (oneDNN's sum needs the "
         f"convolution's own shape, dtype and device), counted under {NOT_A_PLAIN_ADD!r}; unfused is "
