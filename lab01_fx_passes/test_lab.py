@@ -848,7 +848,15 @@ def test_linear_gelu_leaves_addmm_that_is_not_a_linear(lab, dialect, kind):
 def test_channels_last_conversion(lab, dialect):
     """The layout changes inside the graph; every output the caller receives, one or several, is contiguous."""
     torch.manual_seed(0)
-    _check_channels_last_conversion(lab, capture(ConvFeatures().eval(), [torch.randn(2, 3, 10, 10)], dialect))
+    model, x = ConvFeatures().eval(), torch.randn(2, 3, 10, 10)
+    weights = {name: (weight.clone(), weight.stride()) for name, weight in model.named_parameters()}
+    _check_channels_last_conversion(lab, capture(model, [x], dialect))
+    changed = [name for name, weight in model.named_parameters()
+               if weight.stride() != weights[name][1] or not torch.equal(weight, weights[name][0])]  # fmt: skip
+    assert not changed, (
+        f"memory_layout.py, {dialect}: the pass changed the traced model's own {changed} (a traced graph shares the "
+        "model's modules and tensors): give the converted convolution new weights, never rewrite the model's"
+    )
     _check_channels_last_conversion(lab, capture(TwoFeatureMaps().eval(), [torch.randn(2, 3, 10, 10)], dialect))
 
 
