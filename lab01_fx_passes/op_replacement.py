@@ -44,6 +44,9 @@ from .op_names import op_name  # noqa: F401
 class OpReplacer(OpReplacerBase):
     """Replace activation functions by name, e.g. ``OpReplacer({"relu": "hardswish"})(gm)``.
 
+    The mapping applies to the graph as it was given, all at once: each node is replaced at most once,
+    so ``{"relu": "hardswish", "hardswish": "relu"}`` swaps the two.
+
     Modifies ``gm`` in place and returns ``PassResult(gm, modified)``; :attr:`replaced_count` says
     how many nodes were replaced. The pass changes the model's outputs on purpose:
     ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows. Given

@@ -727,6 +727,27 @@ def _check_relus_become_hardswish(lab, captured):
 
 
 @pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx"])
+def test_replace_ops_applies_the_whole_mapping_at_once(lab, dialect):
+    """``{"relu": "hardswish", "hardswish": "relu"}`` swaps the two: each node is replaced once, by what the
+    mapping says of the graph as given (one entry after the other turns the ReLU back into a ReLU)."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.ReLU(), nn.Linear(6, 6), nn.Hardswish()).eval(), torch.randn(4, 6)
+    swapped = nn.Sequential(nn.Hardswish(), model[1], nn.ReLU()).eval()
+    captured = capture(model, [x], dialect)
+    replacer = lab.OpReplacer({"relu": "hardswish", "hardswish": "relu"})
+    result = replacer(captured.graph_module)
+    with torch.no_grad():
+        expected = swapped(x)
+    output = captured.run(result.graph_module)
+    assert outputs_close(output, expected, rtol=RTOL, atol=ATOL), (
+        f"op_replacement.py, {dialect}: the swapped graph is {output_error(output, expected).max_abs:.3g} away from "
+        "hardswish -> Linear -> relu: apply the mapping to the graph as given, each node once"
+    )
+    assert replacer.replaced_count == 2, f"two nodes replaced, once each: replaced_count is {replacer.replaced_count}"
+
+
+@pytest.mark.points(1)
 def test_replace_ops_rejects_bad_mappings(lab):
     gm = fx.symbolic_trace(ReluZoo())
     with pytest.raises(ValueError, match="frobnicate"):

@@ -80,6 +80,9 @@ def _aten_op(name: str, in_place: bool) -> torch._ops.OpOverload:
 class OpReplacer(OpReplacerBase):
     """Replace activation functions by name, e.g. ``OpReplacer({"relu": "hardswish"})(gm)``.
 
+    The mapping applies to the graph as it was given, all at once: each node is replaced at most once,
+    so ``{"relu": "hardswish", "hardswish": "relu"}`` swaps the two.
+
     Modifies ``gm`` in place and returns ``PassResult(gm, modified)``; :attr:`replaced_count` says
     how many nodes were replaced. The pass changes the model's outputs on purpose:
     ``changes_semantics`` is True, which is how :class:`~.pass_manager.PassManager` knows. Given
