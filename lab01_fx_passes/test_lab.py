@@ -1300,27 +1300,27 @@ def test_freezing_keeps_values_the_graph_modifies_or_autograd_needs(lab):
         grad_freezer(graph.graph_module)
     frozen_with_grad = [value.name for value in grad_freezer.frozen if value.tensor.requires_grad]
     assert not frozen_with_grad, f"with grad mode on, autograd needs these parameters as inputs: {frozen_with_grad}"
-    returning = capture(ReturnsAViewOfAParameter().eval(), [conv_input(2, 3)], "dynamo")
-    returning_freezer = lab.ParameterFreezer(returning.inputs)
-    with torch.no_grad():
-        returning_freezer(returning.graph_module)
-    scale = [node.name for node in returning.graph_module.graph.find_nodes(op="placeholder") if "scale" in node.name]
-    reasons = {name: returning_freezer.kept.get(name) for name in scale}
-    assert scale and all(reason == RETURNED for reason in reasons.values()), (
+    reasons = _reasons_kept(lab, ReturnsAViewOfAParameter().eval(), conv_input(2, 3), "scale")
+    assert reasons and all(reason == RETURNED for reason in reasons.values()), (
         f"freezing.py: the graph returns scale.view(2, 2), a view of the parameter scale: it stays an input, kept "
         f"with the reason RETURNED (rule 2: the caller would receive the constant itself); kept: {reasons}"
     )
-    counting = capture(CountsItsCallsThroughAView(), [torch.ones(4)], "dynamo")
-    counting_freezer = lab.ParameterFreezer(counting.inputs)
-    with torch.no_grad():
-        counting_freezer(counting.graph_module)
-    calls = [node.name for node in counting.graph_module.graph.find_nodes(op="placeholder") if "calls" in node.name]
-    reasons = {name: counting_freezer.kept.get(name) for name in calls}
-    assert calls and all(reason == MODIFIED_IN_PLACE for reason in reasons.values()), (
+    reasons = _reasons_kept(lab, CountsItsCallsThroughAView(), torch.ones(4), "calls")
+    assert reasons and all(reason == MODIFIED_IN_PLACE for reason in reasons.values()), (
         f"freezing.py: the graph writes the buffer calls through a view of a view (calls.view(2, 2)[0].add_(1)): "
         f"it stays an input, kept with the reason MODIFIED_IN_PLACE (follow views of views, to any depth); "
         f"kept: {reasons}"
     )
+
+
+def _reasons_kept(lab, model, x, name_part):
+    """Freeze ``model``'s Dynamo graph: placeholder name -> the reason it was kept, for names holding ``name_part``."""
+    captured = capture(model, [x], "dynamo")
+    freezer = lab.ParameterFreezer(captured.inputs)
+    with torch.no_grad():
+        freezer(captured.graph_module)
+    names = [node.name for node in captured.graph_module.graph.find_nodes(op="placeholder") if name_part in node.name]
+    return {name: freezer.kept.get(name) for name in names}
 
 
 @pytest.mark.points(2)
