@@ -736,10 +736,10 @@ def test_replace_ops_applies_the_whole_mapping_at_once(lab, dialect):
     swapped = nn.Sequential(nn.Hardswish(), model[1], nn.ReLU()).eval()
     captured = capture(model, [x], dialect)
     replacer = lab.OpReplacer({"relu": "hardswish", "hardswish": "relu"})
-    result = replacer(captured.graph_module)
+    swapped_graph = assert_fired(replacer(captured.graph_module), dialect, "a ReLU and a Hardswish")
     with torch.no_grad():
         expected = swapped(x)
-    output = captured.run(result.graph_module)
+    output = captured.run(swapped_graph)
     assert outputs_close(output, expected, rtol=RTOL, atol=ATOL), (
         f"op_replacement.py, {dialect}: the swapped graph is {output_error(output, expected).max_abs:.3g} away from "
         "hardswish -> Linear -> relu: apply the mapping to the graph as given, each node once"

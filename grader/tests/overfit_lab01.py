@@ -4,7 +4,7 @@ Real overfitting looks like this: code that works on the models the tests use an
 
 - ``conv_bn.py`` folds a Conv+BN pair only when its channel count is one the visible tests use
   (2, 4, 6, 8, and ResNet-50's 64 to 2048): MobileNetV2 or a 5-channel convolution keep their BNs;
-- ``dce.py`` knows only the impure operations the visible tests plant (``add_``, ``relu_``, ``mul_``,
+- ``dce.py`` knows only the impure operations the visible tests plant (``add_``, ``relu_``, ``mul_``, ``sub_``,
   ``rand_like``/``randn_like``, ``bernoulli``, ``dropout``): an unused ``x.masked_fill_(...)`` or
   ``clamp_`` is deleted.
 
@@ -37,7 +37,7 @@ EDITS: dict[str, list[tuple[str, str]]] = {
         ),
     ],
     "dce.py": [
-        ("    if op.in_place:\n", "    if op.in_place and op.name in {'add', 'relu', 'mul'}:\n"),
+        ("    if op.in_place:\n", "    if op.in_place and op.name in {'add', 'relu', 'mul', 'sub'}:\n"),
         ("    if op.name in RANDOM_OPS:\n", "    if op.name in {'rand_like', 'randn_like', 'bernoulli', 'dropout'}:\n"),
     ],
 }
