@@ -53,7 +53,15 @@ from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_flatten
 
 from lab01_fx_passes.given.backend import lab_backend
-from lab01_fx_passes.given.capture import ATEN_DIALECTS, DIALECTS, CapturedGraph, capture
+from lab01_fx_passes.given.capture import (
+    ATEN_DIALECTS,
+    DIALECTS,
+    DYNAMIC_BATCH,
+    DYNAMIC_DIALECTS,
+    CapturedGraph,
+    capture,
+    capture_dynamic_batch,
+)
 from lab01_fx_passes.given.checks import (
     ATOL,
     RANDOM_LIKE,
@@ -85,6 +93,7 @@ from lab01_fx_passes.given.checks import (
     get_attr_targets,
     hardswishes,
     hardswishes_in,
+    has_symbolic_sizes,
     in_every_spelling,
     modules_of,
     name_and_in_place,
@@ -107,6 +116,7 @@ from lab01_fx_passes.given.models import (
     AddmmNotALinear,
     AddsIntoAnotherValue,
     Chain,
+    ClassToken,
     ConstantOutputs,
     ConstantsSharingMemoryWithWrites,
     ConstantSubgraphs,
@@ -128,6 +138,7 @@ from lab01_fx_passes.given.models import (
     ResidualConvs,
     ReturnsAViewOfAParameter,
     ReturnsItsWeight,
+    RowsRegroupedAroundALinear,
     SharedConvOutput,
     SharedLinearOutput,
     SharedValues,
@@ -251,8 +262,13 @@ conv_configs = st.fixed_dictionaries(
         "groups": st.sampled_from([1, 2]),
         "bias": st.booleans(),
         "eps": st.sampled_from([1e-5, 1e-3, 0.1]),
+        "dilation": st.integers(1, 2),
+        "padding_mode": st.sampled_from(["zeros", "reflect", "replicate", "circular"]),
     }
 )
+#: What a fused convolution must keep of the one it replaces (a rebuilt one that forgets a setting changes the
+#: output's size or its border).
+CONV_SETTINGS = "stride, padding, dilation, groups and padding_mode"
 #: A BatchNorm eps other than PyTorch's default, and large beside the running variances (1e-4 to 1e-3):
 #: a fold that reads eps from the wrong place (in aten and Dynamo graphs it is positional) is off by 2x.
 NON_DEFAULT_EPS = 2e-3
@@ -273,7 +289,7 @@ def test_conv_bn_fusion_reduces_node_count(lab, config):
     )
     assert node_count(fused) == before - norms, "folding a pair removes its BN node and nothing else"
     with torch.no_grad():
-        assert_close(run_graph(fused, x), model(x), what="the fused graph")
+        assert_close(run_graph(fused, x), model(x), what=f"conv_bn.py's fused graph (it keeps the {CONV_SETTINGS})")
 
 
 @pytest.mark.points(3)
@@ -290,7 +306,11 @@ def test_conv_bn_fused_model_matches_original(lab, config, batch, size):
     with torch.no_grad():
         expected = model(x)
         fused = assert_fired(lab.fuse_conv_bn(fx.symbolic_trace(model)), "symbolic_trace", "two Conv+BN pairs")
-        assert_close(run_graph(fused, x), expected, what="the fused model (s = gamma / sqrt(var + eps))")
+        assert_close(
+            run_graph(fused, x),
+            expected,
+            what=f"conv_bn.py's fused model (s = gamma / sqrt(var + eps); the convolution keeps its {CONV_SETTINGS})",
+        )
 
 
 @pytest.mark.points(1)
@@ -663,6 +683,30 @@ def test_constant_folding_never_folds_values_sharing_memory_with_a_write(lab, di
             )
 
 
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export"])
+def test_constant_folding_looks_inside_list_arguments(lab, dialect):
+    """``torch.cat([sigmoid(cls).expand(...), x])``: the input reaches the ``cat`` inside a list. The ``cat`` is
+    not constant; ``sigmoid(cls)`` is, in every dialect."""
+    torch.manual_seed(0)
+    captured = capture(ClassToken(), [torch.randn(2, 5, 8)], dialect)
+    expected = captured.run()
+    try:
+        gm = assert_fired(lab.fold_constants(captured.graph_module), dialect, "the constant sigmoid(self.cls)")
+        got = captured.run(gm)
+    except (TypeError, RuntimeError) as error:
+        first_line = str(error).splitlines()[0]
+        pytest.fail(
+            f"{dialect}: constant_folding.py raised on cat([sigmoid(cls).expand(...), x]) ({first_line}): a node's "
+            "inputs include the nodes inside its list and tuple arguments (tree_flatten the args and kwargs, or "
+            "use node.all_input_nodes); here x is one of them, so the cat is not constant"
+        )
+    assert count_nodes(gm, functions=(torch.sigmoid, aten.sigmoid.default)) == 0, (
+        "sigmoid(self.cls) reads only a parameter: it must be folded"
+    )
+    assert_close(got, expected, what=f"constant_folding.py's folded {dialect} graph (the cat reads x: not constant)")
+
+
 @pytest.mark.points(2)
 def test_constant_folding_in_dynamo_graphs(lab):
     torch.manual_seed(0)
@@ -861,6 +905,25 @@ def test_linear_gelu_leaves_addmm_that_is_not_a_linear(lab, dialect, kind):
         f"({kind}) is not a Linear (match_linear: a 1-D bias, and no beta or alpha)"
     )
     assert gelus(fused) == 1, "the GELU after the addmm that is not a Linear must stay"
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_linear_gelu_keeps_the_shape_a_view_gives(lab, dialect):
+    """``gelu(fc2(h.reshape(6, 8)).view(3, 2, 8))``: in aten graphs this is the ``view -> addmm -> view`` of a
+    Linear on a 3-D input, but the last view regroups the rows. A fused op on ``h`` would return ``[2, 3, 8]``
+    where the model returns ``[3, 2, 8]``: the views are part of the pattern only when they undo each other."""
+    torch.manual_seed(0)
+    captured = capture(RowsRegroupedAroundALinear().eval(), [torch.randn(2, 3, 4)], dialect)
+    expected = captured.run()
+    fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "the plain fc1 -> GELU pair")
+    got, want = tree_flatten(captured.run(fused))[0], tree_flatten(expected)[0]
+    assert [tuple(value.shape) for value in got] == [tuple(value.shape) for value in want], (
+        f"linear_gelu.py: the fused {dialect} graph returns shape {[tuple(v.shape) for v in got]}, the model "
+        f"{[tuple(v.shape) for v in want]}. Before fusing view -> addmm -> view, check that the output view gives "
+        "the input's leading dimensions plus the Linear's out_features (read the shapes in node.meta['val'])"
+    )
+    assert_close(got, want, what=f"linear_gelu.py's fused {dialect} graph")
 
 
 # == 6. Channels-last layout ======================================================================
@@ -2089,3 +2152,60 @@ def test_algebra_is_exact_on_generated_graphs(lab, steps, dialect, dtype, seed):
     )
     assert result.modified == bool(identities)
     assert_bitwise_equal(captured.run(result.graph_module), expected, what=f"the graph of {names}")
+
+
+# == 12. Extension: symbolic shapes =================================================================
+def _none_left(target):
+    return lambda gm: count_nodes(gm, functions=(target,)) == 0
+
+
+#: Step 12's cases: the pass, the model, the input's shape after the batch dimension, what the pass must find
+#: (for assert_fired), and a check on the rewritten graph that it found all of it.
+SYMBOLIC_CASES = {
+    "conv_bn": ("fuse_conv_bn", lambda: conv_bn_model(ConvBNStack(eps=NON_DEFAULT_EPS)), (3, 7, 7),
+                "two Conv+BN pairs", lambda gm: batch_norms(gm) == 0),
+    "dce": ("eliminate_dead_code", lambda: seeded(partial(DeadChains, 2, 3)), (4,),
+            "two dead chains of sin", _none_left(aten.sin.default)),
+    "constant_folding": ("fold_constants", lambda: seeded(ClassToken), (5, 8),
+                         "the constant sigmoid(self.cls)", _none_left(aten.sigmoid.default)),
+    "linear_gelu": ("fuse_linear_gelu", lambda: seeded(LinearGeluMLP).eval(), (5, 8),
+                    "two Linear -> GELU pairs", lambda gm: fused_linear_gelus(gm) == 2),
+    "channels_last": ("convert_to_channels_last", lambda: seeded(ViewHead).eval(), (3, 8, 8),
+                      "two 2-D convolutions", lambda gm: all_channels_last(conv_weights(gm))),
+}  # fmt: skip
+#: The batch sizes step 12 runs every rewritten graph at: the example's (3), then two it never saw.
+SYMBOLIC_BATCHES = (3, 2, 7)
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize(
+    ("case", "dialect"),
+    # run_decompositions removes dead code itself: DCE has nothing to find in export_core_aten graphs
+    [(case, dialect) for case in sorted(SYMBOLIC_CASES) for dialect in DYNAMIC_DIALECTS
+     if (case, dialect) != ("dce", "export_core_aten")],
+)  # fmt: skip
+def test_symbolic_every_pass_is_right_at_every_batch_size(lab, case, dialect):
+    """``torch.export`` with a symbolic batch (``Dim``): one graph for batches 2 to 64, the batch a ``SymInt``
+    in every shape. Each pass fires, finds everything it should, and the graph it returns is right at the
+    example's batch and at two others: a pass that turned a size into a number (``int(s0)``, a view rebuilt
+    from the example's shape) computes the example's answer only."""
+    pass_name, build, shape, what, complete = SYMBOLIC_CASES[case]
+    model = build()
+    inputs = {batch: torch.randn(batch, *shape, generator=torch.Generator().manual_seed(batch))
+              for batch in SYMBOLIC_BATCHES}  # fmt: skip
+    with torch.no_grad():
+        captured = capture_dynamic_batch(model, [inputs[SYMBOLIC_BATCHES[0]]], dialect)
+        assert has_symbolic_sizes(captured.graph_module), "the harness captured no symbolic size"
+        gm = assert_fired(getattr(lab, pass_name)(captured.graph_module), captured.name, what)
+        assert complete(gm), f"{case}: the pass fired but did not find {what} in the {captured.name} graph"
+        for batch, x in inputs.items():
+            baked = (f"captured at batch {SYMBOLIC_BATCHES[0]}, the graph serves every batch from {DYNAMIC_BATCH[0]} "
+                     f"to {DYNAMIC_BATCH[1]}: a size read as a number (int(s0), a view rebuilt from the example's "
+                     "shape) bakes the example in")  # fmt: skip
+            try:
+                got = run_graph(gm, x)
+            except RuntimeError as error:
+                first_line = str(error).splitlines()[0]
+                pytest.fail(f"{case}'s rewritten {captured.name} graph fails at batch {batch} ({first_line}); {baked}")
+            assert_close(got, model(x), what=f"{case}'s rewritten {captured.name} graph at batch {batch} ({baked})")

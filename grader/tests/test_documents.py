@@ -117,3 +117,19 @@ def test_the_readme_states_each_optional_extension_apart(rubric):
     }
     assert want, "the course has an optional extension step (lab 1's step 10)"
     assert stated == want, "the README names each lab's optional extension, its tests and points, apart from the totals"
+
+
+def test_each_handout_that_counts_its_graded_tests_counts_the_rubrics(rubric):
+    """A lab's handout may say how many graded tests it has ("145 graded tests worth 218 points"): the
+    visible tests of its score, as the README's table counts them (lab 1's said 128 and 199 for months)."""
+    directories, checked = {spec.id: spec.directory for spec in load_course().labs}, 0
+    for lab in rubric.labs:
+        handout = directories[lab.lab] / "README.md"
+        handout_text = " ".join(handout.read_text(encoding="utf-8").split())
+        for match in re.finditer(r"(?P<tests>\d+) graded tests worth (?P<points>\d+) points", handout_text):
+            want = counts(lab, heldout=False)
+            assert (int(match["tests"]), int(match["points"])) == (want["tests"], want["points"]), (
+                f"{handout}: {match[0]!r}, the rubric has {want['tests']} tests worth {want['points']} points"
+            )
+            checked += 1
+    assert checked, "lab 1's handout counts its graded tests"

@@ -56,6 +56,7 @@ class CapturedGraph:
         spelling: ``None`` for the calls as the tracer wrote them, else one of
             :data:`labkit.spellings.ARGUMENT_SPELLINGS`.
         respelled_calls: how many calls the respelling changed (0 for the calls as traced).
+        dynamic_batch: the batch size is a symbol (:func:`capture_dynamic_batch`), not the example's.
     """
 
     dialect: str
@@ -63,11 +64,13 @@ class CapturedGraph:
     inputs: tuple[Any, ...]
     spelling: str | None = None
     respelled_calls: int = 0
+    dynamic_batch: bool = False
 
     @property
     def name(self) -> str:
-        """The dialect, and the spelling when the calls were respelled (for messages)."""
-        return self.dialect if self.spelling is None else f"{self.dialect} (arguments respelled: {self.spelling})"
+        """The dialect, with the spelling when the calls were respelled and the symbolic batch (for messages)."""
+        name = self.dialect if self.spelling is None else f"{self.dialect} (arguments respelled: {self.spelling})"
+        return f"{name} (dynamic batch)" if self.dynamic_batch else name
 
     def run(self, graph_module: fx.GraphModule | None = None) -> Any:
         """Execute ``graph_module`` (default: the captured one) on :attr:`inputs`, without autograd.
@@ -150,3 +153,29 @@ def capture(model: nn.Module, inputs: Sequence[Any], dialect: str, spelling: str
         return captured
     graph_module, changed = respelled(captured.graph_module, spelling, captured.inputs)
     return CapturedGraph(dialect, graph_module, captured.inputs, spelling, changed)
+
+
+#: The aten dialects :func:`capture_dynamic_batch` produces (``torch.export`` with a symbolic batch size).
+DYNAMIC_DIALECTS = ("export", "export_core_aten")
+#: The batch sizes a graph from :func:`capture_dynamic_batch` admits (its guards refuse others).
+DYNAMIC_BATCH = (2, 64)
+
+
+def capture_dynamic_batch(model: nn.Module, inputs: Sequence[Any], dialect: str = "export") -> CapturedGraph:
+    """Capture ``model(*inputs)`` with ``torch.export``, the batch dimension of every input symbolic.
+
+    The graph serves every batch size in :data:`DYNAMIC_BATCH`: shapes in ``node.meta["val"]`` hold a
+    ``SymInt`` (``s0``) where the batch is, and sizes that depend on it are expressions of it
+    (``5*s0``). A pass that reads a size as a number (``int(s0)`` gives the example's) bakes the
+    example into a graph that must serve every size. ``dialect``: one of :data:`DYNAMIC_DIALECTS`.
+    """
+    from torch.export import Dim
+
+    if dialect not in DYNAMIC_DIALECTS:
+        raise ValueError(f"unknown dynamic dialect {dialect!r}; expected one of {', '.join(DYNAMIC_DIALECTS)}")
+    batch = Dim("batch", min=DYNAMIC_BATCH[0], max=DYNAMIC_BATCH[1])
+    shapes = tuple({0: batch} for _ in inputs)
+    program = torch.export.export(model, tuple(inputs), dynamic_shapes=shapes)
+    if dialect == "export_core_aten":
+        program = program.run_decompositions()
+    return CapturedGraph(dialect, program.module(), tuple(inputs), dynamic_batch=True)

@@ -193,6 +193,16 @@ def conv_weights(gm: fx.GraphModule) -> list[torch.Tensor | None]:
     return weights
 
 
+def has_symbolic_sizes(gm: fx.GraphModule) -> bool:
+    """Whether some value the graph records has a symbolic size (a ``torch.SymInt`` in its shape)."""
+    return any(
+        isinstance(size, torch.SymInt)
+        for node in gm.graph.nodes
+        if isinstance(node.meta.get("val"), torch.Tensor)
+        for size in node.meta["val"].shape
+    )
+
+
 def all_channels_last(weights: list[torch.Tensor | None]) -> bool:
     """Whether every weight is a constant (not a graph input) stored channels-last."""
     return all(w is not None and w.is_contiguous(memory_format=torch.channels_last) for w in weights)
@@ -227,9 +237,15 @@ def onednn_weights(gm: fx.GraphModule) -> list[torch.Tensor]:
 # -- assertions: each failure says what was checked and what it points to -------------------------
 def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL, what: str = "the rewritten graph") -> None:
     """``|actual - expected| <= atol + rtol * |expected|`` everywhere;
-    the message says how far off and where to look."""
-    assert outputs_close(actual, expected, rtol=rtol, atol=atol), (
-        f"{what} computes something else than the original: {output_error(actual, expected)} "
+    the message says how far off and where to look (or what changed shape, dtype or structure)."""
+    if outputs_close(actual, expected, rtol=rtol, atol=atol):
+        return
+    try:
+        error = output_error(actual, expected)
+    except ValueError as mismatch:  # not comparable at all: a rewrite never changes these
+        raise AssertionError(f"{what} returns something else than the original: {mismatch}") from None
+    raise AssertionError(
+        f"{what} computes something else than the original: {error} "
         f"(allowed: rtol={rtol}, atol={atol}). Far beyond float32 rounding: the rewrite changed the "
         "arithmetic (a wrong formula, a missing term), or it changed a value another node still reads"
     )

@@ -71,16 +71,22 @@ class ConvBNStack(nn.Module):
 
     ``eps`` is both BatchNorms' (PyTorch's default 1e-5 unless given): in aten and Dynamo graphs it is a
     positional argument of the batch-norm call, so a fold that reads it only from the keyword arguments
-    silently uses the default.
+    silently uses the default. ``dilation`` and ``padding_mode`` are the first convolution's (its padding
+    keeps the size: ``dilation * (kernel_size // 2)``): a fold that builds a new convolution from some of
+    the old one's settings and forgets these changes the output's size or its border.
     """
 
     def __init__(
         self, dims: int = 2, in_channels: int = 3, channels: int = 8, kernel_size: int = 3,
         stride: int = 1, groups: int = 1, bias: bool = True, eps: float = 1e-5,
+        dilation: int = 1, padding_mode: str = "zeros",
     ) -> None:  # fmt: skip
         super().__init__()
         conv, norm = CONV_BY_DIMS[dims], BATCH_NORM_BY_DIMS[dims]
-        self.conv1 = conv(in_channels, channels, kernel_size, stride=stride, padding=kernel_size // 2, bias=bias)
+        self.conv1 = conv(
+            in_channels, channels, kernel_size, stride=stride, padding=dilation * (kernel_size // 2),
+            dilation=dilation, padding_mode=padding_mode, bias=bias,
+        )  # fmt: skip
         self.bn1 = norm(channels, eps=eps)
         self.conv2 = conv(channels, channels, kernel_size, padding=kernel_size // 2, groups=groups, bias=bias)
         self.bn2 = norm(channels, eps=eps)
@@ -199,6 +205,26 @@ class AddmmNotALinear(nn.Module):
         scales = {"beta": 0.5, "alpha": 2.0} if self.scaled else {}
         y = F.gelu(torch.addmm(self.addmm_bias, x, self.weight.t(), **scales))
         return self.act(self.fc(y))
+
+
+class RowsRegroupedAroundALinear(nn.Module):
+    """A Linear -> GELU pair, then a second Linear whose rows are regrouped around it:
+    ``gelu(fc2(h.reshape(6, 8)).view(3, 2, 8))`` for ``h`` of shape ``[2, 3, 8]``.
+
+    aten graphs spell every Linear on a 3-D input as ``view -> addmm -> view``; here the second pair's
+    views are the model's own, and the output's shape (``[3, 2, 8]``) is not the input's leading
+    dimensions plus the Linear's features (``[2, 3, 8]``). A fused op applied to ``h`` gives the right
+    numbers in the wrong shape.
+    """
+
+    def __init__(self, features: int = 4, hidden: int = 8) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(features, hidden), nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [2, 3, features]
+        h = F.gelu(self.fc1(x))
+        y = F.gelu(self.fc2(h.reshape(6, -1)).view(3, 2, -1))
+        return y.cumsum(1)  # reads along the regrouped dimension
 
 
 class ReluZoo(nn.Module):
@@ -496,6 +522,20 @@ class LiteralConstants(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(8, dtype=torch.float32) * 0.5 + 1  # constant
         return x * positions + self.w * 2  # self.w * 2 reads a placeholder: not constant
+
+
+class ClassToken(nn.Module):
+    """ViT's class token: ``cat([sigmoid(cls).expand(n, -1, -1), x], dim=1)``. The ``cat`` takes its
+    tensors in a **list**, and one of them is the input: a fold that looks only at a node's direct
+    arguments misses ``x`` inside the list and takes the ``cat`` for a constant. ``sigmoid(cls)`` is
+    constant in every dialect (and its ``expand`` too where the batch size is a number, in aten graphs)."""
+
+    def __init__(self, features: int = 8) -> None:
+        super().__init__()
+        self.cls = nn.Parameter(torch.randn(1, 1, features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [n, tokens, features]
+        return torch.cat([torch.sigmoid(self.cls).expand(x.shape[0], -1, -1), x], dim=1) * 2
 
 
 # -- 6. Channels-last layout -----------------------------------------------------------------------

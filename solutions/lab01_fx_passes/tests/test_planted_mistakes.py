@@ -488,3 +488,30 @@ def test_a_write_after_the_rewrite_missed_fails_the_aliasing_cases(reference, mo
     # Both tensors are returned there too, so the alias check still refuses, for a reason the test does not accept.
     with pytest.raises(AssertionError, match="say 'x or the result is written in place"):
         test_lab.test_algebra_leaves_what_the_identity_hides(reference, "result_written_in_place", "make_fx")
+
+
+@pytest.fixture
+def bakes_the_example_batch(reference, monkeypatch):
+    """A layout pass that rewrites the views it meets (``view`` becomes ``reshape``) with the recorded shapes as
+    numbers: ``int(s0)`` is the example's batch, so the graph serves that batch only."""
+    convert = reference.convert_to_channels_last
+
+    def baking(gm: fx.GraphModule) -> PassResult:
+        result = convert(gm)
+        reshapes = (torch.ops.aten.view.default, torch.ops.aten.reshape.default)
+        views = [node for node in result.graph_module.graph.nodes if node.target in reshapes]
+        assert views, "the planted mistake needs a view to bake"
+        for node in views:
+            node.args = (node.args[0], [int(size) for size in node.meta["val"].shape])
+        result.graph_module.recompile()
+        return result
+
+    monkeypatch.setattr(reference, "convert_to_channels_last", baking)
+    return reference
+
+
+def test_a_size_read_as_a_number_fails_the_symbolic_shapes_test(bakes_the_example_batch):
+    with pytest.raises(pytest.fail.Exception, match=r"fails at batch 2 .*bakes the example in"):
+        test_lab.test_symbolic_every_pass_is_right_at_every_batch_size(
+            bakes_the_example_batch, "channels_last", "export"
+        )
