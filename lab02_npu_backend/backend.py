@@ -2,7 +2,8 @@
 
 A ``torch.compile`` backend is a function ``(GraphModule, example_inputs) -> callable``. Ours:
 
-1. picks the support table of the graph's dialect (torch-level from Dynamo; aten through AOTAutograd);
+1. picks the support table of the graph's dialect (torch-level from Dynamo; aten through AOTAutograd),
+   and (optional step 7) computes once what depends only on shapes and constants (:mod:`.folding`);
 2. partitions the graph (:mod:`.partition`): NPU partitions become ``call_module`` submodules;
 3. replaces each partition with an :class:`NpuPartition` that lowers it to an NPU program on first
    use for each input shape (:mod:`.lowering`) and runs it on the :class:`~.simulator.NpuSimulator`;
@@ -65,7 +66,11 @@ def compile_graph(
     gm: fx.GraphModule, example_inputs: Sequence[Any], *, dialect: str = "torch", support: Any = None
 ) -> Callable[..., Any]:
     """Partition ``gm`` for the NPU (``support`` defaults to the dialect's table), replace every NPU
-    submodule by an :class:`NpuPartition`, ``coverage.record`` the graph's coverage, return the graph."""
+    submodule by an :class:`NpuPartition`, ``coverage.record`` the graph's coverage, return the graph.
+
+    Optional step 7: first ``fold_shape_constants(gm)`` (:mod:`.folding`), and record
+    ``coverage.with_folded(partitioned.coverage, gm.meta[FOLDED_META])``: the folded nodes are listed
+    as elided, outside the NPU fraction. Leave it out until your folding passes its tests."""
     # TODO
     raise NotImplementedError("compile_graph")
 

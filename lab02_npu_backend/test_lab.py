@@ -56,16 +56,30 @@ from lab02_npu_backend.given.checks import (
     returns_an_input,
     single_op_program,
 )
-from lab02_npu_backend.given.coverage import NpuCoverageWarning, NpuTrainingUnsupported
+from lab02_npu_backend.given.coverage import (
+    FOLDED_AT_COMPILE_TIME,
+    FOLDED_META,
+    NpuCoverageWarning,
+    NpuTrainingUnsupported,
+)
 from lab02_npu_backend.given.divergence import diagnose_model
-from lab02_npu_backend.given.graphs import capture_graphs, compute_nodes, is_tuple_unpack, node_flops, source_node_name
+from lab02_npu_backend.given.graphs import (
+    capture_graphs,
+    compute_nodes,
+    is_tuple_unpack,
+    node_flops,
+    source_node_name,
+    target_name,
+)
 from lab02_npu_backend.given.ir import ProgramError
 from lab02_npu_backend.given.isa import ISA_PATH, IsaError, default_isa
 from lab02_npu_backend.given.models import (
     REAL_MODELS,
     STANDARD_MODELS,
+    BuildsItsMask,
     ConvBatchNorms,
     Gpt2Mlp,
+    LooksConstantButIsNot,
     RMSNormChain,
     ShiftRight,
     WithGraphBreak,
@@ -1391,3 +1405,105 @@ def test_a_profiled_program_keeps_the_simulators_contract(lab, monkeypatch):
     profiled = lab.ProfiledProgram(broken, simulator.isa)
     with profile_npu(), pytest.raises(ProgramError, match=r"matmul"):
         profiled(torch.randn(2, 3), torch.randn(4, 5), torch.randn(4))
+
+
+# == 7. Extension: folding at compile time ===========================================================
+def _shape_only(gm) -> list:
+    """The compute nodes of ``gm`` that no graph input reaches (they depend only on shapes and literals)."""
+    reached = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" or any(source in reached for source in node.all_input_nodes):
+            reached.add(node)
+    return [node for node in compute_nodes(gm) if node not in reached]
+
+
+def _captured(dialect: str, model, *inputs):
+    torch._dynamo.reset()  # a fresh trace: Dynamo would reuse code it compiled for this model before
+    graphs = capture_graphs(model, *inputs)
+    gms, graph_inputs = (graphs.torch, graphs.torch_inputs) if dialect == "torch" else (graphs.aten, graphs.aten_inputs)
+    assert len(gms) == 1, f"one {dialect} graph expected, got {len(gms)}"
+    return gms[0], graph_inputs[0]
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_folding_computes_once_what_depends_only_on_shapes(lab, dialect):
+    """A causal mask from ``arange``, position ids from ``ones().cumsum()``, a ``torch.tensor`` literal:
+    every node no graph input reaches is folded into buffers and listed in ``gm.meta[FOLDED_META]``; the
+    graph computes what it did, call after call."""
+    gm, inputs = _captured(dialect, BuildsItsMask(), torch.randn(2, 5, 8))
+    expected = run_graph(gm, *inputs)
+    constant = [node.name for node in _shape_only(gm)]
+    assert len(constant) >= 10, f"the {dialect} graph should build its mask per call: {constant}"
+    result = lab.fold_shape_constants(gm)
+    assert result.modified, f"folding.py: nothing folded in the {dialect} graph, where {constant} are constant"
+    folded = result.graph_module
+    left = [f"{node.name} ({target_name(node)})" for node in _shape_only(folded)]
+    assert not left, f"folding.py: {left} depend only on shapes and literals in the {dialect} graph: fold them"
+    recorded = [name for name, _ in folded.meta.get(FOLDED_META, [])]
+    assert recorded == constant, (
+        f"folding.py: gm.meta[FOLDED_META] must list the folded compute nodes, in graph order, as (name, op) "
+        f"pairs: {constant}; it lists {recorded}"
+    )
+    for call in ("first", "second"):
+        got = run_graph(folded, *inputs)
+        assert outputs_close(got, expected, rtol=1e-6, atol=1e-6), (
+            f"folding.py: the folded {dialect} graph's {call} call differs ({output_error(got, expected)})"
+        )
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_folding_leaves_random_written_and_returned_values(lab, dialect):
+    """``torch.rand(4)`` draws new numbers on every call, ``zeros(4)`` is written in place through a view
+    (``shifted[1:].add_(x[:3])``: folded, the buffer would accumulate), and a value the graph returns must
+    be fresh on every call. Only ``arange(4.0) + 1`` (and, in the functional aten graph, the zeros) may go."""
+    x = torch.randn(4)
+    gm, inputs = _captured(dialect, LooksConstantButIsNot(), x)
+    torch.manual_seed(0)
+    expected = run_graph(gm, *inputs)
+    result = lab.fold_shape_constants(gm)
+    assert result.modified, f"folding.py: arange(4.0) + 1 is constant in the {dialect} graph: fold it"
+    folded = result.graph_module
+    draws = [node for node in folded.graph.nodes if target_name(node) in ("rand", "aten.rand.default")]
+    assert len(draws) == 1, "folding.py: torch.rand is random (node.is_impure(impure_random=True)): never fold it"
+    for call in ("first", "second", "third"):
+        torch.manual_seed(0)
+        got = run_graph(folded, *inputs)
+        assert outputs_close(got, expected, rtol=1e-6, atol=1e-6), (
+            f"folding.py: the folded {dialect} graph's {call} call differs ({output_error(got, expected)}): a "
+            "value written in place (here through a view: find_tensor_writes lists its aliases) changes on every "
+            "call, and a value the graph returns may be written by its caller: never fold either"
+        )
+        for output in got:
+            output.add_(100)  # the caller writes to what it received
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_backend_lists_folded_nodes_outside_the_fraction(lab, dialect):
+    """Through ``torch.compile``: the backend folds before it partitions (``compile_graph``), eager's answer
+    is kept, and the coverage lists every folded node as elided (``FOLDED_AT_COMPILE_TIME``): outside the NPU
+    fraction, never hidden and never a CPU fallback."""
+    model, x = BuildsItsMask(), torch.randn(2, 5, 8)
+    gm, _ = _captured(dialect, model, x)
+    constant = sorted(target_name(node) for node in _shape_only(gm))
+    with torch.no_grad():
+        expected = model(x)
+        torch._dynamo.reset()
+        with coverage.collect() as graphs:
+            got = torch.compile(model, backend=backend_for(lab, dialect))(x)
+    assert outputs_close(got, expected, rtol=1e-5, atol=1e-5), f"the compiled model: {output_error(got, expected)}"
+    report = coverage.PartitionReport.from_graphs(graphs)
+    folded = sorted(d.op for d in report.elided if d.elided == FOLDED_AT_COMPILE_TIME)
+    assert folded == constant, (
+        f"backend.py: compile_graph must fold before partitioning and record coverage.with_folded(...): the "
+        f"{dialect} graph's constant nodes are {constant}, the report lists {folded} as folded"
+    )
+    fallbacks = sorted(d.op for d in report.fallbacks)
+    assert not set(fallbacks) & set(constant) - {"embedding", "aten.embedding.default"}, (
+        f"a folded node must not also count as a CPU fallback: {fallbacks}"
+    )

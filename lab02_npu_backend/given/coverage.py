@@ -7,8 +7,9 @@ and graph breaks. This is the lab's version of Torch-TensorRT's "N total operato
 summary and ExecuTorch's ``get_delegation_info`` table.
 
 The counts are honest both ways. A node that does no work anywhere (eval-mode dropout, a ``.to``
-that keeps the dtype, a view to the same shape, a tensor with no elements) is *elided*: it is listed,
-with the reason, but it is outside the NPU fraction, so that identities cannot pad the NPU side.
+that keeps the dtype, a view to the same shape, a tensor with no elements), or none per call (a
+constant folded when the graph was compiled, optional step 7: :func:`with_folded`), is *elided*: it is
+listed, with the reason, but it is outside the NPU fraction, so that identities cannot pad the NPU side.
 Every node that does work (a multiply by 1 included) stays in the denominator.
 """
 
@@ -16,12 +17,19 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 #: The dialects a graph can be in: Dynamo's torch-level graphs, or aten graphs from AOTAutograd.
 DIALECTS = ("torch", "aten")
+
+
+#: Where a backend that folds constants (optional step 7) lists what it folded: ``gm.meta[FOLDED_META]``,
+#: ``(name, op)`` pairs.
+FOLDED_META = "npu_folded"
+#: Why a folded node is outside the NPU fraction (see :func:`with_folded`).
+FOLDED_AT_COMPILE_TIME = "folded: computed once when the graph was compiled (it depends only on shapes and constants)"
 
 
 class NpuCoverageWarning(UserWarning):
@@ -81,6 +89,16 @@ class GraphCoverage:
     @property
     def elided_nodes(self) -> int:
         return len(self.decisions) - self.work_nodes
+
+
+def with_folded(coverage: GraphCoverage, folded: Sequence[tuple[str, str]]) -> GraphCoverage:
+    """``coverage`` with a decision for each node folded before partitioning (``(name, op)`` pairs), first.
+
+    A folded node did its work once, when the graph was compiled, and none per call: it is listed as
+    elided (:data:`FOLDED_AT_COMPILE_TIME`), outside both sides of the NPU fraction, never hidden.
+    """
+    decisions = tuple(NodeDecision(name, op, on_npu=False, elided=FOLDED_AT_COMPILE_TIME) for name, op in folded)
+    return replace(coverage, decisions=decisions + coverage.decisions)
 
 
 @dataclass(frozen=True)

@@ -360,3 +360,37 @@ class WithGraphBreak(nn.Module):
         x = torch.nn.functional.max_pool1d(torch.relu(self.first(x)), 1)
         torch._dynamo.graph_break()
         return self.dropout(self.second(x)).softmax(-1)
+
+
+# ------------------------------------------------------------ folding at compile time (optional step 7)
+class BuildsItsMask(nn.Module):
+    """Per-call bookkeeping that depends only on the input's shape, as Falcon, OPT and T5 build it: a
+    causal mask from two index vectors (``arange``, a comparison, a cast), position ids from
+    ``ones(...).cumsum(1) - 1``, and a literal table (``torch.tensor([...])``). All of it is constant
+    once the shapes are known; the projection, the embedding lookup and the products are not."""
+
+    def __init__(self, features: int = 8, positions: int = 16) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.project, self.position = nn.Linear(features, features), nn.Embedding(positions, features)
+
+    def forward(self, x):
+        batch, seq, _ = x.shape
+        mask = (torch.arange(seq).unsqueeze(0) <= torch.arange(seq).unsqueeze(1)).float()  # [seq, seq]
+        positions = torch.ones(batch, seq, dtype=torch.long).cumsum(1) - 1
+        scale = torch.tensor([0.5, 1.5]).sum() / 2
+        return (mask @ (self.project(x) + self.position(positions))) * scale
+
+
+class LooksConstantButIsNot(nn.Module):
+    """Four values built from shapes and literals alone, three of which must be computed on every call: a
+    random draw (new numbers each call), a buffer the input is then written into (BART's shift right), and
+    a value the graph returns (the caller may write to what it receives). Only ``ramp`` is constant."""
+
+    def forward(self, x):  # x: [4]
+        noise = torch.rand(4)
+        shifted = torch.zeros(4)
+        shifted[1:].add_(x[:3])  # a write through a view: folded, the buffer would accumulate
+        ramp = torch.arange(4.0) + 1
+        returned = torch.full((4,), 2.0) * 3
+        return x * ramp + shifted + noise * 0.01, returned

@@ -2,11 +2,13 @@
 
 A ``torch.compile`` backend is a function ``(GraphModule, example_inputs) -> callable``. Ours:
 
-1. picks the support table of the graph's dialect (torch-level from Dynamo; aten through AOTAutograd);
+1. picks the support table of the graph's dialect (torch-level from Dynamo; aten through AOTAutograd),
+   and computes once what depends only on shapes and constants (:mod:`.folding`, optional step 7);
 2. partitions the graph (:mod:`.partition`): NPU partitions become ``call_module`` submodules;
 3. replaces each partition with an :class:`NpuPartition` that lowers it to an NPU program on first
    use for each input shape (:mod:`.lowering`) and runs it on the :class:`~.simulator.NpuSimulator`;
-4. records the graph's coverage (:func:`lab02_npu_backend.given.coverage.record`) for reports.
+4. records the graph's coverage (:func:`lab02_npu_backend.given.coverage.record`) for reports, the
+   folded nodes listed as elided (:func:`~lab02_npu_backend.given.coverage.with_folded`).
 
 Training: the simulator's outputs carry no autograd history, so a plain backend would return
 tensors whose gradients are silently missing. When gradients are needed the backend goes through
@@ -25,8 +27,9 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from lab02_npu_backend.given import coverage
-from lab02_npu_backend.given.coverage import GraphBreak, PartitionReport
+from lab02_npu_backend.given.coverage import FOLDED_META, GraphBreak, PartitionReport, with_folded
 
+from .folding import fold_shape_constants
 from .lowering import lower_to_program
 from .partition import partition_for_npu
 from .simulator import LoadedProgram, NpuSimulator
@@ -68,11 +71,12 @@ def compile_graph(
 ) -> Callable[..., Any]:
     """Partition ``gm`` for the NPU and return it with every NPU partition running on the simulator."""
     support = support if support is not None else support_for_dialect(dialect)
+    fold_shape_constants(gm)  # optional step 7: what depends only on shapes and constants, computed once
     partitioned = partition_for_npu(gm, support, example_inputs=example_inputs, dialect=dialect)
     fused = partitioned.graph_module
     for name in partitioned.npu_submodules:
         setattr(fused, name, NpuPartition(getattr(fused, name), _simulator(), name))
-    coverage.record(partitioned.coverage)
+    coverage.record(with_folded(partitioned.coverage, gm.meta.get(FOLDED_META, [])))
     return fused
 
 

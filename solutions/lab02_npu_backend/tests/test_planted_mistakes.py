@@ -6,6 +6,8 @@ Each test first runs the graded test on the untouched reference (it passes), the
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -231,3 +233,59 @@ def test_omitted_operands_not_filled_with_none_fail(reference, monkeypatch):
     monkeypatch.setattr(reference.profiling, "_read", lambda names, arity, values: [values[n] for n in names])
     with pytest.raises(ProgramError, match="conv2d"):
         graded.test_a_profiled_program_keeps_the_simulators_contract(reference, monkeypatch)
+
+
+# -- step 7: folding at compile time ---------------------------------------------------------------------
+def _fold_ignoring(reference, monkeypatch, *, writes: bool = False, impurity: bool = False, outputs: bool = False):
+    """Plant a folder that forgets one rule of ``foldable_nodes`` (writes in place, randomness, or outputs)."""
+    folding = reference.folding
+    if writes:
+        monkeypatch.setattr(folding, "find_tensor_writes", lambda gm: [])
+    if impurity:
+        monkeypatch.setattr(folding, "is_pure", lambda node: not node.is_impure(impure_random=False))
+    if outputs:
+        real = folding.foldable_nodes
+
+        def with_outputs(gm):
+            output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
+            kept = set(real(gm))
+            return [
+                node
+                for node in gm.graph.nodes
+                if node in kept or (node in output.all_input_nodes and set(node.all_input_nodes) <= kept)
+            ]
+
+        monkeypatch.setattr(folding, "foldable_nodes", with_outputs)
+
+
+@pytest.mark.parametrize(
+    ("forgets", "dialects", "message"),
+    [
+        ("writes", ["torch"], r"torch graph's \w+ call differs.*written in place"),
+        ("impurity", ["aten"], r"torch.rand is random"),  # torch.rand is impure to FX either way
+        ("outputs", ["torch", "aten"], r"graph's \w+ call differs.*returns may be written by its caller"),
+    ],
+)
+def test_a_folder_that_forgets_a_rule_fails_with_it_named(reference, monkeypatch, forgets, dialects, message):
+    for dialect in dialects:
+        graded.test_folding_leaves_random_written_and_returned_values(reference, dialect)
+    _fold_ignoring(reference, monkeypatch, **{forgets: True})
+    for dialect in dialects:
+        with pytest.raises(AssertionError, match=message):
+            graded.test_folding_leaves_random_written_and_returned_values(reference, dialect)
+
+
+def test_a_backend_that_never_folds_fails_the_coverage_test(reference, monkeypatch):
+    graded.test_backend_lists_folded_nodes_outside_the_fraction(reference, "torch")
+    monkeypatch.setattr(reference.backend, "fold_shape_constants", lambda gm: None)
+    with pytest.raises(AssertionError, match=r"backend.py: compile_graph must fold before partitioning"):
+        graded.test_backend_lists_folded_nodes_outside_the_fraction(reference, "torch")
+
+
+def test_folding_under_the_compilers_fake_mode_fails_through_aot_autograd(reference, monkeypatch):
+    """AOTAutograd calls the forward compiler inside its fake-tensor mode: without ``unset_fake_temporarily``
+    the folded values are fakes with no data, and the compiled model fails on its first call."""
+    graded.test_backend_lists_folded_nodes_outside_the_fraction(reference, "aten")
+    monkeypatch.setattr(reference.folding, "unset_fake_temporarily", contextlib.nullcontext)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - whatever fails first, the run does not pass
+        graded.test_backend_lists_folded_nodes_outside_the_fraction(reference, "aten")
