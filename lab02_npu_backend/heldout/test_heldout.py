@@ -10,7 +10,10 @@ import torch
 from torch import nn
 
 from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.coverage import FOLDED_META
+from lab02_npu_backend.given.graphs import capture_graphs, compute_nodes, target_name
 from lab02_npu_backend.given.llama_tiny import LlamaConfig, LlamaTiny
+from labkit.fx_nodes import run_graph
 from labkit.numerics import output_error, outputs_close
 
 TOLERANCE = 1e-4
@@ -224,3 +227,61 @@ def test_an_encoder_decoder_from_transformers_matches_eager(lab, dialect):
     case = build_family("t5")
     backend = lab.npu_backend if dialect == "torch" else lab.npu_aot_backend
     assert_matches_eager_on_the_npu(*compile_and_run(backend, case.model, *case.example_inputs))
+
+
+# -- optional step 7: folding at compile time ---------------------------------------------------------
+FOLDING = "extension: folding at compile time on other shape-only computations"
+
+
+class RelativeBuckets(nn.Module):
+    """T5's relative-position buckets, written out: int64 index arithmetic (sub, abs, comparisons, a log of
+    a float cast, min, where) on a [seq, seq] table that depends only on the sequence length; then a
+    bias looked up from it and added to scores that depend on the input. And one value that looks just as
+    constant but is written in place through a view of a view (``counts``): it must be computed per call."""
+
+    def __init__(self, buckets: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(30)
+        self.buckets, self.bias = buckets, nn.Embedding(buckets, heads)
+
+    def forward(self, x):  # x: [heads, seq, seq]
+        seq = x.shape[-1]
+        relative = torch.arange(seq)[None, :] - torch.arange(seq)[:, None]
+        exact = self.buckets // 2
+        distance = relative.abs()
+        large = exact + (torch.log(distance.float() / exact + 1e-6) / 2.0 * exact).to(torch.long)
+        large = torch.min(large, torch.full_like(large, self.buckets - 1))
+        bucket = torch.where(distance < exact, distance, large)
+        counts = torch.zeros(2, seq)
+        counts.view(-1)[:seq].add_(x[0, 0])  # written through a view of a view: not constant
+        return x + self.bias(bucket).permute(2, 0, 1) + counts.sum(0)
+
+
+#: The bucket arithmetic's ops (as target_name names them, without "aten.", "Tensor." and the overload).
+BUCKET_OPS = {"arange", "abs", "log", "min", "minimum", "where", "full_like", "lt"}
+
+
+def _ops_left(gm) -> set[str]:
+    names = {target_name(node).removeprefix("aten.").removeprefix("Tensor.") for node in compute_nodes(gm)}
+    return {name.split(".")[0] for name in names} & BUCKET_OPS
+
+
+@pytest.mark.extension
+@pytest.mark.points(2)
+@pytest.mark.area(FOLDING)
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_relative_position_buckets_are_folded_and_a_written_buffer_is_not(lab, dialect):
+    x = torch.randn(2, 6, 6, generator=seeded(30))
+    torch._dynamo.reset()
+    graphs = capture_graphs(RelativeBuckets(), x)
+    (gm,), (inputs,) = (graphs.torch, graphs.torch_inputs) if dialect == "torch" else (graphs.aten, graphs.aten_inputs)
+    expected = run_graph(gm, *inputs)
+    assert _ops_left(gm) == BUCKET_OPS & _ops_left(gm) and len(_ops_left(gm)) >= 6
+    result = lab.fold_shape_constants(gm)
+    assert result.modified and not _ops_left(result.graph_module), (
+        f"the buckets depend only on the sequence length: {sorted(_ops_left(result.graph_module))} left"
+    )
+    assert len(result.graph_module.meta.get(FOLDED_META, [])) >= 8, "every folded node is listed"
+    for call in ("first", "second"):
+        got = run_graph(result.graph_module, *inputs)
+        assert outputs_close(got, expected, rtol=1e-6, atol=1e-6), f"{call} call: {output_error(got, expected)}"
