@@ -5,7 +5,7 @@ Students:       nox -s lab01 lab02 lab03          (your code, CPU; arguments aft
                 nox -s bench-lab01 bench-lab02 bench-lab03  (~3 min, ~1 min, GPU; lab 1's long form: -- --full)
                 nox -s report-lab02               (lab 2's NPU coverage report; -- --model all, -- --zoo, -- --draw)
                 nox -s draw-lab01                 (lab 1's graphs before and after the pipeline, as pictures)
-                nox -s zoo-lab02                  (lab 2's backend on the transformers zoo, both dialects)
+                nox -s zoo-lab02                  (lab 2's backend on its zoo: transformers, torchvision)
                 nox -s gpu                        (on a CUDA machine: the GPU tests + lab 3's benchmark)
 Environment:    nox -s course-env                 (create the shared environment; print its python)
                 nox -s lint                       (ruff's lint and format check, as CI runs it; -- --fix rewrites)
@@ -157,7 +157,7 @@ def draw_lab01(session: nox.Session) -> None:
 
 @nox.session(name="zoo-lab02", venv_backend="none")
 def zoo_lab02(session: nox.Session) -> None:
-    """Lab 2's backend on every transformers family of its zoo, both dialects (the reference where present; ~2 min)."""
+    """Lab 2's backend on its whole zoo (transformers, torchvision), both dialects (the reference where present)."""
     run_in_course_env(
         session,
         "-m",

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from lab02_npu_backend.given.models import SEED, ModelCase
+from labkit.batch_norm import randomize_batch_norm
 
 #: Vocabulary, batch and sequence length of every zoo model.
 VOCAB, BATCH, SEQ = 128, 2, 12
@@ -43,8 +44,9 @@ class Family:
     Attributes:
         name: the zoo's name for it.
         kind: ``decoder``, ``encoder`` or ``encoder-decoder``.
-        config, model: the ``transformers`` configuration and model classes.
-        sizes: the tiny configuration (besides the vocabulary and token ids).
+        config, model: the ``transformers`` configuration and model classes; for torchvision's classifiers
+            (``kind="vision"``) ``config`` is ``"torchvision"`` and ``model`` the constructor's name.
+        sizes: the tiny configuration (besides the vocabulary and token ids); a constructor's keyword arguments.
         output: the output field returned (``logits`` or ``last_hidden_state``).
         shift_labels: an encoder-decoder whose decoder input is the input shifted right inside the
             call (T5's ``_shift_right``, BART's ``shift_tokens_right``: a write in place).
@@ -144,8 +146,37 @@ FAMILIES: tuple[Family, ...] = (
         shift_labels=True,
     ),
 )
+#: Max pooling has no exact decomposition into the ISA (no ``max``; ``a + relu(b - a)`` rounds twice).
+_MAX_POOLING = (
+    "max pooling (and an adaptive average pool to a grid other than 1x1) runs on the host: the ISA has no "
+    "max, and a + relu(b - a) rounds twice, so no exact decomposition exists"
+)
+#: torchvision's classifiers (``config="torchvision"``: ``model`` is the constructor's name), called on
+#: ``[2, 3, 64, 64]`` images with random weights and BatchNorm statistics that look trained.
+VISION_FAMILIES: tuple[Family, ...] = (
+    Family("resnet18", "vision", "torchvision", "resnet18", {}, ""),
+    Family("mobilenet-v3-small", "vision", "torchvision", "mobilenet_v3_small", {}, ""),
+    Family("efficientnet-b0", "vision", "torchvision", "efficientnet_b0", {}, ""),
+    Family("squeezenet", "vision", "torchvision", "squeezenet1_0", {}, ""),
+    Family("shufflenet-v2", "vision", "torchvision", "shufflenet_v2_x0_5", {}, ""),
+    Family("regnet-y", "vision", "torchvision", "regnet_y_400mf", {}, ""),
+    Family("mnasnet", "vision", "torchvision", "mnasnet0_5", {}, ""),
+    Family("googlenet", "vision", "torchvision", "googlenet", {"aux_logits": False, "init_weights": True}, ""),
+    Family("convnext-tiny", "vision", "torchvision", "convnext_tiny", {}, ""),
+    Family(
+        "vgg11", "vision", "torchvision", "vgg11", {}, "",
+        below_bar={dialect: (floor, _MAX_POOLING) for dialect, floor in (("torch", 0.78), ("aten", 0.80))},
+    ),
+    Family(
+        "alexnet", "vision", "torchvision", "alexnet", {}, "",
+        below_bar={dialect: (floor, _MAX_POOLING) for dialect, floor in (("torch", 0.79), ("aten", 0.82))},
+    ),
+)  # fmt: skip
+#: Image size of the vision families.
+IMAGE = 64
+
 #: The zoo's families by name.
-BY_NAME: dict[str, Family] = {family.name: family for family in FAMILIES}
+BY_NAME: dict[str, Family] = {family.name: family for family in (*FAMILIES, *VISION_FAMILIES)}
 
 
 class ZooModel(nn.Module):
@@ -173,6 +204,8 @@ def build_family(name: str) -> ModelCase:
     if name not in BY_NAME:
         raise KeyError(f"unknown zoo family {name!r}; the zoo: {', '.join(BY_NAME)}")
     family = BY_NAME[name]
+    if family.config == "torchvision":
+        return _build_vision(family)
     config = getattr(transformers, family.config)(
         vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2, attn_implementation="sdpa", **family.sizes,
     )  # fmt: skip
@@ -180,3 +213,13 @@ def build_family(name: str) -> ModelCase:
     model = getattr(transformers, family.model)(config).eval()
     ids = torch.randint(3, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(SEED))
     return ModelCase(name, ZooModel(model, family), (ids,))
+
+
+def _build_vision(family: Family) -> ModelCase:
+    import torchvision
+
+    torch.manual_seed(SEED)
+    model = getattr(torchvision.models, family.model)(weights=None, num_classes=10, **family.sizes)
+    randomize_batch_norm(model, SEED)
+    images = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(SEED))
+    return ModelCase(family.name, model.eval(), (images,))

@@ -9,6 +9,7 @@ primitives where that is exact:
 - ``neg`` -> ``mul`` by -1; ``x - y`` -> ``x + (-1 * y)``; ``x ** n`` (integer n) -> multiplications;
 - ``x / c`` -> ``x * (1 / c)`` (one extra rounding of the constant);
 - ``split``/``chunk`` -> one ``slice`` per piece; ReLU6/``hardtanh``/``clamp`` -> the activation unit's clamp;
+- ``hardswish`` -> ``x * clamp(x + 3, 0, 6) * (1 / 6)``, ``hardsigmoid`` -> ``clamp(x + 3, 0, 6) * (1 / 6)``;
 - eval ``batch_norm`` -> per-channel ``scale = weight * rsqrt(var + eps)``, ``x * scale + shift``;
 - ``scaled_dot_product_attention`` -> ``matmul`` (q k^T) -> ``mul`` (scale) -> [``add`` mask] ->
   ``softmax`` (causal flag) -> ``matmul`` (p v); grouped-query attention broadcasts instead of copying;
@@ -210,6 +211,18 @@ def _hardtanh(b, out, input, min_val=-1.0, max_val=1.0, inplace=False):
 @lowers(F.relu6)
 def _relu6(b, out, input, inplace=False):
     return clamp(b, input, 0.0, 6.0)
+
+
+@lowers(F.hardswish, aten.hardswish.default)
+def _hardswish(b, out, input, inplace=False):
+    """``x * relu6(x + 3) / 6``, PyTorch's own formula (the division as a multiplication by 1/6)."""
+    return b.emit("mul", [b.emit("mul", [input, clamp(b, b.emit("add", [input, 3.0]), 0.0, 6.0)]), 1.0 / 6.0])
+
+
+@lowers(F.hardsigmoid, aten.hardsigmoid.default)
+def _hardsigmoid(b, out, input, inplace=False):
+    """``relu6(x + 3) / 6``."""
+    return b.emit("mul", [clamp(b, b.emit("add", [input, 3.0]), 0.0, 6.0), 1.0 / 6.0])
 
 
 @lowers(torch.clamp, "clamp", torch.clip, "clip", aten.clamp.default)

@@ -101,6 +101,9 @@ TORCH_SUPPORT: dict[Target, tuple[str, ...]] = {
     "clamp": ("activation",),
     torch.clip: ("activation",),
     "clip": ("activation",),
+    # MobileNetV3's hard activations, decomposed onto the clamp: x * relu6(x + 3) / 6 and relu6(x + 3) / 6
+    F.hardswish: ("add", "activation", "mul"),
+    F.hardsigmoid: ("add", "activation", "mul"),
     F.softmax: ("softmax",),
     torch.softmax: ("softmax",),
     "softmax": ("softmax",),
@@ -165,6 +168,8 @@ ATEN_SUPPORT: dict[Target, tuple[str, ...]] = {
     aten.tanh.default: ("activation",),
     aten.hardtanh.default: ("activation",),
     aten.clamp.default: ("activation",),
+    aten.hardswish.default: ("add", "activation", "mul"),
+    aten.hardsigmoid.default: ("add", "activation", "mul"),
     aten._softmax.default: ("softmax",),
     aten.native_layer_norm.default: ("layernorm",),
     aten._native_batch_norm_legit_no_training.default: _BATCH_NORM,
