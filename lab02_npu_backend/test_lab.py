@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from lab02_npu_backend.given import coverage
 from lab02_npu_backend.given.checks import (
@@ -106,6 +107,7 @@ from lab02_npu_backend.given.mutation import writes_in_place
 from lab02_npu_backend.given.profiling_tools import InstructionRecord, OpRow, profile_npu
 from lab02_npu_backend.given.program_builder import LoweringError
 from lab02_npu_backend.given.registration import npu_simulator
+from labkit.batch_norm import randomize_batch_norm
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
 from labkit.spellings import ARGUMENT_SPELLINGS
@@ -884,6 +886,135 @@ def test_layer_norm_normalizes_over_every_dim_of_normalized_shape(lab, dialect):
     wrong, graphs = compiled_forms_off_eager(lab, dialect, _layer_norm_forms(), _layer_norm_inputs())
     assert not wrong, f"{dialect} graphs: these LayerNorm forms differ from eager: {'; '.join(wrong)}. {hint}"
     assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
+
+
+def _other_argument_forms():
+    """Arguments other than the defaults, and the values the defaults never meet: each form, on a (2, 3, 4, 8)
+    input, runs on the NPU with eager's answer or falls back (support.py says why), never wrong, never raising."""
+    torch.manual_seed(0)
+    dilated = nn.Conv2d(3, 4, 3, padding=2, dilation=2)
+    norms = {shape: randomize_batch_norm(nn.BatchNorm1d(shape[1]), seed=3).eval() for shape in ((2, 3, 32), (24, 8))}
+    return (
+        ("torch.softmax(x, dim=1)", lambda x: torch.softmax(x, dim=1) * 2),
+        ("x.softmax(0)", lambda x: x.softmax(0) + 1),
+        ("F.softmax(x) (no dim: PyTorch's implicit choice)", lambda x: F.softmax(x, dim=None) * 2),
+        ("F.layer_norm(..., (8,), eps=1e-2)", lambda x: F.layer_norm(x * 0.1, (8,), eps=1e-2)),
+        ("F.layer_norm(..., (4, 8), eps=1e-3)", lambda x: F.layer_norm(x * 0.1, (4, 8), eps=1e-3)),
+        ("x[..., None, 0]", lambda x: x[..., None, 0] * 2),
+        ("x[:, -1] (a negative index)", lambda x: x[:, -1] * 2),
+        ("x[True] (a boolean index)", lambda x: x[True] * 2),
+        ("x / 0.0", lambda x: x / 0.0 + 1),
+        ("x / -0.0", lambda x: x / -0.0 + 1),
+        ("x * rsqrt(mean(x ** 4)) (not an RMSNorm)", lambda x: x * torch.rsqrt(x.pow(4).mean(-1, keepdim=True) + 1e-6)),
+        ("sdpa with a value head dim (4) other than the query's (8)",
+         lambda x: F.scaled_dot_product_attention(x, x * 0.5, x[..., :4].contiguous())),
+        ("Conv2d(dilation=2)", lambda x: dilated(x)),
+        ("BatchNorm1d on [2, 3, 32]", lambda x: norms[2, 3, 32](x.reshape(2, 3, 32))),
+        ("BatchNorm1d on [24, 8]", lambda x: norms[24, 8](x.reshape(24, 8))),
+    )  # fmt: skip
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_arguments_other_than_the_defaults_give_eagers_answer(lab, dialect):
+    """Softmax over another dim, LayerNorm's own eps, negative and boolean indices, a division by zero, an RMS
+    chain over x**4, attention whose values are narrower than its queries, a dilated convolution, BatchNorm1d:
+    the arguments a test of the common values never passes."""
+    x = torch.randn(2, 3, 4, 8, generator=torch.Generator().manual_seed(9))
+    wrong, graphs = compiled_forms_off_eager(lab, dialect, _other_argument_forms(), (x,))
+    assert not wrong, (
+        f"{dialect} graphs: these forms differ from eager: {'; '.join(wrong)}. lowering.py must pass each argument "
+        "on (dim, eps, dilation, a negative index taken modulo the size, the value's own head dim, the power 2 of "
+        "an RMSNorm and nothing else, any rank of BatchNorm), and support.py must refuse what it cannot lower"
+    )
+    assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_dropout_in_training_is_never_elided(lab, dialect):
+    """``F.dropout(x, 0.5)`` trains by default (``training=True``): it zeroes half the elements, drawn from torch's
+    generator; only ``training=False`` is the identity. Run from the same seed, the compiled call matches eager."""
+    x = torch.ones(4, 8)
+
+    def fn(x):
+        return F.dropout(x, 0.5) * 2, F.dropout(x, 0.5, training=False) + 1
+
+    torch.manual_seed(5)
+    expected = fn(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend_for(lab, dialect))
+    with torch.no_grad():
+        compiled(x)  # compiles (and may draw): the call that counts comes from the same seed as eager's
+        torch.manual_seed(5)
+        got = compiled(x)
+    kept, eager_kept = int((got[0] != 0).sum()), int((expected[0] != 0).sum())
+    assert outputs_close(got, expected, rtol=0, atol=0), (
+        f"{dialect} graphs: F.dropout(x, 0.5) kept {kept} of 32 elements, eager {eager_kept}: support.py must read "
+        "dropout's training flag with its real default, True (only training=False is elided)"
+    )
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_multi_head_attention_with_masks_gives_eagers_answer(lab, dialect):
+    """``nn.MultiheadAttention`` with a causal ``attn_mask`` and with a ``key_padding_mask``: lower the masks or
+    leave the call on the CPU, never drop them."""
+    torch.manual_seed(6)
+    attention = nn.MultiheadAttention(16, 4).eval()
+    x = torch.randn(5, 2, 16, generator=torch.Generator().manual_seed(6))
+    causal = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    padding = torch.tensor([[False] * 4 + [True], [False] * 5])
+    forms = (
+        ("attn_mask (causal)", lambda x: attention(x, x, x, attn_mask=causal, need_weights=False)[0]),
+        ("key_padding_mask", lambda x: attention(x, x, x, key_padding_mask=padding, need_weights=False)[0]),
+    )
+    wrong, _ = compiled_forms_off_eager(lab, dialect, forms, (x,))
+    assert not wrong, (
+        f"{dialect} graphs: multi-head attention with masks differs from eager: {'; '.join(wrong)}. support.py "
+        "must refuse what the lowering does not apply (the masks)"
+    )
+
+
+def _accumulates_into_its_input(acc, x):
+    acc += x  # a write the caller sees: acc is its tensor
+    return acc * 2
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_write_into_a_graph_input_reaches_the_caller(lab, dialect):
+    """``acc += x`` where ``acc`` is the caller's tensor: after the call the caller's ``acc`` holds the sum, as in
+    eager. On the NPU a write is a new tensor (out of place): a write into a graph input is shared, never private."""
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(8))
+    eager_acc, compiled_acc = torch.ones(4, 6), torch.ones(4, 6)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = _accumulates_into_its_input(eager_acc, x)
+        got = torch.compile(_accumulates_into_its_input, backend=backend_for(lab, dialect))(compiled_acc, x)
+    assert outputs_close(got, expected, rtol=TOLERANCE, atol=TOLERANCE), output_error(got, expected)
+    assert outputs_close(compiled_acc, eager_acc, rtol=TOLERANCE, atol=TOLERANCE), (
+        f"{dialect} graphs: the caller's acc is off by {output_error(compiled_acc, eager_acc).max_abs:.3g} after "
+        "acc += x: partition.py ran a write into a graph input on the NPU (out of place), so the caller never saw it. "
+        "Only a private write (a fresh intermediate nobody else observes) may run there"
+    )
+
+
+@pytest.mark.points(1)
+def test_a_program_is_never_reused_for_other_argument_values(lab):
+    """Under ``dynamic=True`` Dynamo passes a Python number the model reads (``n``) to the partition as an
+    argument: a program lowered for ``n = 2`` bakes 2 in, so the cache key holds every argument, not only the
+    tensors' shapes and dtypes."""
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(7))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, n: torch.relu(x * n) + 1, backend=lab.npu_backend, dynamic=True)
+    with torch.no_grad():
+        for n in (2, 3, 5):
+            got, want = compiled(x, n), torch.relu(x * n) + 1
+            assert outputs_close(got, want, rtol=TOLERANCE, atol=TOLERANCE), (
+                f"n = {n}: {output_error(got, want)}. backend.py: NpuPartition's program cache must key on every "
+                "argument (a number is part of the program), not only the tensors' shapes and dtypes"
+            )
 
 
 #: The normalized shapes of an RMSNorm of a (2, 3, 4, 8) input: the last dim, the last two.

@@ -127,7 +127,9 @@ def _mul(b, out, input, other):
 
 @lowers(operator.truediv, torch.div, "div", aten.div.Tensor)
 def _div(b, out, input, other, rounding_mode=None):
-    return b.emit("mul", [input, 1.0 / other])
+    # x / 0.0 is x * inf and x / -0.0 is x * -inf (IEEE 754: 0 / 0 is nan either way); Python's 1.0 / 0.0 raises
+    reciprocal = 1.0 / other if other != 0 else math.copysign(math.inf, other)
+    return b.emit("mul", [input, reciprocal])
 
 
 @lowers(operator.neg, torch.neg, "neg", aten.neg.default)

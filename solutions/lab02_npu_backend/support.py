@@ -284,6 +284,8 @@ def _dropout_check(node: fx.Node) -> str | None:
 
 def _softmax_check(node: fx.Node) -> str | None:
     dtype = node_arg(node, 3 if node.target is F.softmax else 2, "dtype")
+    if node_arg(node, 1, "dim") is None:  # F.softmax(x): PyTorch picks a dimension by the rank (deprecated)
+        return "softmax without a dim (PyTorch's implicit, deprecated choice)"
     return "softmax with a dtype conversion" if dtype is not None else None
 
 
@@ -384,6 +386,8 @@ def _getitem_check(node: fx.Node) -> str | None:
         elif isinstance(item, list):  # x[..., [-2], :]: a gather by constant indices is slices (and a concat)
             if not item or not all(isinstance(i, int) and not isinstance(i, bool) for i in item):
                 return "only a list of constant integers indexes like slices"
+        elif isinstance(item, bool):  # x[True] adds a dimension of size 1, x[False] one of size 0: not a position
+            return "a boolean index is a mask, not a position"
         elif not (item is None or item is Ellipsis or isinstance(item, int)):
             return "indexing with tensors (gather) is not in the ISA"
     if sum(isinstance(item, list) for item in items) > 1:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import lab02_npu_backend.test_lab as graded
+from lab02_npu_backend.given.graphs import node_arg
 from lab02_npu_backend.given.ir import ProgramError
 from labkit.impl import load_lab
 
@@ -289,3 +290,53 @@ def test_folding_under_the_compilers_fake_mode_fails_through_aot_autograd(refere
     monkeypatch.setattr(reference.folding, "unset_fake_temporarily", contextlib.nullcontext)
     with pytest.raises(Exception):  # noqa: B017, PT011 - whatever fails first, the run does not pass
         graded.test_backend_lists_folded_nodes_outside_the_fraction(reference, "aten")
+
+
+# -- arguments other than the defaults (step 5's forms) ---------------------------------------------------
+def _softmax_over_the_last_dim(b, out, input, dim, *_, **__):
+    return b.emit("softmax", [input], dim=input.ndim - 1)
+
+
+def _dropout_trained_only_when_asked(node):
+    active = node_arg(node, 2, "training", False) and node_arg(node, 1, "p", 0.5) != 0  # the default is True
+    return "active dropout needs a random number generator" if active else None
+
+
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_a_softmax_over_the_last_dim_only_fails_the_arguments_test(reference, monkeypatch, dialect):
+    graded.test_arguments_other_than_the_defaults_give_eagers_answer(reference, dialect)
+    for target, rule in list(reference.lowering.LOWERINGS.items()):
+        if rule is reference.lowering._softmax:
+            monkeypatch.setitem(reference.lowering.LOWERINGS, target, _softmax_over_the_last_dim)
+    with pytest.raises(
+        AssertionError, match=r"torch.softmax\(x, dim=1\) \(off by .*lowering.py must pass each argument"
+    ):
+        graded.test_arguments_other_than_the_defaults_give_eagers_answer(reference, dialect)
+
+
+def test_a_dropout_read_as_untrained_by_default_fails_the_dropout_test(reference, monkeypatch):
+    graded.test_dropout_in_training_is_never_elided(reference, "torch")
+    for target, check in list(reference.support.CONSTRAINTS.items()):
+        if check is reference.support._dropout_check:
+            monkeypatch.setitem(reference.support.CONSTRAINTS, target, _dropout_trained_only_when_asked)
+    with pytest.raises(AssertionError, match=r"real default, True"):
+        graded.test_dropout_in_training_is_never_elided(reference, "torch")
+
+
+def test_a_program_cache_keyed_on_tensors_alone_fails_the_reuse_test(reference, monkeypatch):
+    graded.test_a_program_is_never_reused_for_other_argument_values(reference)
+    forward = reference.backend.NpuPartition.forward
+
+    def keyed_on_tensors(self, *args):
+        key = tuple((tuple(a.shape), a.dtype) for a in args if isinstance(a, torch.Tensor))
+        if key in self.programs:  # the first program for these tensor shapes, whatever the other arguments
+            loaded = self.programs[key]
+            outputs = loaded(*(a for a in args if isinstance(a, torch.Tensor)))
+            return tuple(outputs) if self._returns_tuple else outputs[0]
+        result = forward(self, *args)
+        self.programs[key] = next(reversed(self.programs.values()))
+        return result
+
+    monkeypatch.setattr(reference.backend.NpuPartition, "forward", keyed_on_tensors)
+    with pytest.raises(AssertionError, match=r"n = 3: .*cache must key on every argument"):
+        graded.test_a_program_is_never_reused_for_other_argument_values(reference)
