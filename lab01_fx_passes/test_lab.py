@@ -116,6 +116,7 @@ from lab01_fx_passes.given.models import (
     AddmmNotALinear,
     AddsIntoAnotherValue,
     Chain,
+    ChannelsFirstView,
     ClassToken,
     ConstantOutputs,
     ConstantsSharingMemoryWithWrites,
@@ -2172,6 +2173,9 @@ SYMBOLIC_CASES = {
                     "two Linear -> GELU pairs", lambda gm: fused_linear_gelus(gm) == 2),
     "channels_last": ("convert_to_channels_last", lambda: seeded(ViewHead).eval(), (3, 8, 8),
                       "two 2-D convolutions", lambda gm: all_channels_last(conv_weights(gm))),
+    "channels_last_batch_inside_a_view": ("convert_to_channels_last", lambda: seeded(ChannelsFirstView).eval(),
+                                          (3, 8, 8), "two 2-D convolutions",
+                                          lambda gm: all_channels_last(conv_weights(gm))),
 }  # fmt: skip
 #: The batch sizes step 12 runs every rewritten graph at: the example's (3), then two it never saw.
 SYMBOLIC_BATCHES = (3, 2, 7)

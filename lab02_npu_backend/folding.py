@@ -15,14 +15,19 @@ A node is folded when
   tensor the tracer made (``_tensor_constant0``: a ``torch.tensor(...)`` literal of the model's
   code); a ``get_attr`` of an ``nn.Parameter`` (a graph that keeps its weights as attributes) is
   never a constant: an optimizer step changes it between calls;
-- it is pure: no random numbers, no side effects (``node.is_impure(impure_random=True)``), and it
-  writes nothing in place;
+- it is pure: no side effects and no random numbers. ``node.is_impure(impure_random=True)`` knows
+  the aten random ops and ``torch.rand``, not every spelling (a ``call_method`` such as
+  ``t.bernoulli()``, or ``F.dropout(..., training=True)``, looks pure to it), so each value is also
+  computed with the random generator watched: a node that draws from it (its state moved) is random,
+  and is computed per call. And it writes nothing in place;
 - nothing writes its value in place, nor any tensor that shares its memory
   (:func:`~lab02_npu_backend.given.mutation.find_tensor_writes` lists each write's aliases): BART's
   ``new_zeros`` that two ``setitem`` then fill is not a constant, and a folded buffer would keep the
   writes from one call to the next;
-- its value is a real tensor, computed without error now, and the graph does not return it (the
-  caller would receive the buffer itself: a write to it would change every later call).
+- its value is a real tensor (or a tuple of them, which is folded only with the nodes that unpack
+  it), computed without error now, and the graph does not return it, nor a view of it
+  (:func:`~lab02_npu_backend.given.mutation.returned_aliases`): the caller would receive the buffer
+  itself, and a write to it would change every later call.
 
 Only the *frontier* needs a buffer: a folded node that a node left in the graph reads. Each becomes a
 ``get_attr`` of a new buffer (``_folded_constant0``, ...) holding its value; the folded nodes and the
@@ -48,7 +53,7 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from lab02_npu_backend.given.coverage import FOLDED_META  # noqa: F401
 from lab02_npu_backend.given.graphs import is_compute_node, target_name  # noqa: F401
-from lab02_npu_backend.given.mutation import find_tensor_writes  # noqa: F401
+from lab02_npu_backend.given.mutation import find_tensor_writes, returned_aliases  # noqa: F401
 
 #: The names of the buffers :func:`fold_shape_constants` registers: ``_folded_constant0``, ...
 FOLDED_PREFIX = "_folded_constant"
@@ -65,7 +70,7 @@ def foldable_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     # nn.Parameter (gm.named_parameters()) starts as constant; a call_function/call_method joins when
     # set(node.all_input_nodes) is inside the set, it is not impure (node.is_impure(impure_random=True)),
     # and it is not among the nodes find_tensor_writes(gm) reports (each write's node, written and
-    # aliases). Return the constant calls (not the get_attrs) that the output node does not read.
+    # aliases). Return the constant calls (not the get_attrs) that are not in returned_aliases(gm).
     # guidance: end
     # TODO(step 7)
     raise NotImplementedError("foldable_nodes")
@@ -82,9 +87,12 @@ def fold_shape_constants(gm: fx.GraphModule) -> PassResult:
     # guidance: begin
     # 1. Under `with unset_fake_temporarily(), torch.no_grad():` evaluate each candidate of
     #    foldable_nodes(gm) in graph order (a get_attr is getattr along its dotted target; a call is
-    #    node.target(*args, **kwargs) with the inputs' values, a call_method getattr(self, name)(...)).
+    #    node.target(*args, **kwargs) with the inputs' values, a call_method getattr(self, name)(*rest,
+    #    **kwargs)). Save torch.get_rng_state() before each and compare after: a node that moved it drew
+    #    random numbers and is not folded (restore the state with torch.set_rng_state either way).
     #    A candidate that raises, or whose input has no value, or whose value is not a real tensor
-    #    (a FakeTensor, a meta tensor, a tuple), is not folded. Keep .detach().clone() of each value.
+    #    (a FakeTensor, a meta tensor) or a tuple of them, is not folded; a tuple is folded only if every
+    #    node that reads it is. Keep .detach().clone() of each value.
     # 2. The frontier: folded nodes that a node left in the graph reads. Register each value as a
     #    buffer (FOLDED_PREFIX + index), insert a get_attr before the node (copy node.meta to it) and
     #    node.replace_all_uses_with(get_attr, delete_user_cb=lambda user: user not in folded).

@@ -1588,9 +1588,10 @@ def test_folding_computes_once_what_depends_only_on_shapes(lab, dialect):
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dialect", ["torch", "aten"])
 def test_folding_leaves_random_written_and_returned_values(lab, dialect):
-    """``torch.rand(4)`` draws new numbers on every call, ``zeros(4)`` is written in place through a view
-    (``shifted[1:].add_(x[:3])``: folded, the buffer would accumulate), and a value the graph returns must
-    be fresh on every call. Only ``arange(4.0) + 1`` (and, in the functional aten graph, the zeros) may go."""
+    """``torch.rand(4)`` and ``full(...).bernoulli()`` draw new numbers on every call, ``zeros(4)`` is written in
+    place through a view (``shifted[1:].add_(x[:3])``: folded, the buffer would accumulate), and a value the
+    graph returns, itself or through a view, must be fresh on every call. Only ``arange(4.0) + 1`` (and, in
+    the functional aten graph, the zeros) may go, and ``gm.meta[FOLDED_META]`` lists only what went."""
     x = torch.randn(4)
     gm, inputs = _captured(dialect, LooksConstantButIsNot(), x)
     torch.manual_seed(0)
@@ -1598,8 +1599,14 @@ def test_folding_leaves_random_written_and_returned_values(lab, dialect):
     result = lab.fold_shape_constants(gm)
     assert result.modified, f"folding.py: arange(4.0) + 1 is constant in the {dialect} graph: fold it"
     folded = result.graph_module
-    draws = [node for node in folded.graph.nodes if target_name(node) in ("rand", "aten.rand.default")]
-    assert len(draws) == 1, "folding.py: torch.rand is random (node.is_impure(impure_random=True)): never fold it"
+    draws = [node for node in compute_nodes(folded) if any(word in target_name(node) for word in ("rand", "bernoulli"))]
+    assert len(draws) == 2, (
+        f"folding.py: torch.rand and t.bernoulli() draw random numbers: never fold them ({len(draws)} of 2 left; "
+        "is_impure(impure_random=True) does not see a method that draws: watch the generator's state)"
+    )
+    still_there = {node.name for node in folded.graph.nodes}
+    listed = [name for name, _ in folded.meta.get(FOLDED_META, []) if name in still_there]
+    assert not listed, f"folding.py: gm.meta[FOLDED_META] lists {listed}, which still run on every call"
     for call in ("first", "second", "third"):
         torch.manual_seed(0)
         got = run_graph(folded, *inputs)
@@ -1609,7 +1616,37 @@ def test_folding_leaves_random_written_and_returned_values(lab, dialect):
             "call, and a value the graph returns may be written by its caller: never fold either"
         )
         for output in got:
-            output.add_(100)  # the caller writes to what it received
+            output.add_(100)  # the caller writes to what it received (shown[:2] is a view of shown)
+
+
+class _ReadsItsWeight(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 4, generator=torch.Generator().manual_seed(4)))
+
+    def forward(self, x):
+        return x @ self.w.t() + torch.arange(3.0)
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+def test_folding_never_freezes_module_state(lab):
+    """A graph that keeps its weights as attributes (``make_fx``: ``get_attr _param_constant0``, an
+    ``nn.Parameter``, then ``aten.t``) must keep reading them: an optimizer step changes a parameter between
+    calls. ``arange(3.0)`` is still constant."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    model, x = _ReadsItsWeight(), torch.randn(2, 4, generator=torch.Generator().manual_seed(5))
+    gm = make_fx(model)(x)
+    result = lab.fold_shape_constants(gm)
+    assert result.modified, "folding.py: arange(3.0) is constant: fold it"
+    with torch.no_grad():
+        model.w.add_(1)  # a training step
+        got, want = result.graph_module(x), model(x)
+    assert outputs_close(got, want, rtol=1e-6, atol=1e-6), (
+        f"folding.py: the folded graph is off by {output_error(got, want).max_abs:.3g} after the weight changed: a "
+        "get_attr of an nn.Parameter is module state, never a constant"
+    )
 
 
 @pytest.mark.extension

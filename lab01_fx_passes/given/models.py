@@ -577,6 +577,21 @@ class ViewHead(nn.Module):
         return self.fc(y.view(y.shape[0], -1)), torch.flatten(y, 1)
 
 
+class ChannelsFirstView(nn.Module):
+    """Convolutions and a pool, then ``y.permute(1, 0, 2, 3).contiguous().view(8, -1)``: a view whose size
+    grows with the batch in its *last* dimension (``[8, 4 * s0]`` under a symbolic batch). A view rebuilt as
+    ``[-1, <numbers>]`` is right for ViewHead's ``[s0, -1]`` and wrong here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+        self.pool = nn.AdaptiveAvgPool2d((2, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.pool(self.conv2(torch.relu(self.conv1(x))))
+        return y.permute(1, 0, 2, 3).contiguous().view(8, -1)
+
+
 class ViewWrittenInPlace(nn.Module):
     """A view of the convolution's output is written in place, and the convolution's output read after."""
 

@@ -366,8 +366,11 @@ class WithGraphBreak(nn.Module):
 class BuildsItsMask(nn.Module):
     """Per-call bookkeeping that depends only on the input's shape, as Falcon, OPT and T5 build it: a
     causal mask from two index vectors (``arange``, a comparison, a cast), position ids from
-    ``ones(...).cumsum(1) - 1``, and a literal table (``torch.tensor([...])``). All of it is constant
-    once the shapes are known; the projection, the embedding lookup and the products are not."""
+    ``ones(...).cumsum(dim=1) - 1`` (a method called with a keyword: Dynamo keeps ``call_method``), and a
+    literal table (``torch.tensor([...])``), and a reduction that returns a tuple (``max(1)``, unpacked by
+    ``.values``). The position ids are read twice: by the embedding lookup, which stays, and by the
+    constant ``scale``. All of it is constant once the shapes are known; the
+    projection, the embedding lookup and the products are not."""
 
     def __init__(self, features: int = 8, positions: int = 16) -> None:
         super().__init__()
@@ -377,20 +380,23 @@ class BuildsItsMask(nn.Module):
     def forward(self, x):
         batch, seq, _ = x.shape
         mask = (torch.arange(seq).unsqueeze(0) <= torch.arange(seq).unsqueeze(1)).float()  # [seq, seq]
-        positions = torch.ones(batch, seq, dtype=torch.long).cumsum(1) - 1
-        scale = torch.tensor([0.5, 1.5]).sum() / 2
+        positions = torch.ones(batch, seq, dtype=torch.long).cumsum(dim=1) - 1  # a method called with a keyword
+        top = torch.arange(float(seq)).reshape(1, seq).max(1).values  # a tuple (values, indices), then unpacked
+        scale = torch.tensor([0.5, 1.5]).sum() / 2 + (positions.float().mean() + top.sum()) * 0  # positions: read twice
         return (mask @ (self.project(x) + self.position(positions))) * scale
 
 
 class LooksConstantButIsNot(nn.Module):
-    """Four values built from shapes and literals alone, three of which must be computed on every call: a
-    random draw (new numbers each call), a buffer the input is then written into (BART's shift right), and
-    a value the graph returns (the caller may write to what it receives). Only ``ramp`` is constant."""
+    """Values built from shapes and literals alone, most of which must be computed on every call: random
+    draws (``torch.rand``, and ``bernoulli`` called as a method), a buffer the input is then added into
+    through a view (as BART's shift right writes its ids), and values the graph returns, directly or
+    through a view (the caller may write to what it receives). Only ``ramp`` is constant."""
 
     def forward(self, x):  # x: [4]
-        noise = torch.rand(4)
+        noise = torch.rand(4) + torch.full((4,), 0.5).bernoulli()  # bernoulli: a method that draws
         shifted = torch.zeros(4)
         shifted[1:].add_(x[:3])  # a write through a view: folded, the buffer would accumulate
         ramp = torch.arange(4.0) + 1
         returned = torch.full((4,), 2.0) * 3
-        return x * ramp + shifted + noise * 0.01, returned
+        shown = torch.arange(4.0) * 2
+        return x * ramp + shifted + noise * 0.01, returned, shown[:2]  # shown reaches the caller through a view

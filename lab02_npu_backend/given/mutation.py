@@ -166,3 +166,13 @@ def _why_shared(
         if late:
             return f"{late[0].name} reads {alias.name} after the write"
     return ""
+
+
+def returned_aliases(gm: fx.GraphModule) -> set[fx.Node]:
+    """The nodes whose value is (or shares memory with) a value the graph returns: the returned nodes, and
+    every node whose example value shares a storage with one (``r`` when the graph returns ``r[:2]``). What
+    the caller receives it may write to; in a graph without recorded values, only the returned nodes."""
+    output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
+    returned = set(output.all_input_nodes)
+    storages = set().union(*(_storages(node_value(node)) for node in returned)) if returned else set()
+    return returned | {node for node in gm.graph.nodes if storages & _storages(node_value(node))}

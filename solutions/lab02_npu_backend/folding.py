@@ -15,14 +15,19 @@ A node is folded when
   tensor the tracer made (``_tensor_constant0``: a ``torch.tensor(...)`` literal of the model's
   code); a ``get_attr`` of an ``nn.Parameter`` (a graph that keeps its weights as attributes) is
   never a constant: an optimizer step changes it between calls;
-- it is pure: no random numbers, no side effects (``node.is_impure(impure_random=True)``), and it
-  writes nothing in place;
+- it is pure: no side effects and no random numbers. ``node.is_impure(impure_random=True)`` knows
+  the aten random ops and ``torch.rand``, not every spelling (a ``call_method`` such as
+  ``t.bernoulli()``, or ``F.dropout(..., training=True)``, looks pure to it), so each value is also
+  computed with the random generator watched: a node that draws from it (its state moved) is random,
+  and is computed per call. And it writes nothing in place;
 - nothing writes its value in place, nor any tensor that shares its memory
   (:func:`~lab02_npu_backend.given.mutation.find_tensor_writes` lists each write's aliases): BART's
   ``new_zeros`` that two ``setitem`` then fill is not a constant, and a folded buffer would keep the
   writes from one call to the next;
-- its value is a real tensor, computed without error now, and the graph does not return it (the
-  caller would receive the buffer itself: a write to it would change every later call).
+- its value is a real tensor (or a tuple of them, which is folded only with the nodes that unpack
+  it), computed without error now, and the graph does not return it, nor a view of it
+  (:func:`~lab02_npu_backend.given.mutation.returned_aliases`): the caller would receive the buffer
+  itself, and a write to it would change every later call.
 
 Only the *frontier* needs a buffer: a folded node that a node left in the graph reads. Each becomes a
 ``get_attr`` of a new buffer (``_folded_constant0``, ...) holding its value; the folded nodes and the
@@ -46,7 +51,7 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from lab02_npu_backend.given.coverage import FOLDED_META
 from lab02_npu_backend.given.graphs import is_compute_node, target_name
-from lab02_npu_backend.given.mutation import find_tensor_writes
+from lab02_npu_backend.given.mutation import find_tensor_writes, returned_aliases
 
 #: The names of the buffers :func:`fold_shape_constants` registers: ``_folded_constant0``, ...
 FOLDED_PREFIX = "_folded_constant"
@@ -65,7 +70,7 @@ def foldable_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     """
     written = {alias for write in find_tensor_writes(gm) for alias in (write.node, write.written, *write.aliases)}
     parameters = {name for name, _ in gm.named_parameters()}
-    output = next(node for node in reversed(gm.graph.nodes) if node.op == "output")
+    returned = returned_aliases(gm)
     constant: set[fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op == "get_attr" and node.target not in parameters:
@@ -77,7 +82,7 @@ def foldable_nodes(gm: fx.GraphModule) -> list[fx.Node]:
             and is_pure(node)
         ):
             constant.add(node)
-    return [node for node in gm.graph.nodes if node in constant and node.op != "get_attr" and output not in node.users]
+    return [node for node in gm.graph.nodes if node in constant and node.op != "get_attr" and node not in returned]
 
 
 def fold_shape_constants(gm: fx.GraphModule) -> PassResult:
@@ -91,10 +96,15 @@ def fold_shape_constants(gm: fx.GraphModule) -> PassResult:
     candidates = foldable_nodes(gm)
     values = _constant_values(gm, set(candidates))
     folded = [node for node in candidates if node in values]
+    while True:  # a tuple cannot be a buffer: one that a node left in the graph reads is computed per call
+        folded_set = set(folded)
+        kept = [n for n in folded if isinstance(values[n], tuple) and any(u not in folded_set for u in n.users)]
+        if not kept:
+            break
+        folded = [node for node in folded if node not in kept]
     gm.meta[FOLDED_META] = [(node.name, target_name(node)) for node in folded if is_compute_node(node)]
     if not folded:
         return PassResult(gm, False)
-    folded_set = set(folded)
     frontier = [node for node in folded if any(user not in folded_set for user in node.users)]
     for index, node in enumerate(frontier):
         name = f"{FOLDED_PREFIX}{index}"
@@ -112,22 +122,31 @@ def fold_shape_constants(gm: fx.GraphModule) -> PassResult:
     return PassResult(gm, True)
 
 
-def _constant_values(gm: fx.GraphModule, candidates: set[fx.Node]) -> dict[fx.Node, torch.Tensor]:
+def _constant_values(gm: fx.GraphModule, candidates: set[fx.Node]) -> dict[fx.Node, Any]:
     """Each candidate's value, computed now with real tensors; a candidate that cannot be computed (or
-    whose inputs could not) is left out, and runs per call as before."""
+    whose inputs could not), or that draws random numbers, is left out, and runs per call as before."""
     values: dict[fx.Node, Any] = {}
     with unset_fake_temporarily(), torch.no_grad():
         for node in gm.graph.nodes:  # graph order: inputs before their users
             needed = node in candidates or (node.op == "get_attr" and any(user in candidates for user in node.users))
             if not needed or any(source not in values for source in node.all_input_nodes):
                 continue
+            generator = torch.get_rng_state()
             try:
-                values[node] = _evaluate(gm, node, values)
+                value = _evaluate(gm, node, values)
             except Exception:  # noqa: BLE001 - what cannot be computed now is computed per call, as before
                 continue
-        return {
-            node: value.detach().clone() for node, value in values.items() if node in candidates and _is_data(value)
-        }
+            finally:
+                drew = drew_random_numbers(generator)
+                torch.set_rng_state(generator)  # folding draws nothing from the caller's random stream
+            if not drew:
+                values[node] = value
+        return {node: _copy(value) for node, value in values.items() if node in candidates and _is_data(value)}
+
+
+def drew_random_numbers(state_before: torch.Tensor) -> bool:
+    """Whether something drew from torch's default generator since its state was ``state_before``."""
+    return not torch.equal(state_before, torch.get_rng_state())
 
 
 def _evaluate(gm: fx.GraphModule, node: fx.Node, values: dict[fx.Node, Any]) -> Any:
@@ -144,5 +163,12 @@ def _evaluate(gm: fx.GraphModule, node: fx.Node, values: dict[fx.Node, Any]) -> 
 
 
 def _is_data(value: Any) -> bool:
-    """A real tensor with its elements (not a fake or meta tensor, not a tuple or a number)."""
+    """A real tensor with its elements (not a fake or meta tensor, not a number), or a tuple of them."""
+    if isinstance(value, tuple):
+        return bool(value) and all(_is_data(item) for item in value)
     return isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and value.device.type != "meta"
+
+
+def _copy(value: Any) -> Any:
+    """A tensor (or tuple of tensors) of its own: a folded buffer shares memory with nothing the graph reads."""
+    return tuple(_copy(item) for item in value) if isinstance(value, tuple) else value.detach().clone()

@@ -242,8 +242,9 @@ def _fold_ignoring(reference, monkeypatch, *, writes: bool = False, impurity: bo
     folding = reference.folding
     if writes:
         monkeypatch.setattr(folding, "find_tensor_writes", lambda gm: [])
-    if impurity:
+    if impurity:  # neither the schema's tags nor the generator's state
         monkeypatch.setattr(folding, "is_pure", lambda node: not node.is_impure(impure_random=False))
+        monkeypatch.setattr(folding, "drew_random_numbers", lambda state_before: False)
     if outputs:
         real = folding.foldable_nodes
 
@@ -263,7 +264,7 @@ def _fold_ignoring(reference, monkeypatch, *, writes: bool = False, impurity: bo
     ("forgets", "dialects", "message"),
     [
         ("writes", ["torch"], r"torch graph's \w+ call differs.*written in place"),
-        ("impurity", ["aten"], r"torch.rand is random"),  # torch.rand is impure to FX either way
+        ("impurity", ["torch", "aten"], r"draw random numbers: never fold them"),
         ("outputs", ["torch", "aten"], r"graph's \w+ call differs.*returns may be written by its caller"),
     ],
 )
