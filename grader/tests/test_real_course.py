@@ -109,8 +109,11 @@ def hanging_fuse_conv_bn(reference: Path, dest: Path) -> Path:
 
 
 #: The only test groups that may call fuse_conv_bn (directly, or through the pass manager and the pipelines:
-#: the optional step 10's onednn_pipeline runs default_pipeline first).
-MAY_CALL_FUSE_CONV_BN = ("test_conv_bn_", "test_pass_manager_", "test_default_pipeline_", "test_onednn_pipeline_")
+#: the optional step 10's onednn_pipeline runs default_pipeline first; the optional step 12 runs every pass of
+#: steps 1-6 on symbolic graphs).
+MAY_CALL_FUSE_CONV_BN = (
+    "test_conv_bn_", "test_pass_manager_", "test_default_pipeline_", "test_onednn_pipeline_", "test_symbolic_",
+)  # fmt: skip
 
 
 def test_a_hanging_fuse_conv_bn_costs_only_the_tests_that_call_it(tmp_path_factory):
