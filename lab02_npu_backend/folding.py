@@ -86,10 +86,11 @@ def fold_shape_constants(gm: fx.GraphModule) -> PassResult:
     """
     # guidance: begin
     # 1. Under `with unset_fake_temporarily(), torch.no_grad():` evaluate each candidate of
-    #    foldable_nodes(gm) in graph order (a get_attr is getattr along its dotted target; a call is
-    #    node.target(*args, **kwargs) with the inputs' values, a call_method getattr(self, name)(*rest,
-    #    **kwargs)). Save torch.get_rng_state() before each and compare after: a node that moved it drew
-    #    random numbers and is not folded (restore the state with torch.set_rng_state either way).
+    #    foldable_nodes(gm) in graph order, and the get_attrs they read: an fx.Interpreter(gm) whose env
+    #    holds the values so far runs one node with interpreter.run_node(node) (get_attr, call_function
+    #    and call_method, with their keyword arguments). Save torch.get_rng_state() before each and
+    #    compare after: a node that moved it drew random numbers and is not folded (restore the state
+    #    with torch.set_rng_state either way).
     #    A candidate that raises, or whose input has no value, or whose value is not a real tensor
     #    (a FakeTensor, a meta tensor) or a tuple of them, is not folded; a tuple is folded only if every
     #    node that reads it is. Keep .detach().clone() of each value.

@@ -126,6 +126,8 @@ def _constant_values(gm: fx.GraphModule, candidates: set[fx.Node]) -> dict[fx.No
     """Each candidate's value, computed now with real tensors; a candidate that cannot be computed (or
     whose inputs could not), or that draws random numbers, is left out, and runs per call as before."""
     values: dict[fx.Node, Any] = {}
+    interpreter = fx.Interpreter(gm)  # runs one node at a time on the values in its env: ours
+    interpreter.env = values
     with unset_fake_temporarily(), torch.no_grad():
         for node in gm.graph.nodes:  # graph order: inputs before their users
             needed = node in candidates or (node.op == "get_attr" and any(user in candidates for user in node.users))
@@ -133,7 +135,7 @@ def _constant_values(gm: fx.GraphModule, candidates: set[fx.Node]) -> dict[fx.No
                 continue
             generator = torch.get_rng_state()
             try:
-                value = _evaluate(gm, node, values)
+                value = interpreter.run_node(node)
             except Exception:  # noqa: BLE001 - what cannot be computed now is computed per call, as before
                 continue
             finally:
@@ -147,19 +149,6 @@ def _constant_values(gm: fx.GraphModule, candidates: set[fx.Node]) -> dict[fx.No
 def drew_random_numbers(state_before: torch.Tensor) -> bool:
     """Whether something drew from torch's default generator since its state was ``state_before``."""
     return not torch.equal(state_before, torch.get_rng_state())
-
-
-def _evaluate(gm: fx.GraphModule, node: fx.Node, values: dict[fx.Node, Any]) -> Any:
-    if node.op == "get_attr":
-        value: Any = gm
-        for part in node.target.split("."):
-            value = getattr(value, part)
-        return value
-    args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda source: values[source])
-    if node.op == "call_method":
-        owner, *rest = args
-        return getattr(owner, node.target)(*rest, **kwargs)
-    return node.target(*args, **kwargs)
 
 
 def _is_data(value: Any) -> bool:
