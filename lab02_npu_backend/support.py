@@ -139,7 +139,8 @@ class NpuOperatorSupport(OperatorSupport):
         2. its target is in ``self.table`` (note: some targets are unhashable; treat those as absent)
            and its arguments pass :data:`CONSTRAINTS`;
         3. tuple unpacking (:func:`~lab02_npu_backend.given.graphs.is_tuple_unpack`) is always fine;
-           otherwise the node produces at least one tensor (size arithmetic on ints stays on the host);
+           otherwise the node produces at least one tensor and reads at least one (size arithmetic on
+           ints, and a call on numbers alone such as ``aten.add.Tensor(2.0, 3.0)``, stay on the host);
         4. all tensors it reads and writes (:func:`~lab02_npu_backend.given.graphs.node_value`) share one
            dtype: the NPU never converts dtypes implicitly (one exception: a boolean ``attn_mask`` of
            ``scaled_dot_product_attention`` is the softmax unit's own boolean ``mask`` operand); the

@@ -104,6 +104,7 @@ from lab02_npu_backend.given.models import (
     split_heads,
 )
 from lab02_npu_backend.given.mutation import writes_in_place
+from lab02_npu_backend.given.op_samples import op_samples, samples_off_eager
 from lab02_npu_backend.given.profiling_tools import InstructionRecord, OpRow, profile_npu
 from lab02_npu_backend.given.program_builder import LoweringError
 from lab02_npu_backend.given.registration import npu_simulator
@@ -926,6 +927,23 @@ def test_arguments_other_than_the_defaults_give_eagers_answer(lab, dialect):
         f"{dialect} graphs: these forms differ from eager: {'; '.join(wrong)}. lowering.py must pass each argument "
         "on (dim, eps, dilation, a negative index taken modulo the size, the value's own head dim, the power 2 of "
         "an RMSNorm and nothing else, any rank of BatchNorm), and support.py must refuse what it cannot lower"
+    )
+    assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_every_sample_pytorch_tests_its_operators_with_gives_eagers_answer(lab, dialect):
+    """PyTorch's own OpInfo samples of every operator the standard models produce (``given/op_samples.py``):
+    every argument at values other than its default, scalars on either side, broadcasting, 0-dim and empty
+    tensors, non-contiguous inputs. Each sample runs on the NPU with eager's answer or falls back; none raises."""
+    samples = op_samples()
+    wrong, graphs = samples_off_eager(lab, dialect, samples, tolerance=TOLERANCE)
+    shown = "; ".join(wrong[:8]) + (f"; and {len(wrong) - 8} more" if len(wrong) > 8 else "")
+    assert not wrong, (
+        f"{dialect} graphs: {len(wrong)} of {len(samples)} OpInfo samples differ from eager: {shown}. Each is one "
+        "operator call as PyTorch's own tests make it: support.py must refuse what lowering.py does not lower "
+        "exactly (a constraint on the argument), and lowering.py must read every argument it is given"
     )
     assert sum(g.npu_nodes for g in graphs) > 0, f"{dialect} graphs: nothing ran on the NPU, so this proves nothing"
 

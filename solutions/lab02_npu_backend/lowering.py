@@ -159,8 +159,13 @@ def _rsqrt(b, out, input):
     return b.emit("rsqrt", [input])
 
 
+def _wrapped(dim: Any, ndim: int) -> int:
+    """``dim`` as a non-negative index; a 0-dim tensor takes dims 0 and -1, as PyTorch's own wrapping does."""
+    return int(dim) % max(ndim, 1)
+
+
 def _dims(dim: Any, ndim: int) -> list[int]:
-    return [int(d) % ndim for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    return [_wrapped(d, ndim) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
 
 
 @lowers(torch.mean, "mean", aten.mean.dim)
@@ -234,7 +239,7 @@ def _clamp(b, out, input, min=None, max=None):
 
 @lowers(F.softmax, torch.softmax, "softmax", aten._softmax.default)
 def _softmax(b, out, input, dim, *_, **__):
-    return b.emit("softmax", [input], dim=int(dim) % input.ndim)
+    return b.emit("softmax", [input], dim=_wrapped(dim, input.ndim))
 
 
 @lowers(F.layer_norm)
@@ -408,7 +413,9 @@ def _expand(b, out, input, *_, **__):
 @lowers(torch.transpose, "transpose", aten.transpose.int)
 def _transpose(b, out, input, dim0, dim1):
     dims = list(range(input.ndim))
-    dims[dim0 % input.ndim], dims[dim1 % input.ndim] = dims[dim1 % input.ndim], dims[dim0 % input.ndim]
+    if dims:  # a 0-dim tensor transposes to itself
+        first, second = _wrapped(dim0, input.ndim), _wrapped(dim1, input.ndim)
+        dims[first], dims[second] = dims[second], dims[first]
     return b.emit("permute", [input], dims=dims)
 
 
@@ -426,7 +433,7 @@ def _numpy_t(b, out, input):
 @lowers(torch.permute, "permute", aten.permute.default)
 def _permute(b, out, input, *dims):
     dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
-    return b.emit("permute", [input], dims=[int(d) % input.ndim for d in dims])
+    return b.emit("permute", [input], dims=_dims(dims, input.ndim))
 
 
 def _slice(b: ProgramBuilder, x: Ref, dim: int, start: Any, end: Any, step: Any) -> Ref:
@@ -465,12 +472,12 @@ def _getitem(b, out, input, index):
 
 @lowers(aten.slice.Tensor)
 def _aten_slice(b, out, input, dim=0, start=None, end=None, step=1):
-    return _slice(b, input, dim % input.ndim, start, end, step)
+    return _slice(b, input, _wrapped(dim, input.ndim), start, end, step)
 
 
 @lowers(aten.select.int)
 def _select(b, out, input, dim, index):
-    dim = dim % input.ndim
+    dim = _wrapped(dim, input.ndim)
     position = index % input.shape[dim]
     return b.emit("reshape", [_slice(b, input, dim, position, position + 1, 1)], shape=list(out.shape))
 
@@ -479,7 +486,7 @@ def _select(b, out, input, dim, index):
 def _split(b, out, input, sizes, *rest, **kwargs):
     """One slice per piece; the pieces' lengths come from the node's own result (``out``)."""
     dim = rest[0] if rest else kwargs.get("dim", 0)
-    dim, start, pieces = int(dim) % input.ndim, 0, []
+    dim, start, pieces = _wrapped(dim, input.ndim), 0, []
     for piece in out:
         pieces.append(_slice(b, input, dim, start, start + piece.shape[dim], 1))
         start += piece.shape[dim]
@@ -492,7 +499,7 @@ def _cat(b, out, tensors, dim=0):
     tensors = [t for t in tensors if t.shape != (0,)] or list(tensors[:1])
     if len(tensors) == 1:
         return tensors[0]
-    return b.emit("concat", [tensors], dim=int(dim) % tensors[0].ndim)
+    return b.emit("concat", [tensors], dim=_wrapped(dim, tensors[0].ndim))
 
 
 # ------------------------------------------------------------------ the RMSNorm chain

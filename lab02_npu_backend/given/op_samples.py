@@ -1,0 +1,263 @@
+"""Every sample PyTorch's own test suite gives an operator, run through the backend and compared with eager.
+
+PyTorch tests each of its operators against one database, the OpInfos
+(``torch.testing._internal.common_methods_invocations.op_db``). An OpInfo's *sample inputs* pass each
+argument at values other than its default (negative dims, ``keepdim``, ``eps``, ``approximate="tanh"``,
+``alpha``, a scalar on either side, broadcasting, 0-dim, empty and non-contiguous tensors); its *reference
+inputs*, five times as many, add data that finds bugs (infinities, NaN, huge and tiny values). Those samples
+are written from each operator's schema by the people who wrote the operator, not from the cases this course
+thought of, which is why the lab borrows them instead of listing arguments by hand.
+
+:data:`COURSE_OPS` names the OpInfos of the operators the standard models produce (what a support table
+claims). :func:`op_samples` turns each of their samples into an :class:`OpSample`, a call on tensors;
+:func:`samples_off_eager` compiles the samples with the backend of one dialect and names those whose answer
+differs from eager's. A sample a backend does not support falls back to the CPU and is right, so the only way
+to fail is to claim a call and then lower it wrongly, or to raise. The graded test runs the sample inputs in
+both dialects (about a minute); the reference inputs are there for you (``op_samples(reference_inputs=True)``).
+
+The database lives in PyTorch's test utilities: importing it takes a few seconds and needs the
+``expecttest`` package (a course dependency), so this module imports it on first use.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.coverage import NpuCoverageWarning
+from labkit.numerics import fresh_copies, output_error, outputs_close
+
+#: OpInfo names (``name`` or ``name.variant``) of the operators the standard models produce, in both dialects.
+COURSE_OPS: tuple[str, ...] = (
+    # arithmetic, with scalars on either side and broadcasting
+    "add", "sub", "rsub", "__rsub__", "mul", "__rmul__", "div.no_rounding_mode", "div.trunc_rounding",
+    "div.floor_rounding", "true_divide", "__rdiv__", "neg", "pow", "__rpow__", "rsqrt",
+    # activations
+    "nn.functional.relu", "nn.functional.relu6", "nn.functional.gelu", "nn.functional.silu", "sigmoid", "tanh",
+    "nn.functional.hardtanh", "nn.functional.hardswish", "nn.functional.hardsigmoid", "clamp",
+    # reductions and normalizations
+    "mean", "softmax", "softmax.with_dtype", "nn.functional.layer_norm", "nn.functional.batch_norm",
+    # matrix products and their modules' functions
+    "mm", "bmm", "matmul", "addmm", "addmm.decomposed", "nn.functional.linear", "nn.functional.conv2d",
+    "nn.functional.scaled_dot_product_attention", "nn.functional.adaptive_avg_pool2d", "nn.functional.dropout",
+    # views, copies and layout
+    "view", "reshape", "flatten", "unflatten", "squeeze", "squeeze.multiple", "unsqueeze", "permute", "transpose",
+    "t", "T", "mT", "movedim", "expand", "select", "slice", "narrow", "__getitem__", "split", "split.list_args",
+    "chunk", "cat", "clone", "contiguous", "to",
+)  # fmt: skip
+
+#: The dtype every sample is drawn in: the one every ISA op supports.
+SAMPLE_DTYPE = torch.float32
+
+#: The seed each sample runs from, in eager and compiled, so that a random op draws the same numbers in both.
+SAMPLE_SEED = 0
+
+
+@dataclass(frozen=True)
+class OpSample:
+    """One OpInfo sample as a call on tensors: ``call(*tensors)`` is the operator applied to the sample.
+
+    The sample's other arguments (numbers, dims, shapes, flags) are constants inside ``call``, as a tracer
+    records them; :attr:`description` spells the whole call, for messages.
+    """
+
+    op: str
+    description: str
+    call: Callable[..., Any]
+    tensors: tuple[torch.Tensor, ...]
+
+
+@cache
+def _op_db() -> dict[str, Any]:
+    flags_were_frozen = torch.backends.flags_frozen()
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    if not flags_were_frozen:  # importing PyTorch's test utilities freezes torch.backends' flags: thaw them again
+        torch.backends.__allow_nonbracketed_mutation_flag = True
+    return {op.name + (f".{op.variant_test_name}" if op.variant_test_name else ""): op for op in op_db}
+
+
+def _spelled(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        strided = "" if value.is_contiguous() else ", strided"
+        return f"Tensor{list(value.shape)}{strided}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_spelled(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return repr(value)
+
+
+def _describe(name: str, sample: Any) -> str:
+    arguments = [_spelled(sample.input), *(_spelled(a) for a in sample.args)]
+    arguments += [f"{key}={_spelled(value)}" for key, value in sample.kwargs.items()]
+    return f"{name}({', '.join(arguments)})"
+
+
+#: OpInfos whose function seeds the generator inside the call (``wrapper_set_seed``), which Dynamo runs eagerly,
+#: untested: their samples call the operator itself (a sample that draws numbers is then left out, unreplayable).
+_SEEDED_INSIDE: dict[str, Callable[..., Any]] = {
+    "nn.functional.scaled_dot_product_attention": torch.nn.functional.scaled_dot_product_attention,
+    "nn.functional.dropout": torch.nn.functional.dropout,
+}
+
+
+def _variants(op: Any) -> list[tuple[str, Callable[..., Any]]]:
+    """The spellings of ``op`` a model may use, each with the name a message shows: the function
+    (``torch.add``), the method (``Tensor.add``), the operator (``operator.add``: ``x + y``), and the in-place
+    method and operator (``Tensor.add_``, ``operator.iadd``: ``x += y``)."""
+    variants = [(op.name, _SEEDED_INSIDE.get(op.name, op.op))]
+    for kind in ("method_variant", "operator_variant", "inplace_variant", "inplace_operator_variant"):
+        variant = getattr(op, kind, None)
+        if variant is not None:
+            owner = "Tensor" if "method" in kind or kind == "inplace_variant" else "operator"
+            variants.append((f"{owner}.{getattr(variant, '__name__', kind)}", variant))
+    return variants
+
+
+def _as_call(function: Callable[..., Any], sample: Any) -> tuple[Callable[..., Any], tuple[torch.Tensor, ...]]:
+    leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+
+    def call(*tensors: torch.Tensor) -> Any:
+        filled = list(leaves)
+        for position, tensor in zip(positions, tensors, strict=True):
+            filled[position] = tensor
+        first, args, kwargs = tree_unflatten(filled, spec)
+        return function(first, *args, **kwargs)
+
+    return call, tuple(leaves[i] for i in positions)
+
+
+def known_op_names() -> set[str]:
+    """The OpInfo names this PyTorch has (``name`` or ``name.variant``)."""
+    return set(_op_db())
+
+
+def _replayable(call: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> bool:
+    """Eager runs ``call`` and gives the same answer from two seeds (a random op that OpInfo seeds inside the call
+    cannot be replayed by seeding outside it, so it cannot be compared)."""
+    try:
+        first, second = (_run_seeded(call, tensors, seed) for seed in (SAMPLE_SEED, SAMPLE_SEED + 1))
+    except Exception:  # a sample that checks eager's own error message, or a variant this sample cannot take
+        return False
+    return outputs_close(first, second, rtol=0, atol=0)
+
+
+def op_samples(names: Iterable[str] = COURSE_OPS, *, reference_inputs: bool = False) -> list[OpSample]:
+    """The samples of the OpInfos ``names`` (their sample inputs, or with ``reference_inputs`` their reference
+    inputs, a superset five times larger), in :data:`SAMPLE_DTYPE` on the CPU, each one eager can run and
+    replay (:func:`_replayable`). A name this PyTorch has no OpInfo for is skipped.
+
+    Each sample is spelled in one of the operator's variants (:func:`_variants`), in turn: the first sample as
+    the function, the next as the method, then the operator, the in-place method and the in-place operator,
+    each falling to the next variant where eager refuses it (``x += y`` cannot broadcast ``x``). So a table
+    that knows ``torch.add`` but lowers ``x.add(y)`` or ``x += y`` wrongly meets them too, without running
+    every sample five times."""
+    database = _op_db()
+    samples = []
+    for name in names:
+        op = database.get(name)
+        if op is None:  # an older PyTorch without this OpInfo (the pinned one has each: a course test checks)
+            continue
+        variants = _variants(op)
+        generate = op.reference_inputs if reference_inputs else op.sample_inputs
+        for index, sample in enumerate(generate("cpu", SAMPLE_DTYPE, requires_grad=False)):
+            for turn in range(len(variants)):
+                spelling, function = variants[(index + turn) % len(variants)]
+                call, tensors = _as_call(function, sample)
+                if _replayable(call, tensors):
+                    samples.append(OpSample(name, _describe(spelling, sample), call, tensors))
+                    break
+    return samples
+
+
+def _run_seeded(function: Callable[..., Any], tensors: Sequence[torch.Tensor], seed: int = SAMPLE_SEED) -> Any:
+    """``function``'s answer from ``seed``, on copies of ``tensors`` (same strides), and those copies after the
+    call: an in-place variant's write is part of the answer."""
+    copies = fresh_copies(tensors)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return function(*copies), copies
+
+
+def _difference(sample: OpSample, got: Any, want: Any, tolerance: float, what: str = "") -> str | None:
+    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
+        got, want = tuple(got), tuple(want)
+    if outputs_close(got, want, rtol=tolerance, atol=tolerance):
+        return None
+    try:
+        return f"{sample.description}{what} (off by {output_error(got, want).max_abs:.3g})"
+    except Exception:
+        return f"{sample.description}{what} (a different shape, dtype or structure)"
+
+
+def _raised(sample: OpSample, error: Exception) -> str:
+    from lab02_npu_backend.given.checks import raised_by_a_todo
+
+    if raised_by_a_todo(error):
+        raise error
+    message = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"{sample.description} (raised {type(error).__name__}: {message})"
+
+
+def _compiled_off_eager(backend: Any, samples: Sequence[OpSample], tolerance: float) -> list[str]:
+    """Compile ``samples`` (one operator's) as one function, one output each; if that raises, each half alone
+    (so a few raising samples among a hundred cost a few compiles each, not a hundred)."""
+
+    def every_sample(*tensors: torch.Tensor) -> tuple[Any, ...]:
+        answers, start = [], 0
+        for sample in samples:
+            answers.append(sample.call(*tensors[start : start + len(sample.tensors)]))
+            start += len(sample.tensors)
+        return tuple(answers)
+
+    tensors = [t for sample in samples for t in sample.tensors]
+    want, inputs_after_eager = _run_seeded(every_sample, tensors)
+    torch._dynamo.reset()
+    try:
+        got, inputs_after = _run_seeded(torch.compile(every_sample, backend=backend), tensors)
+    except Exception as error:
+        if len(samples) == 1:
+            return [_raised(samples[0], error)]
+        half = len(samples) // 2
+        return _compiled_off_eager(backend, samples[:half], tolerance) + _compiled_off_eager(
+            backend, samples[half:], tolerance
+        )
+    wrong, start = [], 0
+    for sample, answer, eager_answer in zip(samples, got, want, strict=True):
+        end = start + len(sample.tensors)
+        wrong.append(
+            _difference(sample, answer, eager_answer, tolerance)
+            or _difference(sample, inputs_after[start:end], inputs_after_eager[start:end], tolerance, ": its inputs")
+        )
+        start = end
+    return [message for message in wrong if message is not None]
+
+
+def samples_off_eager(
+    lab: Any, dialect: str, samples: Sequence[OpSample], *, tolerance: float
+) -> tuple[list[str], list[coverage.GraphCoverage]]:
+    """Compile the samples with ``lab``'s backend of ``dialect`` (``lab.npu_backend``: Dynamo's torch-level graphs;
+    ``lab.npu_aot_backend``: AOTAutograd's aten graphs) and run them from :data:`SAMPLE_SEED`, as eager ran; the
+    samples whose answer differs (or whose compile or run raised, a starter's TODO excepted: that is raised), and
+    the coverage of every graph compiled. The samples of one operator compile together, one output each."""
+    backend = lab.npu_backend if dialect == "torch" else lab.npu_aot_backend
+    by_op: dict[str, list[OpSample]] = {}
+    for sample in samples:
+        by_op.setdefault(sample.op, []).append(sample)
+    # One operator's samples may recompile a frame once each (an OpInfo wrapper that breaks the graph); past
+    # Dynamo's usual limit it would run them eagerly, untested.
+    limits = torch._dynamo.config.patch(recompile_limit=100_000, accumulated_recompile_limit=100_000)
+    with warnings.catch_warnings(), coverage.collect() as graphs, limits:
+        warnings.simplefilter("ignore", NpuCoverageWarning)
+        wrong = [message for group in by_op.values() for message in _compiled_off_eager(backend, group, tolerance)]
+    return wrong, graphs
