@@ -76,11 +76,13 @@ class OpSample:
 
 @cache
 def _op_db() -> dict[str, Any]:
-    flags_were_frozen = torch.backends.flags_frozen()
-    from torch.testing._internal.common_methods_invocations import op_db
+    # Importing PyTorch's test utilities freezes torch.backends' flags (torch.backends.disable_global_flags), for
+    # PyTorch's own suite; imported inside torch.backends' own "mutation allowed" block, they stay as they were.
+    # (torch.backends is a module subclass, so its private helper is reached through a function's globals.)
+    allow_mutation = torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation"]
+    with allow_mutation():
+        from torch.testing._internal.common_methods_invocations import op_db
 
-    if not flags_were_frozen:  # importing PyTorch's test utilities freezes torch.backends' flags: thaw them again
-        torch.backends.__allow_nonbracketed_mutation_flag = True
     return {op.name + (f".{op.variant_test_name}" if op.variant_test_name else ""): op for op in op_db}
 
 

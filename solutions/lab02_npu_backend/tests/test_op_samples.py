@@ -85,3 +85,12 @@ def test_target_names_are_what_the_coverage_records():
         op, target = "call_function", aten.add.Tensor
 
     assert target_name(Node()) == str(aten.add.Tensor)
+
+
+def test_loading_the_samples_leaves_torch_backends_flags_settable():
+    """PyTorch's test utilities freeze ``torch.backends``' flags on import; a lab that sets one after the OpInfo
+    test ran in the same process (``torch.backends.mkldnn.enabled = ...``) must not raise."""
+    op_samples(["neg"])
+    assert not torch.backends.flags_frozen()
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = enabled
