@@ -12,8 +12,9 @@ tried and silently misreads the others.
 ``keywords``
     every argument the call passed, by name (tensors too, where the signature allows), in calls of
     Python-level targets (``torch.conv2d``, ``F.gelu``): their spelling is the model author's. Aten
-    operators keep theirs: the dispatcher records an aten call's arguments by position (keyword-only
-    ones by name), so no tracer writes ``aten.relu(self=x)``.
+    operators (overloads, and packets such as Dynamo's ``aten.numpy_T``) keep theirs: the dispatcher
+    records an aten call's arguments by position (keyword-only ones by name), so no tracer writes
+    ``aten.relu(self=x)``.
 ``positional``
     every argument by position up to the last one that may be positional, the defaults written
     out; keyword-only arguments stay keywords.
@@ -197,7 +198,8 @@ def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = 
     changed = 0
     for node in copied.graph.nodes:
         signature = _respellable_signature(node)
-        if signature is None or (spelling == "keywords" and isinstance(node.target, torch._ops.OpOverload)):
+        aten_operator = isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+        if signature is None or (spelling == "keywords" and aten_operator):
             continue
         args, kwargs = _spelled(signature, node, spelling)
         if args != tuple(node.args) or kwargs != dict(node.kwargs):
@@ -211,11 +213,14 @@ def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = 
 
 def _assert_same_outputs(gm: fx.GraphModule, copied: fx.GraphModule, inputs: Sequence[Any], spelling: str) -> None:
     from labkit.fx_nodes import run_graph
+    from labkit.numerics import fresh_copies
 
+    # Each run on copies of its own: a graph that writes its inputs in place (x.add_(y)) must leave the caller's
+    # tensors, which a backend receives as its example inputs, as they were.
     torch.manual_seed(0)
-    expected = run_graph(gm, *inputs)
+    expected = run_graph(gm, *fresh_copies(inputs))
     torch.manual_seed(0)
-    actual = run_graph(copied, *inputs)
+    actual = run_graph(copied, *fresh_copies(inputs))
     flat_expected, flat_actual = torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)
     same = len(flat_expected) == len(flat_actual) and all(map(_bitwise_equal, flat_actual, flat_expected))
     assert same, f"respelling the graph as {spelling!r} changed what it computes (a fault of labkit/spellings.py)"
@@ -228,6 +233,8 @@ def _bitwise_equal(actual: Any, expected: Any) -> bool:
     if not isinstance(actual, torch.Tensor) or (actual.dtype, actual.shape) != (expected.dtype, expected.shape):
         return False
     if expected.is_floating_point() or expected.is_complex():
-        as_bytes = lambda t: t.detach().contiguous().view(torch.uint8)  # noqa: E731
+        # Flattened and copied first: a 0-dim tensor, or one whose last stride is not 1 (a transpose of a [1, n]
+        # matrix, a one-element strided slice: contiguous() leaves both as they are), has no byte view of its own.
+        as_bytes = lambda t: t.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)  # noqa: E731
         return torch.equal(as_bytes(actual), as_bytes(expected))
     return torch.equal(actual, expected)

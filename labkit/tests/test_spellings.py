@@ -114,6 +114,35 @@ def test_nan_and_signed_zeros_compare_bit_for_bit():
     respelled(gm, "keywords", [x])  # NaN == NaN here: no AssertionError
 
 
+@pytest.mark.parametrize(
+    "value",
+    [torch.tensor(2.5), torch.randn(1, 2).t(), torch.randn(4, 6)[:, ::2], torch.randn(4)[::2][:1]],
+    ids=["0-dim", "t-of-1xn", "strided", "one-element-strided"],
+)
+def test_results_without_a_byte_view_of_their_own_are_compared(value):
+    """A 0-dim result, or one whose last stride is not 1 (a transpose of [1, n], a one-element strided slice),
+    compares bit for bit too."""
+    from labkit.spellings import _bitwise_equal
+
+    assert _bitwise_equal(value, value)
+    respelled(graph_of((aten.alias.default, (), {})), "keywords", [value])
+
+
+def test_aten_operator_packets_keep_their_spelling():
+    """Dynamo records ``weight.T`` as the packet ``aten.numpy_T``, which takes no ``self=`` keyword."""
+    gm = graph_of((aten.numpy_T, (), {}))
+    copied, changed = respelled(gm, "keywords", [torch.randn(3, 4)])
+    assert changed == 0 and not only_call(copied).kwargs
+
+
+def test_a_graph_that_writes_its_inputs_leaves_the_callers_tensors_alone():
+    """The check runs both graphs on copies: the tensors given are a backend's example inputs, the caller's own."""
+    gm = graph_of((aten.add_.Tensor, (1.0,), {}))
+    x = torch.zeros(3)
+    respelled(gm, "positional", [x])
+    assert torch.equal(x, torch.zeros(3))
+
+
 def test_an_unknown_spelling_is_refused():
     with pytest.raises(ValueError, match="unknown spelling"):
         respelled(graph_of(), "backwards")

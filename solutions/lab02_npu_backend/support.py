@@ -276,7 +276,7 @@ def _adaptive_pool_check(node: fx.Node) -> str | None:
 def _batch_norm_check(node: fx.Node) -> str | None:
     if node_arg(node, 5, "training", False):
         return "batch norm in training mode needs batch statistics"
-    if getattr(node_value(node.args[0]), "ndim", 0) < 2:
+    if getattr(node_value(node_arg(node, 0, "input")), "ndim", 0) < 2:
         return "batch norm of a tensor without a channel dimension (dim 1)"
     return None
 
@@ -526,10 +526,10 @@ class NpuOperatorSupport(OperatorSupport):
         outputs = tensors_in(node_value(node))
         if not outputs:
             return "produces no tensor (size arithmetic stays on the host)"
+        if not any(tensors_in(node_value(arg)) for arg in node.all_input_nodes):
+            return "reads no tensor (a call on numbers alone stays on the host)"
         masks = boolean_mask_inputs(node)
         inputs = [t for arg in node.all_input_nodes if arg not in masks for t in tensors_in(node_value(arg))]
-        if not inputs:
-            return "reads no tensor (a call on numbers alone stays on the host)"
         dtypes = {t.dtype for t in outputs + inputs}
         if len(dtypes) > 1:
             names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))

@@ -26,7 +26,6 @@ aten = torch.ops.aten
 #: Aten targets of the reference's table no OpInfo sample puts on the NPU, and why (a hand-written test covers each).
 NOT_REACHED = {
     aten.div.Tensor: "OpInfo divides by tensors; the NPU divides only by a constant",
-    aten.pow.Tensor_Scalar: "OpInfo's exponents are tensors or non-integers; the NPU takes integers 2 to 8",
     aten.clamp.default: "OpInfo's clamp bounds are tensors; the NPU clamps to constants",
     aten._to_copy.default: "the samples are float32 and a conversion to float32 is traced away",
     aten.alias.default: "AOTAutograd records no alias for these samples",
