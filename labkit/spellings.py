@@ -23,8 +23,10 @@ tried and silently misreads the others.
 
 Each respelled graph is one a tracer could record from some model. Where a target has no signature
 to read (``operator.add``, methods, modules) or its overloads disagree on the names, the call is
-left as it is. The copy is checked to compute exactly what the original computes on the inputs
-given, so a difference after a pass is the pass's.
+left as it is; an overloaded builtin (``torch.div``) is named only where its values tell the overload
+and the names, tried on them, are accepted (:func:`respelled`).
+The copy is checked to compute exactly what the original computes on the inputs given, so a
+difference after a pass is the pass's.
 
 :func:`call_signature` (the signature a call binds to) and :func:`canonical_arguments` (one
 spelling for any call, as a lowering rule wants its arguments) serve the readers of graphs.
@@ -34,12 +36,21 @@ from __future__ import annotations
 
 import copy
 import inspect
+import numbers
+import types
+import typing
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import fx
 from torch.fx.operator_schemas import get_signature_for_torch_op
+
+from labkit.fx_nodes import node_value
+
+#: A call's arguments: ``(args, kwargs)``.
+Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 #: The spellings :func:`respelled` writes.
 ARGUMENT_SPELLINGS = ("keywords", "positional", "shortest")
@@ -73,27 +84,73 @@ def _shape(signature: inspect.Signature) -> tuple[tuple[str, Any], ...]:
     return tuple((p.name, p.kind) for p in signature.parameters.values())
 
 
-def call_signature(node: fx.Node) -> inspect.Signature | None:
-    """The signature ``node``'s call binds to, or None where it cannot be told.
-
-    For a torch builtin with overloads the overloads that accept the call must agree on every
-    parameter's name and kind (``torch.conv2d``'s two do); otherwise None is returned. Aten
-    operators (``torch.ops.aten.add.Tensor``) are one overload each.
-    """
-    if node.op != "call_function":
-        return None
+def _binding_signatures(node: fx.Node) -> list[inspect.Signature]:
+    """The overloads of ``node``'s target that accept its call: its arguments bind, and each one's value is of
+    the type the overload declares (:func:`_accepts`)."""
     binding = []
     for signature in _candidate_signatures(node.target):
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
             continue
         try:
-            signature.bind(*node.args, **node.kwargs)
+            bound = signature.bind(*node.args, **node.kwargs)
         except TypeError:
             continue
-        binding.append(signature)
+        if all(_accepts(signature.parameters[name].annotation, value) for name, value in bound.arguments.items()):
+            binding.append(signature)
+    return binding
+
+
+def call_signature(node: fx.Node) -> inspect.Signature | None:
+    """The signature ``node``'s call binds to, or None where it cannot be told.
+
+    A torch builtin has overloads, chosen by the types of the values passed: ``torch.div(x, y)`` may be
+    ``div(input: Tensor, other: Tensor)``, ``div(input: Tensor, other: Number)`` or TorchScript's ``div(a: int,
+    b: int)``. The overloads that accept the call (its arguments bind, each value of the declared type: a node's
+    by its recorded example value, a tensor where none is recorded) must agree on every parameter's name and
+    kind; otherwise None is returned. Aten operators (``torch.ops.aten.add.Tensor``) are one overload each.
+    """
+    if node.op != "call_function":
+        return None
+    binding = _binding_signatures(node)
     if not binding or len({_shape(signature) for signature in binding}) != 1:
         return None
     return binding[0]
+
+
+def _accepts(annotation: Any, value: Any) -> bool:
+    """Whether an overload whose parameter is declared ``annotation`` accepts ``value`` (an argument as a graph
+    holds it: a node stands for its recorded example value, or for a tensor where none is recorded, as in
+    ``symbolic_trace``'s graphs). Only what is clearly of another type is refused: an undeclared parameter, or
+    a declaration this does not read, accepts anything."""
+    if isinstance(value, fx.Node):
+        recorded = node_value(value)
+        value = torch.empty(0) if recorded is None else recorded
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_accepts(member, value) for member in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin in (list, tuple, Sequence):
+        element = (typing.get_args(annotation) or (Any,))[0]
+        if isinstance(value, (list, tuple)):
+            return all(_accepts(element, item) for item in value)
+        return element in (int, float) and _accepts(element, value)  # an int for a list of ints: torch.sum(x, 1)
+    if annotation is torch.Tensor:
+        return isinstance(value, torch.Tensor)
+    if annotation is numbers.Number or annotation is complex:
+        return isinstance(value, (numbers.Number, torch.SymInt, torch.SymFloat, torch.SymBool))
+    if annotation is float:
+        return isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(value, bool)
+    if annotation is int:  # a schema's dtype, layout and memory format are ints too
+        scalar = isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
+        return scalar or isinstance(value, (torch.dtype, torch.layout, torch.memory_format))
+    if annotation is bool:
+        return isinstance(value, (bool, torch.SymBool))
+    if annotation is str:
+        return isinstance(value, str)
+    return True
 
 
 def _respellable_signature(node: fx.Node) -> inspect.Signature | None:
@@ -182,6 +239,17 @@ def canonical_arguments(node: fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]]
 def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = None) -> tuple[fx.GraphModule, int]:
     """A copy of ``gm`` whose calls spell their arguments as ``spelling`` says, and how many changed.
 
+    A call is respelled where its signature is certain: every overload of its target names and orders its
+    parameters alike (aten operators, ``F.gelu``, ``torch.conv2d``). With ``inputs``, the ``keywords``
+    spelling also names the arguments of overloaded builtins whose overload the values tell
+    (``torch.div(x, 2.0)``, ``torch.pow(x, 2)``, ``torch.add(x, y, alpha=2)``: :func:`call_signature`), each
+    call only if, tried on the values it meets when the graph runs, PyTorch's argument parser accepts the
+    names, nothing new is warned and the answer is bitwise the original call's (Python's overloads are not
+    always the schemas': ``torch.pow(input=2.0, exponent=x)`` is refused, its scalar is ``self``). Writing
+    such a call's defaults out, or leaving them out, would need the overload's own defaults and kinds,
+    which the schemas do not always give as Python's parser has them (``torch.add(x, 2.0, 1)`` is a
+    deprecated overload of its own), so the other spellings leave those calls as they are.
+
     Args:
         gm: the graph to copy (left untouched); the copy shares its submodules, parameters and buffers.
         spelling: one of :data:`ARGUMENT_SPELLINGS`.
@@ -195,20 +263,72 @@ def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = 
         raise ValueError(f"unknown spelling {spelling!r}; expected one of {ARGUMENT_SPELLINGS}")
     # A new graph over the same modules, parameters and buffers (as a traced graph shares the model's):
     copied = fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
-    changed = 0
+    certain: dict[fx.Node, Call] = {}
+    to_try: dict[fx.Node, Call] = {}
     for node in copied.graph.nodes:
-        signature = _respellable_signature(node)
+        signature = call_signature(node)
         aten_operator = isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
         if signature is None or (spelling == "keywords" and aten_operator):
             continue
         args, kwargs = _spelled(signature, node, spelling)
         if args != tuple(node.args) or kwargs != dict(node.kwargs):
-            node.args, node.kwargs = args, kwargs
-            changed += 1
+            (certain if _respellable_signature(node) is not None else to_try)[node] = (args, kwargs)
+    if to_try and inputs is not None and spelling == "keywords":
+        certain.update(_CallTrials(copied, to_try).accepted(inputs))
+    for node, (args, kwargs) in certain.items():
+        node.args, node.kwargs = args, kwargs
     copied.recompile()
     if inputs is not None:
         _assert_same_outputs(gm, copied, inputs, spelling)
-    return copied, changed
+    return copied, len(certain)
+
+
+class _CallTrials(fx.Interpreter):
+    """Runs a graph and, at each call of ``proposals`` (node -> its respelled ``(args, kwargs)``), tries the
+    respelled call on the values the call meets there: :meth:`accepted` gives the proposals that held."""
+
+    def __init__(self, gm: fx.GraphModule, proposals: dict[fx.Node, Call]) -> None:
+        super().__init__(gm)
+        self.proposals = proposals
+        self.held: dict[fx.Node, Call] = {}
+
+    def accepted(self, inputs: Sequence[Any]) -> dict[fx.Node, Call]:
+        from labkit.numerics import fresh_copies
+
+        torch.manual_seed(0)
+        with torch.no_grad():
+            self.run(*fresh_copies(inputs))
+        return self.held
+
+    def run_node(self, n: fx.Node) -> Any:
+        if n in self.proposals:
+            written = self.fetch_args_kwargs_from_env(n)
+            args, kwargs = self.proposals[n]
+            respelled_values = (self.map_nodes_to_values(args, n), self.map_nodes_to_values(kwargs, n))
+            if _same_call(n.target, written, respelled_values):
+                self.held[n] = self.proposals[n]
+        return super().run_node(n)
+
+
+def _same_call(target: Any, written: tuple[Any, Any], respelled_call: tuple[Any, Any]) -> bool:
+    """Whether ``target`` called as ``respelled_call`` (``(args, kwargs)``) is accepted, warns nothing the call as
+    ``written`` does not, and answers bitwise alike, each on fresh copies of its tensors from one seed."""
+    from labkit.numerics import fresh_copies
+
+    answers, warned = [], []
+    for args, kwargs in (written, respelled_call):
+        args, kwargs = fresh_copies((args, kwargs))
+        torch.manual_seed(0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                answers.append(target(*args, **kwargs))
+            except Exception:  # noqa: BLE001 - a spelling PyTorch refuses is simply not used
+                return False
+        warned.append({str(warning.message) for warning in caught})
+    flat_written, flat_respelled = (torch.utils._pytree.tree_leaves(answer) for answer in answers)
+    same = len(flat_written) == len(flat_respelled) and all(map(_bitwise_equal, flat_respelled, flat_written))
+    return same and warned[1] <= warned[0]
 
 
 def _assert_same_outputs(gm: fx.GraphModule, copied: fx.GraphModule, inputs: Sequence[Any], spelling: str) -> None:

@@ -31,6 +31,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from lab02_npu_backend.given import coverage
+from lab02_npu_backend.given.checks import RespellingBackend, what_was_raised
 from lab02_npu_backend.given.coverage import NpuCoverageWarning
 from labkit.numerics import fresh_copies, output_error, outputs_close
 from labkit.spellings import ARGUMENT_SPELLINGS
@@ -219,17 +220,6 @@ def _difference(sample: OpSample, got: Any, want: Any, tolerance: float, what: s
         return f"{sample.description}{what} (a different shape, dtype or structure)"
 
 
-def _raised(sample: OpSample, error: BaseException) -> str:
-    from lab02_npu_backend.given.checks import raised_by_a_todo
-
-    if raised_by_a_todo(error):
-        raise error
-    while (inner := error.__cause__ or getattr(error, "inner_exception", None)) is not None:
-        error = inner  # Dynamo wraps a backend's error (BackendCompilerFailed): name the one the backend raised
-    message = (str(error).strip().splitlines() or [""])[0][:200]
-    return f"{sample.description} (raised {type(error).__name__}: {message})"
-
-
 def _compiled_off_eager(backend: Any, samples: Sequence[OpSample], tolerance: float) -> list[str]:
     """Compile ``samples`` (one operator's) as one function, one output each; if that raises, each half alone
     (so a few raising samples among a hundred cost a few compiles each, not a hundred)."""
@@ -248,7 +238,7 @@ def _compiled_off_eager(backend: Any, samples: Sequence[OpSample], tolerance: fl
         got, inputs_after = _run_seeded(torch.compile(every_sample, backend=backend), tensors)
     except Exception as error:
         if len(samples) == 1:
-            return [_raised(samples[0], error)]
+            return [f"{samples[0].description} (raised {what_was_raised(error, limit=200)})"]
         half = len(samples) // 2
         return _compiled_off_eager(backend, samples[:half], tolerance) + _compiled_off_eager(
             backend, samples[half:], tolerance
@@ -268,8 +258,6 @@ def _groups(lab: Any, dialect: str, samples: Sequence[OpSample]) -> list[tuple[A
     """The samples in compile groups, each with its backend: one group per operator in the aten dialect; in the
     torch dialect three, the operator's samples dealt in turn to each :data:`~labkit.spellings.ARGUMENT_SPELLINGS`
     (by name, by position with the defaults written out, the defaults left out), as models spell calls."""
-    from lab02_npu_backend.given.checks import RespellingBackend
-
     by_op: dict[str, list[OpSample]] = {}
     for sample in samples:
         by_op.setdefault(sample.op, []).append(sample)

@@ -39,7 +39,7 @@ def pow_check(node: fx.Node) -> str | None:
     the ISA has no ``pow``, and the lowering multiplies instead."""
     exponent = node_arg(node, 1, "exponent")
     integral = is_number(exponent) and float(exponent).is_integer() and 2 <= exponent <= MAX_POW_EXPONENT
-    if isinstance(node.args[0], fx.Node) and integral:
+    if isinstance(node_arg(node, 0, "input"), fx.Node) and integral:  # torch.pow(input=x, exponent=2) names it
         return None
     return f"only pow(x, n) with an integer n from 2 to {MAX_POW_EXPONENT} lowers to the NPU (as multiplications)"
 

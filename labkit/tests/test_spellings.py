@@ -82,6 +82,31 @@ def test_torch_builtins_are_respelled_where_their_overloads_agree():
     assert changed == 1 and "weight" in only_call(keywords).kwargs
 
 
+def test_overloaded_builtins_are_named_where_the_values_tell_the_overload():
+    # torch.div has Tensor, Number and TorchScript's (a: int, b: int) overloads: the values pick one.
+    gm = fx.symbolic_trace(lambda x, y: (torch.div(x, 2.0), torch.pow(x, 2), torch.add(x, y, alpha=2)))
+    div, pow_, add = [node for node in gm.graph.nodes if node.op == "call_function"]
+    assert str(call_signature(div)) == "(input: torch.Tensor, other: numbers.Number) -> torch.Tensor"
+    x, y = torch.randn(5), torch.randn(5)
+    keywords, changed = respelled(gm, "keywords", [x, y])
+    assert changed == 3
+    calls = [node for node in keywords.graph.nodes if node.op == "call_function"]
+    assert [(node.args, sorted(node.kwargs)) for node in calls] == [
+        ((), ["input", "other"]),
+        ((), ["exponent", "input"]),
+        ((), ["alpha", "input", "other"]),
+    ]
+    for spelling in ("positional", "shortest"):  # the overload's own defaults are not certain: left as written
+        assert respelled(gm, spelling, [x, y])[1] == 0
+    assert respelled(gm, "keywords")[1] == 0, "without values to try the names on, nothing uncertain is written"
+
+
+def test_a_name_pythons_parser_refuses_is_not_written():
+    gm = fx.symbolic_trace(lambda x: torch.pow(2.0, x))  # the schema says input=, Python's parser wants self=
+    keywords, changed = respelled(gm, "keywords", [torch.randn(4)])
+    assert changed == 0 and only_call(keywords).args[0] == 2.0
+
+
 def test_calls_without_a_signature_are_left_as_they_are():
     gm = graph_of((operator.mul, (2,), {}))
     for spelling in ARGUMENT_SPELLINGS:

@@ -514,27 +514,39 @@ def _single_use(node: Any, kinds: set) -> bool:
     return isinstance(node, fx.Node) and node.op != "placeholder" and node.target in kinds and len(node.users) == 1
 
 
+def _operands(node: fx.Node, count: int) -> tuple[Any, ...] | None:
+    """``node``'s first ``count`` arguments by position however the call spells them (``torch.rsqrt(input=v)``
+    is ``(v,)``: :func:`canonical_arguments`), or None when the call has fewer or names another one (a method's
+    keyword): such a call is not matched, and lowers op by op."""
+    args, kwargs = canonical_arguments(node)
+    return None if len(args) != count or kwargs else tuple(args)
+
+
 def _other_operand(node: fx.Node, known: Any) -> Any:
-    a, b = node.args[:2]
+    operands = _operands(node, 2)
+    if operands is None:
+        return None
+    a, b = operands
     return b if a is known else a if b is known else None
 
 
 def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
-    """Every RMSNorm chain whose intermediate values are used only by the chain (so fusing is safe)."""
+    """Every RMSNorm chain whose intermediate values are used only by the chain (so fusing is safe). Each call
+    is read through :func:`_operands`, so ``torch.add(input=m, other=1e-6)`` is matched like ``m + 1e-6``."""
     chains = []
     for rsqrt in gm.graph.nodes:
-        if not _single_use(rsqrt, _RSQRT):
+        if not _single_use(rsqrt, _RSQRT) or (rsqrt_operands := _operands(rsqrt, 1)) is None:
             continue
-        add = rsqrt.args[0]
-        if not (_single_use(add, _ADD) and is_number(add.args[1]) and not add.kwargs):
+        (add,) = rsqrt_operands
+        if not (_single_use(add, _ADD) and (add_operands := _operands(add, 2)) and is_number(add_operands[1])):
             continue
-        mean = add.args[0]
+        mean, eps = add_operands
         if not _single_use(mean, _MEAN) or not _is_last_dim_keepdim(mean):
             continue
-        square = mean.args[0]
-        if not (_single_use(square, _POW) and square.args[1] == 2):
+        square = next(iter(canonical_arguments(mean)[0]), None)
+        if not (_single_use(square, _POW) and (square_operands := _operands(square, 2)) and square_operands[1] == 2):
             continue
-        x = square.args[0]
+        x = square_operands[0]
         scaled = next(iter(rsqrt.users))
         if scaled.target not in _MUL or _other_operand(scaled, rsqrt) is not x:
             continue
@@ -549,7 +561,7 @@ def find_rmsnorm_chains(gm: fx.GraphModule) -> list[RmsNormChain]:
             )
             if isinstance(value, torch.Tensor) and value.ndim == 1:
                 result, weight, inner = user, candidate, inner + (scaled,)
-        chains.append(RmsNormChain(x, weight, float(add.args[1]), result, inner))
+        chains.append(RmsNormChain(x, weight, float(eps), result, inner))
     return chains
 
 

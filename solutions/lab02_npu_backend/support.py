@@ -255,7 +255,7 @@ def _split_check(node: fx.Node) -> str | None:
 
 
 def _div_check(node: fx.Node) -> str | None:
-    ok = isinstance(node.args[0], fx.Node) and is_number(node_arg(node, 1, "other"))
+    ok = isinstance(node_arg(node, 0, "input"), fx.Node) and is_number(node_arg(node, 1, "other"))
     if ok and node_arg(node, 2, "rounding_mode") is None:
         return None
     return "only division of a tensor by a constant lowers to the NPU (as mul by its reciprocal)"

@@ -5,7 +5,7 @@
   they put every aten target of the reference's table on the NPU but those listed in :data:`NOT_REACHED`,
   each with the reason OpInfo never gives the form the reference lowers (the hand-written tests do).
 - The reference gives eager's answer on the reference inputs too (infinities, NaN, scalars on both sides).
-- A mistake the reference once made is caught, with a message naming the call.
+- Mistakes the reference once made are caught, with a message naming the call.
 """
 
 from __future__ import annotations
@@ -75,6 +75,18 @@ def test_dims_wrapped_by_the_rank_alone_fail_on_a_0_dim_tensor(reference, monkey
     monkeypatch.setattr(reference.lowering, "_wrapped", lambda dim, ndim: int(dim) % ndim)
     with pytest.raises(AssertionError, match=r"mean\(Tensor\[\], dim=.*ZeroDivisionError.*support.py must refuse"):
         graded.test_every_sample_pytorch_tests_its_operators_with_gives_eagers_answer(reference, "aten")
+
+
+def test_a_check_that_reads_the_input_by_position_alone_fails_on_a_call_that_names_it(reference, monkeypatch):
+    """``torch.div(input=x, other=2.0)`` is a call a model may write: a support check reading ``node.args[0]``
+    raises on it (the reference's division check and the given ``pow_check`` once did)."""
+    few = functools.partial(op_samples, ["div.no_rounding_mode", "mul"])  # mul: something on the NPU
+    monkeypatch.setattr(graded, "op_samples", few)
+    graded.test_every_sample_pytorch_tests_its_operators_with_gives_eagers_answer(reference, "torch")
+    by_position = lambda node: None if isinstance(node.args[0], torch.fx.Node) else "a number"  # noqa: E731
+    monkeypatch.setitem(reference.support.CONSTRAINTS, torch.div, by_position)
+    with pytest.raises(AssertionError, match=r"div\(Tensor.*\[spelled: keywords\] \(raised IndexError"):
+        graded.test_every_sample_pytorch_tests_its_operators_with_gives_eagers_answer(reference, "torch")
 
 
 def test_target_names_are_what_the_coverage_records():
