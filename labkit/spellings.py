@@ -22,9 +22,10 @@ tried and silently misreads the others.
     by position, and every argument equal to its default left out.
 
 Each respelled graph is one a tracer could record from some model. Where a target has no signature
-to read (``operator.add``, methods, modules) or its overloads disagree on the names, the call is
-left as it is; an overloaded builtin (``torch.div``) is named only where its values tell the overload
-and the names, tried on them, are accepted (:func:`respelled`).
+to read (``operator.add``, modules, methods torch has no function for) or its overloads disagree on the
+names, the call is left as it is; an overloaded builtin (``torch.div``) or a method named like a torch
+function (``x.div``) is named only where its values tell the overload and the names, tried on them,
+are accepted (:func:`respelled`).
 The copy is checked to compute exactly what the original computes on the inputs given, so a
 difference after a pass is the pass's.
 
@@ -84,11 +85,21 @@ def _shape(signature: inspect.Signature) -> tuple[tuple[str, Any], ...]:
     return tuple((p.name, p.kind) for p in signature.parameters.values())
 
 
+def _function_of(node: fx.Node) -> Any:
+    """What ``node`` calls, as a function of all its arguments: its target; for a method call (``x.div(y)``) the
+    torch function of that name, whose first argument is the method's ``self`` (``torch.div(x, y)``), or None
+    where torch has none (``x.view(...)``, ``x.float()``)."""
+    if node.op == "call_method":
+        function = getattr(torch, node.target, None) if isinstance(node.target, str) else None
+        return function if callable(function) and not isinstance(function, type) else None
+    return node.target if node.op == "call_function" else None
+
+
 def _binding_signatures(node: fx.Node) -> list[inspect.Signature]:
     """The overloads of ``node``'s target that accept its call: its arguments bind, and each one's value is of
     the type the overload declares (:func:`_accepts`)."""
     binding = []
-    for signature in _candidate_signatures(node.target):
+    for signature in _candidate_signatures(_function_of(node)):
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
             continue
         try:
@@ -107,10 +118,10 @@ def call_signature(node: fx.Node) -> inspect.Signature | None:
     ``div(input: Tensor, other: Tensor)``, ``div(input: Tensor, other: Number)`` or TorchScript's ``div(a: int,
     b: int)``. The overloads that accept the call (its arguments bind, each value of the declared type: a node's
     by its recorded example value, a tensor where none is recorded) must agree on every parameter's name and
-    kind; otherwise None is returned. Aten operators (``torch.ops.aten.add.Tensor``) are one overload each.
+    kind; otherwise None is returned. Aten operators (``torch.ops.aten.add.Tensor``) are one overload each. A
+    method call binds like the torch function of its name, ``self`` first: ``x.div(y)`` like ``torch.div(x, y)``
+    (None where torch has no such function, ``x.view(2, 3)``).
     """
-    if node.op != "call_function":
-        return None
     binding = _binding_signatures(node)
     if not binding or len({_shape(signature) for signature in binding}) != 1:
         return None
@@ -242,7 +253,8 @@ def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = 
     A call is respelled where its signature is certain: every overload of its target names and orders its
     parameters alike (aten operators, ``F.gelu``, ``torch.conv2d``). With ``inputs``, the ``keywords``
     spelling also names the arguments of overloaded builtins whose overload the values tell
-    (``torch.div(x, 2.0)``, ``torch.pow(x, 2)``, ``torch.add(x, y, alpha=2)``: :func:`call_signature`), each
+    (``torch.div(x, 2.0)``, ``torch.pow(x, 2)``, ``torch.add(x, y, alpha=2)``: :func:`call_signature`) and of
+    methods named like a torch function (``x.div(other=2.0)``, ``x.mean(dim=-1, keepdim=True)``), each
     call only if, tried on the values it meets when the graph runs, PyTorch's argument parser accepts the
     names, nothing new is warned and the answer is bitwise the original call's (Python's overloads are not
     always the schemas': ``torch.pow(input=2.0, exponent=x)`` is refused, its scalar is ``self``). Writing
@@ -271,6 +283,9 @@ def respelled(gm: fx.GraphModule, spelling: str, inputs: Sequence[Any] | None = 
         if signature is None or (spelling == "keywords" and aten_operator):
             continue
         args, kwargs = _spelled(signature, node, spelling)
+        self_name = next(iter(signature.parameters), None)
+        if node.op == "call_method" and self_name in kwargs:  # x.div(other=y): a method's self is never named
+            args = (kwargs.pop(self_name), *args)
         if args != tuple(node.args) or kwargs != dict(node.kwargs):
             (certain if _respellable_signature(node) is not None else to_try)[node] = (args, kwargs)
     if to_try and inputs is not None and spelling == "keywords":
@@ -305,7 +320,8 @@ class _CallTrials(fx.Interpreter):
             written = self.fetch_args_kwargs_from_env(n)
             args, kwargs = self.proposals[n]
             respelled_values = (self.map_nodes_to_values(args, n), self.map_nodes_to_values(kwargs, n))
-            if _same_call(n.target, written, respelled_values):
+            call = n.target if n.op == "call_function" else lambda self, *a, **k: getattr(self, n.target)(*a, **k)
+            if _same_call(call, written, respelled_values):
                 self.held[n] = self.proposals[n]
         return super().run_node(n)
 

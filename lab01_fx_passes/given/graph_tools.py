@@ -42,10 +42,11 @@ def call_argument(node: fx.Node, name: str, default: Any = None) -> Any:
     """The value of argument ``name`` in the call ``node`` makes.
 
     Looks in ``node.kwargs``, then at the argument's position in the target's signature (aten
-    schemas, torch builtins such as ``torch.conv2d`` and Python functions: see
+    schemas, torch builtins such as ``torch.conv2d`` or ``torch.div`` and Python functions: see
     :func:`labkit.spellings.call_signature`), then at the signature's default, then returns
-    ``default``. For ``call_method`` nodes only keywords are known (methods have no inspectable
-    signature).
+    ``default``. A ``call_method`` node is read like the torch function of its name, ``self``
+    first (``x.mean(-1)`` like ``torch.mean(x, -1)``); a method torch has no function for
+    (``x.view``) has only its keywords known.
 
     Example: for ``F.dropout(x, 0.5)`` (``training`` left out) ``call_argument(node, "training")``
     is ``True``, the default of ``F.dropout``.

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from labkit.fx_nodes import run_graph
-from labkit.spellings import ARGUMENT_SPELLINGS, call_signature, respelled
+from labkit.spellings import ARGUMENT_SPELLINGS, call_signature, canonical_arguments, respelled
 
 aten = torch.ops.aten
 
@@ -105,6 +105,18 @@ def test_a_name_pythons_parser_refuses_is_not_written():
     gm = fx.symbolic_trace(lambda x: torch.pow(2.0, x))  # the schema says input=, Python's parser wants self=
     keywords, changed = respelled(gm, "keywords", [torch.randn(4)])
     assert changed == 0 and only_call(keywords).args[0] == 2.0
+
+
+def test_methods_are_read_and_named_like_the_torch_function_of_their_name():
+    gm = fx.symbolic_trace(lambda x: (x.mean(-1, keepdim=True), x.split(1), x.view(-1)))
+    x_node = next(iter(gm.graph.nodes))
+    mean, split, view = [node for node in gm.graph.nodes if node.op == "call_method"]
+    assert canonical_arguments(mean) == ((x_node, -1, True), {}), "x.mean binds like torch.mean(x, dim, keepdim)"
+    assert call_signature(view) is None, "torch has no view function: nothing to read it by"
+    keywords, changed = respelled(gm, "keywords", [torch.randn(2, 3)])
+    mean, split, view = [node for node in keywords.graph.nodes if node.op == "call_method"]
+    assert changed == 1 and mean.args == (mean.args[0],) and mean.kwargs == {"dim": -1, "keepdim": True}
+    assert split.args[1:] == (1,) and not split.kwargs, "Tensor.split names it split_size, torch.split otherwise"
 
 
 def test_calls_without_a_signature_are_left_as_they_are():
