@@ -87,28 +87,46 @@ def _shape(signature: inspect.Signature) -> tuple[tuple[str, Any], ...]:
 
 def _function_of(node: fx.Node) -> Any:
     """What ``node`` calls, as a function of all its arguments: its target; for a method call (``x.div(y)``) the
-    torch function of that name, whose first argument is the method's ``self`` (``torch.div(x, y)``), or None
-    where torch has none (``x.view(...)``, ``x.float()``)."""
+    torch function of that name where the method is that function's method variant: a builtin whose every
+    overload takes the method's ``self`` first (``torch.div(x, y)``). None where torch has no such function
+    (``x.view(...)``, ``x.float()``), where the function is Python's own (``torch.split``, ``torch.norm``: their
+    parameters are not the method's) or puts another argument first (``torch.where(condition, input, ...)``)."""
     if node.op == "call_method":
         function = getattr(torch, node.target, None) if isinstance(node.target, str) else None
-        return function if callable(function) and not isinstance(function, type) else None
+        if not callable(function) or isinstance(function, type):
+            return None
+        # The overloads taking a tensor first (not TorchScript's (a: int, b: int)) must all take it as self, which
+        # FX's schema signatures call input.
+        firsts = [next(iter(s.parameters.values()), None) for s in get_signature_for_torch_op(function) or []]
+        tensor_firsts = [first for first in firsts if first is not None and first.annotation is torch.Tensor]
+        return function if tensor_firsts and all(first.name == "input" for first in tensor_firsts) else None
     return node.target if node.op == "call_function" else None
 
 
 def _binding_signatures(node: fx.Node) -> list[inspect.Signature]:
-    """The overloads of ``node``'s target that accept its call: its arguments bind, and each one's value is of
-    the type the overload declares (:func:`_accepts`)."""
+    """The overloads of ``node``'s target its call binds to (:meth:`inspect.Signature.bind`)."""
     binding = []
     for signature in _candidate_signatures(_function_of(node)):
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
             continue
         try:
-            bound = signature.bind(*node.args, **node.kwargs)
+            signature.bind(*node.args, **node.kwargs)
         except TypeError:
             continue
-        if all(_accepts(signature.parameters[name].annotation, value) for name, value in bound.arguments.items()):
-            binding.append(signature)
+        binding.append(signature)
     return binding
+
+
+def _typed(node: fx.Node, signatures: list[inspect.Signature]) -> list[inspect.Signature]:
+    """Those of ``signatures`` whose declared types accept the values ``node``'s call passes (:func:`_accepts`)."""
+    return [
+        signature
+        for signature in signatures
+        if all(
+            _accepts(signature.parameters[name].annotation, value)
+            for name, value in signature.bind(*node.args, **node.kwargs).arguments.items()
+        )
+    ]
 
 
 def call_signature(node: fx.Node) -> inspect.Signature | None:
@@ -116,26 +134,28 @@ def call_signature(node: fx.Node) -> inspect.Signature | None:
 
     A torch builtin has overloads, chosen by the types of the values passed: ``torch.div(x, y)`` may be
     ``div(input: Tensor, other: Tensor)``, ``div(input: Tensor, other: Number)`` or TorchScript's ``div(a: int,
-    b: int)``. The overloads that accept the call (its arguments bind, each value of the declared type: a node's
-    by its recorded example value, a tensor where none is recorded) must agree on every parameter's name and
-    kind; otherwise None is returned. Aten operators (``torch.ops.aten.add.Tensor``) are one overload each. A
-    method call binds like the torch function of its name, ``self`` first: ``x.div(y)`` like ``torch.div(x, y)``
-    (None where torch has no such function, ``x.view(2, 3)``).
+    b: int)``. The overloads the call binds to must agree on every parameter's name and kind, or, failing that,
+    those whose declared types accept its values (a node's value is its recorded example value; one with none
+    recorded, as in ``symbolic_trace``'s graphs, could be anything); otherwise None is returned. Aten operators
+    (``torch.ops.aten.add.Tensor``) are one overload each. A method call binds like the torch function it is the
+    method variant of, ``self`` first: ``x.div(y)`` like ``torch.div(x, y)`` (:func:`_function_of`).
     """
     binding = _binding_signatures(node)
-    if not binding or len({_shape(signature) for signature in binding}) != 1:
-        return None
-    return binding[0]
+    for signatures in (binding, _typed(node, binding)):
+        if signatures and len({_shape(signature) for signature in signatures}) == 1:
+            return signatures[0]
+    return None
 
 
 def _accepts(annotation: Any, value: Any) -> bool:
     """Whether an overload whose parameter is declared ``annotation`` accepts ``value`` (an argument as a graph
-    holds it: a node stands for its recorded example value, or for a tensor where none is recorded, as in
-    ``symbolic_trace``'s graphs). Only what is clearly of another type is refused: an undeclared parameter, or
-    a declaration this does not read, accepts anything."""
+    holds it: a node stands for its recorded example value; one with none recorded accepts any declaration).
+    Only what is clearly of another type is refused: an undeclared parameter, or a declaration this does not
+    read, accepts anything."""
     if isinstance(value, fx.Node):
-        recorded = node_value(value)
-        value = torch.empty(0) if recorded is None else recorded
+        value = node_value(value)
+        if value is None:  # nothing recorded: any type
+            return True
     if annotation is inspect.Parameter.empty or annotation is Any:
         return True
     origin = typing.get_origin(annotation)
@@ -233,6 +253,14 @@ def canonical_arguments(node: fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]]
     if signature is None:
         return tuple(node.args), dict(node.kwargs)
     given = signature.bind(*node.args, **node.kwargs).arguments
+    # Keyword-only in any overload the call binds to stays a keyword: Python's torch.add takes alpha only by
+    # name, though the schema of add.Scalar, which a number operand selects, lists it third.
+    keyword_only = {
+        parameter.name
+        for candidate in _binding_signatures(node)
+        for parameter in candidate.parameters.values()
+        if parameter.kind is parameter.KEYWORD_ONLY
+    }
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     gap = False
@@ -240,7 +268,7 @@ def canonical_arguments(node: fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]]
         if parameter.name not in given:
             gap = gap or parameter.kind in _POSITIONAL
             continue
-        if parameter.kind in _POSITIONAL and not gap:
+        if parameter.kind in _POSITIONAL and not gap and parameter.name not in keyword_only:
             args.append(given[parameter.name])
         else:
             kwargs[parameter.name] = given[parameter.name]
@@ -310,9 +338,17 @@ class _CallTrials(fx.Interpreter):
     def accepted(self, inputs: Sequence[Any]) -> dict[fx.Node, Call]:
         from labkit.numerics import fresh_copies
 
-        torch.manual_seed(0)
+        # The graph's parameters and buffers are the model's: this extra run must leave them as they were (a
+        # BatchNorm in training mode updates its running statistics).
+        state = [*self.module.parameters(), *self.module.buffers()]
         with torch.no_grad():
-            self.run(*fresh_copies(inputs))
+            saved = [tensor.detach().clone() for tensor in state]
+            torch.manual_seed(0)
+            try:
+                self.run(*fresh_copies(inputs))
+            finally:
+                for tensor, value in zip(state, saved):
+                    tensor.copy_(value)
         return self.held
 
     def run_node(self, n: fx.Node) -> Any:

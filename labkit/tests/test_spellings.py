@@ -86,8 +86,11 @@ def test_overloaded_builtins_are_named_where_the_values_tell_the_overload():
     # torch.div has Tensor, Number and TorchScript's (a: int, b: int) overloads: the values pick one.
     gm = fx.symbolic_trace(lambda x, y: (torch.div(x, 2.0), torch.pow(x, 2), torch.add(x, y, alpha=2)))
     div, pow_, add = [node for node in gm.graph.nodes if node.op == "call_function"]
-    assert str(call_signature(div)) == "(input: torch.Tensor, other: numbers.Number) -> torch.Tensor"
+    assert call_signature(div) is None, "no value recorded for x: it could be an int (div(a: int, b: int))"
     x, y = torch.randn(5), torch.randn(5)
+    for placeholder, value in zip(gm.graph.find_nodes(op="placeholder"), (x, y)):
+        placeholder.meta["val"] = value  # as make_fx and export record (Dynamo: example_value)
+    assert str(call_signature(div)) == "(input: torch.Tensor, other: numbers.Number) -> torch.Tensor"
     keywords, changed = respelled(gm, "keywords", [x, y])
     assert changed == 3
     calls = [node for node in keywords.graph.nodes if node.op == "call_function"]
@@ -103,6 +106,7 @@ def test_overloaded_builtins_are_named_where_the_values_tell_the_overload():
 
 def test_a_name_pythons_parser_refuses_is_not_written():
     gm = fx.symbolic_trace(lambda x: torch.pow(2.0, x))  # the schema says input=, Python's parser wants self=
+    next(iter(gm.graph.nodes)).meta["val"] = torch.randn(4)
     keywords, changed = respelled(gm, "keywords", [torch.randn(4)])
     assert changed == 0 and only_call(keywords).args[0] == 2.0
 
@@ -117,6 +121,51 @@ def test_methods_are_read_and_named_like_the_torch_function_of_their_name():
     mean, split, view = [node for node in keywords.graph.nodes if node.op == "call_method"]
     assert changed == 1 and mean.args == (mean.args[0],) and mean.kwargs == {"dim": -1, "keepdim": True}
     assert split.args[1:] == (1,) and not split.kwargs, "Tensor.split names it split_size, torch.split otherwise"
+
+
+def test_calls_the_values_cannot_place_are_not_read_by_a_guess():
+    """A node without a recorded value could be a tensor or a number; a method whose torch function puts another
+    argument first, or is Python's own, is not that function; a signature the arguments bind to alone is kept."""
+    gm = fx.symbolic_trace(
+        lambda x, c, y: (
+            torch.max(x, x.dim() - 1),  # max(input, dim) or max(input, other)
+            x.where(c, y),  # torch.where(condition, input, other): the method's self is the input
+            x.norm(2, 1),  # torch.norm is a Python function with out before dtype
+            F.interpolate(x, size=(8, 8)),  # one Python signature: read as before
+        )
+    )
+    max_, interpolate = [node for node in gm.graph.nodes if node.target in (torch.max, F.interpolate)]
+    where, norm = [node for node in gm.graph.nodes if node.op == "call_method" and node.target in ("where", "norm")]
+    assert call_signature(max_) is None and call_signature(where) is None and call_signature(norm) is None
+    assert call_signature(interpolate) is not None
+
+
+def test_an_argument_python_takes_only_by_name_stays_a_keyword_in_the_canonical_spelling():
+    gm = fx.symbolic_trace(lambda x: torch.add(x, 2.0, alpha=3))
+    x_node = next(iter(gm.graph.nodes))
+    x_node.meta["val"] = torch.randn(3)
+    (add,) = [node for node in gm.graph.nodes if node.op == "call_function"]
+    assert canonical_arguments(add) == ((x_node, 2.0), {"alpha": 3}), "add.Scalar's schema lists alpha third"
+
+
+def test_trying_names_leaves_the_models_state_as_it_was():
+    class Halved(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(4).train()
+
+        def forward(self, x):
+            return torch.div(self.norm(x), 2.0)
+
+    model = Halved()
+    gm = fx.symbolic_trace(model)
+    x = torch.randn(6, 4) + 3
+    for node in gm.graph.nodes:  # values recorded, so that torch.div's overload is told and its names tried
+        node.meta["val"] = x
+    respelled_gm, changed = respelled(gm, "keywords", [x])
+    assert changed == 1
+    # the two runs that check the copy (the original, then the copy) update the statistics once each; the trial not
+    assert int(model.norm.num_batches_tracked) == 2
 
 
 def test_calls_without_a_signature_are_left_as_they_are():
