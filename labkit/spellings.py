@@ -48,7 +48,8 @@ import torch
 from torch import fx
 from torch.fx.operator_schemas import get_signature_for_torch_op
 
-from labkit.fx_nodes import node_value
+from labkit.fx_nodes import node_value, run_graph
+from labkit.numerics import fresh_copies
 
 #: A call's arguments: ``(args, kwargs)``.
 Call = tuple[tuple[Any, ...], dict[str, Any]]
@@ -336,8 +337,6 @@ class _CallTrials(fx.Interpreter):
         self.held: dict[fx.Node, Call] = {}
 
     def accepted(self, inputs: Sequence[Any]) -> dict[fx.Node, Call]:
-        from labkit.numerics import fresh_copies
-
         # The graph's parameters and buffers are the model's: this extra run must leave them as they were (a
         # BatchNorm in training mode updates its running statistics).
         state = [*self.module.parameters(), *self.module.buffers()]
@@ -356,7 +355,7 @@ class _CallTrials(fx.Interpreter):
             written = self.fetch_args_kwargs_from_env(n)
             args, kwargs = self.proposals[n]
             respelled_values = (self.map_nodes_to_values(args, n), self.map_nodes_to_values(kwargs, n))
-            call = n.target if n.op == "call_function" else lambda self, *a, **k: getattr(self, n.target)(*a, **k)
+            call = n.target if n.op == "call_function" else lambda tensor, *a, **k: getattr(tensor, n.target)(*a, **k)
             if _same_call(call, written, respelled_values):
                 self.held[n] = self.proposals[n]
         return super().run_node(n)
@@ -365,8 +364,6 @@ class _CallTrials(fx.Interpreter):
 def _same_call(target: Any, written: tuple[Any, Any], respelled_call: tuple[Any, Any]) -> bool:
     """Whether ``target`` called as ``respelled_call`` (``(args, kwargs)``) is accepted, warns nothing the call as
     ``written`` does not, and answers bitwise alike, each on fresh copies of its tensors from one seed."""
-    from labkit.numerics import fresh_copies
-
     answers, warned = [], []
     for args, kwargs in (written, respelled_call):
         args, kwargs = fresh_copies((args, kwargs))
@@ -378,24 +375,25 @@ def _same_call(target: Any, written: tuple[Any, Any], respelled_call: tuple[Any,
             except Exception:  # noqa: BLE001 - a spelling PyTorch refuses is simply not used
                 return False
         warned.append({str(warning.message) for warning in caught})
-    flat_written, flat_respelled = (torch.utils._pytree.tree_leaves(answer) for answer in answers)
-    same = len(flat_written) == len(flat_respelled) and all(map(_bitwise_equal, flat_respelled, flat_written))
-    return same and warned[1] <= warned[0]
+    return _same_answers(answers[1], answers[0]) and warned[1] <= warned[0]
 
 
 def _assert_same_outputs(gm: fx.GraphModule, copied: fx.GraphModule, inputs: Sequence[Any], spelling: str) -> None:
-    from labkit.fx_nodes import run_graph
-    from labkit.numerics import fresh_copies
-
     # Each run on copies of its own: a graph that writes its inputs in place (x.add_(y)) must leave the caller's
     # tensors, which a backend receives as its example inputs, as they were.
     torch.manual_seed(0)
     expected = run_graph(gm, *fresh_copies(inputs))
     torch.manual_seed(0)
     actual = run_graph(copied, *fresh_copies(inputs))
-    flat_expected, flat_actual = torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)
-    same = len(flat_expected) == len(flat_actual) and all(map(_bitwise_equal, flat_actual, flat_expected))
-    assert same, f"respelling the graph as {spelling!r} changed what it computes (a fault of labkit/spellings.py)"
+    assert _same_answers(actual, expected), (
+        f"respelling the graph as {spelling!r} changed what it computes (a fault of labkit/spellings.py)"
+    )
+
+
+def _same_answers(actual: Any, expected: Any) -> bool:
+    """Whether two answers (tensors, numbers, or nests of them) have the same structure and every leaf bit for bit."""
+    flat_actual, flat_expected = torch.utils._pytree.tree_leaves(actual), torch.utils._pytree.tree_leaves(expected)
+    return len(flat_actual) == len(flat_expected) and all(map(_bitwise_equal, flat_actual, flat_expected))
 
 
 def _bitwise_equal(actual: Any, expected: Any) -> bool:
