@@ -29,8 +29,9 @@ are accepted (:func:`respelled`).
 The copy is checked to compute exactly what the original computes on the inputs given, so a
 difference after a pass is the pass's.
 
-:func:`call_signature` (the signature a call binds to) and :func:`canonical_arguments` (one
-spelling for any call, as a lowering rule wants its arguments) serve the readers of graphs.
+:func:`call_signature` (the signature a call binds to), :func:`call_argument` and :func:`call_input` (one
+argument, however the call passed it) and :func:`canonical_arguments` (one spelling for any call, as a
+lowering rule wants its arguments) serve the readers of graphs.
 """
 
 from __future__ import annotations
@@ -237,6 +238,45 @@ def _spelled(signature: inspect.Signature, node: fx.Node, spelling: str) -> tupl
             defaults = [p.default for p in parameters if p.kind in _POSITIONAL]
             args = [defaults[i] if arg is _LEFT_OUT else arg for i, arg in enumerate(args)]
     return tuple(args), kwargs
+
+
+def call_argument(node: fx.Node, name: str, default: Any = None) -> Any:
+    """The value of argument ``name`` in the call ``node`` makes.
+
+    Looks in ``node.kwargs``, then at the argument's position in the target's signature (aten
+    schemas, torch builtins such as ``torch.conv2d`` or ``torch.div`` and Python functions: see
+    :func:`call_signature`), then at the signature's default, then returns ``default``. A
+    ``call_method`` node is read like the torch function of its name, ``self`` first (``x.mean(-1)``
+    like ``torch.mean(x, -1)``); a method torch has no function for (``x.view``) has only its
+    keywords known.
+
+    Example: for ``F.dropout(x, 0.5)`` (``training`` left out) ``call_argument(node, "training")``
+    is ``True``, the default of ``F.dropout``.
+    """
+    if name in node.kwargs:
+        return node.kwargs[name]
+    signature = call_signature(node)
+    if signature is None or name not in signature.parameters:
+        return default
+    bound = signature.bind(*node.args, **node.kwargs)
+    if name in bound.arguments:
+        return bound.arguments[name]
+    parameter_default = signature.parameters[name].default
+    return default if parameter_default is inspect.Parameter.empty else parameter_default
+
+
+def call_input(node: fx.Node) -> Any:
+    """The first argument of the call ``node`` makes (the ``input`` or ``self`` tensor), by position or name.
+
+    ``F.relu(x)``, ``F.relu(input=x)``, ``aten.relu(self=x)``, ``x.relu()`` and a module call ``relu(x)``
+    all give ``x``; None when the call has no argument.
+    """
+    if node.args:
+        return node.args[0]
+    signature = call_signature(node)
+    if signature is not None:
+        return call_argument(node, next(iter(signature.parameters)))
+    return next(iter(node.kwargs.values()), None)
 
 
 _LEFT_OUT = object()

@@ -6,7 +6,8 @@ Every pass of the lab needs the same three chores, none of which is the point of
   positionally or as a keyword (``F.relu(x, True)`` vs ``F.relu(x, inplace=True)``, or
   ``aten.native_batch_norm(..., training, ...)``), falling back to the signature's default;
   :func:`call_input` reads the first one (``input`` or ``self``), however it was passed, and
-  :func:`binary_operands` the two of ``x + y`` and its every spelling.
+  :func:`binary_operands` the two of ``x + y`` and its every spelling. (The first two come from
+  :mod:`labkit.spellings`, which lab 2's given code reads calls with too.)
 - :func:`fetch_attr`: the module, parameter, buffer or tensor a ``get_attr`` or ``call_module``
   target names (``"layer1.0.conv1.weight"``).
 - :func:`add_attribute`: give a new module, parameter or buffer a fresh top-level name on a
@@ -35,46 +36,7 @@ import torch
 from torch import fx, nn
 
 from labkit.fx_nodes import node_value  # noqa: F401  (re-exported for the passes)
-from labkit.spellings import call_signature
-
-
-def call_argument(node: fx.Node, name: str, default: Any = None) -> Any:
-    """The value of argument ``name`` in the call ``node`` makes.
-
-    Looks in ``node.kwargs``, then at the argument's position in the target's signature (aten
-    schemas, torch builtins such as ``torch.conv2d`` or ``torch.div`` and Python functions: see
-    :func:`labkit.spellings.call_signature`), then at the signature's default, then returns
-    ``default``. A ``call_method`` node is read like the torch function of its name, ``self``
-    first (``x.mean(-1)`` like ``torch.mean(x, -1)``); a method torch has no function for
-    (``x.view``) has only its keywords known.
-
-    Example: for ``F.dropout(x, 0.5)`` (``training`` left out) ``call_argument(node, "training")``
-    is ``True``, the default of ``F.dropout``.
-    """
-    if name in node.kwargs:
-        return node.kwargs[name]
-    signature = call_signature(node)
-    if signature is None or name not in signature.parameters:
-        return default
-    bound = signature.bind(*node.args, **node.kwargs)
-    if name in bound.arguments:
-        return bound.arguments[name]
-    parameter_default = signature.parameters[name].default
-    return default if parameter_default is inspect.Parameter.empty else parameter_default
-
-
-def call_input(node: fx.Node) -> Any:
-    """The first argument of the call ``node`` makes (the ``input`` or ``self`` tensor), by position or name.
-
-    ``F.relu(x)``, ``F.relu(input=x)``, ``aten.relu(self=x)``, ``x.relu()`` and a module call ``relu(x)``
-    all give ``x``; None when the call has no argument.
-    """
-    if node.args:
-        return node.args[0]
-    signature = call_signature(node)
-    if signature is not None:
-        return call_argument(node, next(iter(signature.parameters)))
-    return next(iter(node.kwargs.values()), None)
+from labkit.spellings import call_argument, call_input, call_signature  # noqa: F401  (re-exported for the passes)
 
 
 def binary_operands(node: fx.Node) -> tuple[Any, Any] | None:

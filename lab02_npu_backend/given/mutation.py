@@ -21,7 +21,6 @@ tensor is part of the program's meaning.
 
 from __future__ import annotations
 
-import inspect
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from labkit.fx_nodes import node_value
+from labkit.spellings import call_argument, call_input
 
 #: ``x op= y``: in place on a tensor (``Tensor.__iadd__``), a rebinding on a Python number.
 INPLACE_OPERATORS = frozenset({
@@ -67,7 +67,7 @@ def written_arguments(node: fx.Node) -> list[fx.Node]:
     """The arguments ``node`` writes in place (usually none, at most one or two), in either dialect."""
     if node.op not in ("call_function", "call_method"):
         return []
-    target, first = node.target, node.args[0] if node.args else None
+    target, first = node.target, call_input(node)  # F.relu(input=x, inplace=True) writes x too
     written: list[Any] = []
     if isinstance(target, torch._ops.OpOverload):
         arguments = target._schema.arguments
@@ -105,14 +105,12 @@ def _is_inplace_name(name: Any) -> bool:
 
 
 def _inplace_flag(node: fx.Node) -> bool:
-    """``inplace=True`` given to a functional (``F.relu(x, inplace=True)``, ``F.hardtanh(x, 0, 6, True)``)."""
-    if node.kwargs.get("inplace") is True:
-        return True
+    """``inplace=True`` given to a functional, by name or position (``F.relu(x, inplace=True)``,
+    ``F.hardtanh(x, 0, 6, True)``)."""
     try:
-        bound = inspect.signature(node.target).bind_partial(*node.args, **node.kwargs)
-    except (TypeError, ValueError):  # builtins without a signature, or arguments that do not bind
+        return call_argument(node, "inplace") is True
+    except TypeError:  # arguments that bind to no signature of the target
         return False
-    return bound.arguments.get("inplace") is True
 
 
 def _storages(value: Any) -> set[Any]:

@@ -4,9 +4,10 @@ PyTorch tests each of its operators against one database, the OpInfos
 (``torch.testing._internal.common_methods_invocations.op_db``). An OpInfo's *sample inputs* pass each
 argument at values other than its default (negative dims, ``keepdim``, ``eps``, ``approximate="tanh"``,
 ``alpha``, a scalar on either side, broadcasting, 0-dim, empty and non-contiguous tensors); its *reference
-inputs*, five times as many, add data that finds bugs (infinities, NaN, huge and tiny values). Those samples
+inputs*, five times as many, add data that finds bugs (infinities, NaN, huge and tiny values).Those samples
 are written from each operator's schema by the people who wrote the operator, not from the cases this course
-thought of, which is why the lab borrows them instead of listing arguments by hand.
+thought of, which is why the lab borrows them instead of listing arguments by hand. Where the OpInfos pass an
+argument at one value only, :data:`WRITTEN_SAMPLES` adds calls that pass it at another.
 
 :data:`COURSE_OPS` names the OpInfos of the operators the standard models produce (what a support table
 claims). :func:`op_samples` turns each of their samples into an :class:`OpSample`, a call on tensors;
@@ -57,6 +58,75 @@ COURSE_OPS: tuple[str, ...] = (
     "t", "T", "mT", "movedim", "expand", "select", "slice", "narrow", "__getitem__", "split", "split.list_args",
     "chunk", "cat", "clone", "contiguous", "to",
 )  # fmt: skip
+
+#: Calls no OpInfo sample above makes, each passing an argument that the OpInfos pass at one value only (or
+#: never leave at its default), with the shapes of its tensors: in-place activations (on a graph input, a write
+#: the caller sees, and on an intermediate), ``alpha``/``beta`` of the methods, ``dtype`` of ``mean``,
+#: ``end_dim``, ``memory_format``, the attention's ``scale``, eval dropout in place. (Samples that draw random
+#: numbers cannot be compared here, :func:`_replayable`: a graded test of its own runs dropout in training.) They were
+#: found by reading every call the samples put into a backend's graphs against its signature's defaults (an
+#: instructor test of the course does so, and names any argument still met at one value only); they run with
+#: their OpInfo's samples.
+WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int, ...], ...]], ...]] = {
+    "add": (
+        ("x.add(y, alpha=2)", lambda x, y: x.add(y, alpha=2), ((3, 4), (3, 4))),
+        ("x.add_(y, alpha=-0.5)", lambda x, y: x.add_(y, alpha=-0.5), ((3, 4), (4,))),
+    ),
+    "sub": (
+        ("x.sub(y, alpha=2)", lambda x, y: x.sub(y, alpha=2), ((3, 4), (3, 4))),
+        ("x.sub_(y, alpha=3)", lambda x, y: x.sub_(y, alpha=3), ((3, 4), (1, 4))),
+    ),
+    "addmm": (
+        ("x.addmm(a, b, beta=0.5)", lambda x, a, b: x.addmm(a, b, beta=0.5), ((2, 3), (2, 4), (4, 3))),
+        ("x.addmm_(a, b, alpha=2)", lambda x, a, b: x.addmm_(a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
+    ),
+    "chunk": (("x.chunk(2)", lambda x: x.chunk(2), ((4, 3),)),),
+    "clamp": (
+        ("x.clamp(max=0.5)", lambda x: x.clamp(max=0.5), ((3, 4),)),
+        ("torch.clamp(x, min=-0.5)", lambda x: torch.clamp(x, min=-0.5), ((3, 4),)),
+    ),
+    "clone": (
+        ("x.clone(memory_format=torch.channels_last)", lambda x: x.clone(memory_format=torch.channels_last),
+         ((2, 3, 4, 5),)),
+        ("torch.clone(x, memory_format=torch.channels_last)",
+         lambda x: torch.clone(x, memory_format=torch.channels_last), ((2, 3, 4, 5),)),
+    ),
+    "flatten": (
+        ("x.flatten(0, 1)", lambda x: x.flatten(0, 1), ((2, 3, 4, 5),)),
+        ("torch.flatten(x, 1, 2)", lambda x: torch.flatten(x, 1, 2), ((2, 3, 4, 5),)),
+    ),
+    "mean": (
+        ("x.mean(-1, dtype=torch.float64)", lambda x: x.mean(-1, dtype=torch.float64), ((3, 4),)),
+        ("torch.mean(x, dtype=torch.float64)", lambda x: torch.mean(x, dtype=torch.float64), ((3, 4),)),
+    ),
+    "nn.functional.relu": (
+        ("F.relu(x, inplace=True)", lambda x: torch.nn.functional.relu(x, inplace=True), ((3, 4),)),
+        ("F.relu(x * 2, inplace=True)", lambda x: torch.nn.functional.relu(x * 2, inplace=True), ((3, 4),)),
+    ),
+    "nn.functional.relu6": (
+        ("F.relu6(x * 4, inplace=True)", lambda x: torch.nn.functional.relu6(x * 4, inplace=True), ((3, 4),)),
+    ),
+    "nn.functional.hardtanh": (
+        ("F.hardtanh(x, -0.5, 0.5, True)", lambda x: torch.nn.functional.hardtanh(x, -0.5, 0.5, True), ((3, 4),)),
+        ("F.hardtanh(x * 2)", lambda x: torch.nn.functional.hardtanh(x * 2), ((3, 4),)),
+    ),
+    "nn.functional.hardswish": (
+        ("F.hardswish(x * 3, inplace=True)", lambda x: torch.nn.functional.hardswish(x * 3, inplace=True), ((3, 4),)),
+        ("F.hardswish(x, inplace=True)", lambda x: torch.nn.functional.hardswish(x, inplace=True), ((3, 4),)),
+    ),
+    "nn.functional.dropout": (
+        ("F.dropout(x, training=False)", lambda x: torch.nn.functional.dropout(x, training=False), ((3, 4),)),
+        ("F.dropout(x, 0.3, False, True)", lambda x: torch.nn.functional.dropout(x, 0.3, False, True), ((3, 4),)),
+    ),
+    "nn.functional.scaled_dot_product_attention": (
+        ("sdpa(q, k, v, scale=0.3)", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, scale=0.3), ((2, 2, 5, 8), (2, 2, 6, 8), (2, 2, 6, 8))),
+        ("sdpa(q, k, v, is_causal=True, scale=2.0)", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=2.0), ((2, 2, 5, 8), (2, 2, 6, 8), (2, 2, 6, 8))),
+    ),
+    "to": (("x.to(memory_format=torch.channels_last)", lambda x: x.to(memory_format=torch.channels_last),
+            ((2, 3, 4, 5),)),),
+}  # fmt: skip
 
 #: The dtype every sample is drawn in: the one every ISA op supports.
 SAMPLE_DTYPE = torch.float32
@@ -197,6 +267,19 @@ def op_samples(names: Iterable[str] = COURSE_OPS, *, reference_inputs: bool = Fa
                 if _replayable(call, tensors):
                     samples.append(OpSample(name, _describe(spelling, sample), call, tensors))
                     break
+        samples += _written_samples(name)
+    return samples
+
+
+def _written_samples(name: str) -> list[OpSample]:
+    """The :data:`WRITTEN_SAMPLES` of the OpInfo ``name``, on tensors drawn from a fixed seed."""
+    generator = torch.Generator().manual_seed(SAMPLE_SEED)
+    samples = []
+    for description, call, shapes in WRITTEN_SAMPLES.get(name, ()):
+        tensors = tuple(torch.randn(shape, generator=generator, dtype=SAMPLE_DTYPE) for shape in shapes)
+        if not _replayable(call, tensors):
+            raise AssertionError(f"the written sample {description} cannot be replayed from a seed")
+        samples.append(OpSample(name, description, call, tensors))
     return samples
 
 

@@ -4,6 +4,8 @@
 - Every operator's samples reach the backend (a frame Dynamo runs eagerly would test nothing), and together
   they put every aten target of the reference's table on the NPU but those listed in :data:`NOT_REACHED`,
   each with the reason OpInfo never gives the form the reference lowers (the hand-written tests do).
+- Every argument with a default of every call the tables claim reaches the support check at its default and at
+  another value, but those listed in :data:`MET_AT_ONE_VALUE` with the reason.
 - The reference gives eager's answer on the reference inputs too (infinities, NaN, scalars on both sides).
 - Mistakes the reference once made are caught, with a message naming the call.
 """
@@ -11,6 +13,10 @@
 from __future__ import annotations
 
 import functools
+import inspect
+from collections import defaultdict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -20,14 +26,13 @@ from lab02_npu_backend.given.checks import TOLERANCE
 from lab02_npu_backend.given.graphs import target_name
 from lab02_npu_backend.given.op_samples import COURSE_OPS, known_op_names, op_samples, samples_off_eager
 from labkit.impl import load_lab
+from labkit.spellings import call_signature
 
 aten = torch.ops.aten
 
 #: Aten targets of the reference's table no OpInfo sample puts on the NPU, and why (a hand-written test covers each).
 NOT_REACHED = {
     aten.div.Tensor: "OpInfo divides by tensors; the NPU divides only by a constant",
-    aten.clamp.default: "OpInfo's clamp bounds are tensors; the NPU clamps to constants",
-    aten._to_copy.default: "the samples are float32 and a conversion to float32 is traced away",
     aten.alias.default: "AOTAutograd records no alias for these samples",
     aten.reshape.default: "AOTAutograd records reshape as view or _unsafe_view",
 }
@@ -42,21 +47,111 @@ def test_every_course_op_is_an_opinfo_of_the_pinned_pytorch():
     assert set(COURSE_OPS) <= known_op_names(), sorted(set(COURSE_OPS) - known_op_names())
 
 
-@pytest.mark.parametrize("dialect", ["torch", "aten"])
-def test_every_operators_samples_reach_the_backend_and_the_npu(reference, dialect):
-    on_npu, silent = set(), []
-    for name in COURSE_OPS:
-        wrong, graphs = samples_off_eager(reference, dialect, op_samples([name]), tolerance=TOLERANCE)
-        assert not wrong, wrong
-        if not graphs:
-            silent.append(name)
-        on_npu |= {decision.op for graph in graphs for decision in graph.decisions if decision.on_npu}
+#: Arguments of targets the reference's tables claim that no sample passes both at their default and at another
+#: value, and why none can (every other one must be met both ways: ``test_every_argument_is_met_at_its_default_and_
+#: at_another_value``). Keyed by (dialect, target name, argument).
+MET_AT_ONE_VALUE = {
+    ("torch", "scaled_dot_product_attention", "dropout_p"): "attention dropout draws random numbers (graded as above)",
+    ("aten", "aten._scaled_dot_product_flash_attention_for_cpu.default", "dropout_p"): "attention dropout draws "
+    "random numbers (graded as above)",
+    ("aten", "aten._to_copy.default", "pin_memory"): "page-locked memory serves copies to a GPU; no CPU graph asks",
+    ("aten", "aten._to_copy.default", "dtype"): "AOTAutograd always names _to_copy's dtype, even for a .to that "
+    "changes only the memory format (x.to(memory_format=...) gives _to_copy(x, dtype=torch.float32, ...))",
+    ("aten", "aten.expand.default", "implicit"): "set by autograd's own broadcasting in backward graphs only",
+}
+
+
+@dataclass
+class CompiledSamples:
+    """What the samples of every course operator did when the reference compiled them in one dialect."""
+
+    wrong: list[str] = field(default_factory=list)
+    silent: list[str] = field(default_factory=list)
+    on_npu: set[str] = field(default_factory=set)
+    #: target name -> argument -> the kinds of value the support table was asked about ("default", "another").
+    met: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(set)))
+
+
+def _record_arguments(node: torch.fx.Node, met: dict[str, set[str]]) -> None:
+    """Each argument of ``node``'s call that has a default: at it, or at another value. (A method torch has no
+    function for, ``x.view``, has no signature to read: nothing is recorded.)"""
+    signature = call_signature(node)
+    if signature is None:
+        return
+    given = signature.bind(*node.args, **node.kwargs).arguments
+    for parameter in signature.parameters.values():
+        if parameter.default is not inspect.Parameter.empty:
+            value = given.get(parameter.name, parameter.default)
+            met[parameter.name].add("default" if _at_default(value, parameter.default) else "another")
+
+
+def _at_default(value, default) -> bool:
+    """``value`` is the default: the same object, or an equal value of the same type (an aten schema's Scalar
+    default is written as an int, ``hardtanh(min_val=-1)``, where graphs pass ``-1.0``)."""
+    if value is default:
+        return True
+    if isinstance(value, (torch.fx.Node, torch.Tensor)):
+        return False
+    numbers_alike = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, default))
+    return (numbers_alike or type(value) is type(default)) and bool(value == default)
+
+
+@pytest.fixture(scope="module", params=["torch", "aten"])
+def compiled_samples(reference, request):
+    """Every course operator's samples compiled by the reference in the dialect ``request.param``, each support
+    question recorded (the arguments of every call its tables claim)."""
+    dialect, result = request.param, CompiledSamples()
+    claimed = reference.support.TABLES[dialect]
+    asked = reference.support.NpuOperatorSupport.fallback_reason
+
+    def recording(self, node):
+        if node.op in ("call_function", "call_method") and isinstance(node.target, Hashable) and node.target in claimed:
+            _record_arguments(node, result.met[target_name(node)])
+        return asked(self, node)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reference.support.NpuOperatorSupport, "fallback_reason", recording)
+        for name in COURSE_OPS:
+            wrong, graphs = samples_off_eager(reference, dialect, op_samples([name]), tolerance=TOLERANCE)
+            result.wrong += wrong
+            if not graphs:
+                result.silent.append(name)
+            result.on_npu |= {decision.op for graph in graphs for decision in graph.decisions if decision.on_npu}
+    return dialect, result
+
+
+def test_every_operators_samples_reach_the_backend_and_the_npu(reference, compiled_samples):
+    dialect, result = compiled_samples
+    assert not result.wrong, result.wrong
+    silent = result.silent
     assert not silent, f"these operators' samples never reached the backend (Dynamo ran them eagerly): {silent}"
     if dialect == "aten":
         expected = {str(target) for target in reference.ATEN_SUPPORT if target not in NOT_REACHED}
-        assert expected <= on_npu, f"no sample puts these on the NPU: {sorted(expected - on_npu)}"
-        reached_anyway = {str(target) for target in NOT_REACHED} & on_npu
+        assert expected <= result.on_npu, f"no sample puts these on the NPU: {sorted(expected - result.on_npu)}"
+        reached_anyway = {str(target) for target in NOT_REACHED} & result.on_npu
         assert not reached_anyway, f"NOT_REACHED lists targets the samples do reach: {sorted(reached_anyway)}"
+
+
+def test_every_argument_is_met_at_its_default_and_at_another_value(compiled_samples):
+    """Read from the operators' signatures, not from a list of cases: every argument with a default, of every call
+    the support table is asked about, reaches it once left at its default and once at another value (OpInfo's
+    samples and the lab's WRITTEN_SAMPLES), so a check or a lowering that ignores the argument, or reads it only by
+    position, meets a call it gets wrong. Those that cannot are listed in MET_AT_ONE_VALUE with the reason."""
+    dialect, result = compiled_samples
+    at_one_value = {
+        (dialect, target, argument): sorted({"default", "another"} - kinds)
+        for target, arguments in result.met.items()
+        for argument, kinds in arguments.items()
+        if kinds != {"default", "another"}
+    }
+    unexplained = {key: never for key, never in at_one_value.items() if key not in MET_AT_ONE_VALUE}
+    assert not unexplained, (
+        f"arguments the samples never pass at (target, argument: never): {unexplained}; add a call to "
+        "WRITTEN_SAMPLES in given/op_samples.py, or say in MET_AT_ONE_VALUE why none can be compared"
+    )
+    listed_here = {key for key in MET_AT_ONE_VALUE if key[0] == dialect}
+    stale = sorted(listed_here - set(at_one_value))
+    assert not stale, f"MET_AT_ONE_VALUE lists arguments the samples now meet both ways: {stale}"
 
 
 @pytest.mark.parametrize("dialect", ["torch", "aten"])
