@@ -72,8 +72,16 @@ def _schema_signature(schema: torch._C.FunctionSchema) -> inspect.Signature:
 
 
 def _candidate_signatures(target: Any) -> list[inspect.Signature]:
+    """The signatures a call of ``target`` may bind to: an aten overload's schema; a Python function's own
+    signature (Python binds it, whatever TorchScript registers: ``torch.split(tensor, split_size_or_sections,
+    dim=0)``, not TorchScript's ``split(input, split_size, dim)``); a builtin's overloads."""
     if isinstance(target, torch._ops.OpOverload):
         return [_schema_signature(target._schema)]
+    if isinstance(target, types.FunctionType):
+        try:
+            return [inspect.signature(target)]
+        except (TypeError, ValueError):
+            return []
     signatures = get_signature_for_torch_op(target) if callable(target) else None
     if signatures:
         return list(signatures)
@@ -276,7 +284,9 @@ def call_input(node: fx.Node) -> Any:
     signature = call_signature(node)
     if signature is not None:
         return call_argument(node, next(iter(signature.parameters)))
-    return next(iter(node.kwargs.values()), None)
+    # No signature to read: the names torch gives a first tensor, else the first keyword (a guess).
+    named = [node.kwargs[name] for name in ("input", "self", "tensor") if name in node.kwargs]
+    return named[0] if named else next(iter(node.kwargs.values()), None)
 
 
 _LEFT_OUT = object()

@@ -107,10 +107,7 @@ def _is_inplace_name(name: Any) -> bool:
 def _inplace_flag(node: fx.Node) -> bool:
     """``inplace=True`` given to a functional, by name or position (``F.relu(x, inplace=True)``,
     ``F.hardtanh(x, 0, 6, True)``)."""
-    try:
-        return call_argument(node, "inplace") is True
-    except TypeError:  # arguments that bind to no signature of the target
-        return False
+    return call_argument(node, "inplace") is True
 
 
 def _storages(value: Any) -> set[Any]:

@@ -4,7 +4,7 @@ PyTorch tests each of its operators against one database, the OpInfos
 (``torch.testing._internal.common_methods_invocations.op_db``). An OpInfo's *sample inputs* pass each
 argument at values other than its default (negative dims, ``keepdim``, ``eps``, ``approximate="tanh"``,
 ``alpha``, a scalar on either side, broadcasting, 0-dim, empty and non-contiguous tensors); its *reference
-inputs*, five times as many, add data that finds bugs (infinities, NaN, huge and tiny values).Those samples
+inputs*, five times as many, add data that finds bugs (infinities, NaN, huge and tiny values). Those samples
 are written from each operator's schema by the people who wrote the operator, not from the cases this course
 thought of, which is why the lab borrows them instead of listing arguments by hand. Where the OpInfos pass an
 argument at one value only, :data:`WRITTEN_SAMPLES` adds calls that pass it at another.
@@ -64,9 +64,9 @@ COURSE_OPS: tuple[str, ...] = (
 #: the caller sees, and on an intermediate), ``alpha``/``beta`` of the methods, ``dtype`` of ``mean``,
 #: ``end_dim``, ``memory_format``, the attention's ``scale``, eval dropout in place. (Samples that draw random
 #: numbers cannot be compared here, :func:`_replayable`: a graded test of its own runs dropout in training.) They were
-#: found by reading every call the samples put into a backend's graphs against its signature's defaults (an
-#: instructor test of the course does so, and names any argument still met at one value only); they run with
-#: their OpInfo's samples.
+#: found by reading the calls the samples put into a backend's graphs against their signatures' defaults, where a
+#: signature can be read (an instructor test of the course does so, and names any argument still met at one
+#: value only); they run with their OpInfo's samples.
 WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int, ...], ...]], ...]] = {
     "add": (
         ("x.add(y, alpha=2)", lambda x, y: x.add(y, alpha=2), ((3, 4), (3, 4))),
@@ -81,6 +81,10 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("x.addmm_(a, b, alpha=2)", lambda x, a, b: x.addmm_(a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
     ),
     "chunk": (("x.chunk(2)", lambda x: x.chunk(2), ((4, 3),)),),
+    "split": (
+        ("torch.split(tensor=x, split_size_or_sections=2, dim=1)",
+         lambda x: torch.split(tensor=x, split_size_or_sections=2, dim=1), ((3, 5),)),
+    ),
     "clamp": (
         ("x.clamp(max=0.5)", lambda x: x.clamp(max=0.5), ((3, 4),)),
         ("torch.clamp(x, min=-0.5)", lambda x: torch.clamp(x, min=-0.5), ((3, 4),)),

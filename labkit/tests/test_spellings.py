@@ -69,6 +69,19 @@ def test_python_level_calls_are_respelled_by_name():
     )
 
 
+def test_a_python_function_is_read_by_its_own_signature_not_torchscripts():
+    """TorchScript registers ``split(input, split_size, dim)`` for ``torch.split``, a Python function whose
+    parameters are ``(tensor, split_size_or_sections, dim=0)``: only Python's names reach it."""
+    gm = graph_of((torch.split, (), {"split_size_or_sections": 2, "dim": 1}))
+    split = only_call(gm)
+    split.kwargs = {"tensor": split.args[0], **split.kwargs}
+    split.args = ()
+    assert list(call_signature(split).parameters) == ["tensor", "split_size_or_sections", "dim"]
+    assert canonical_arguments(split) == ((next(iter(gm.graph.nodes)), 2, 1), {})
+    positional, changed = respelled(graph_of((torch.split, (2,), {"dim": 1})), "keywords", [torch.randn(3, 5)])
+    assert changed == 1 and set(only_call(positional).kwargs) == {"tensor", "split_size_or_sections", "dim"}
+
+
 def test_builtins_whose_overloads_name_the_arguments_differently_keep_their_spelling():
     gm = graph_of((torch.where, (0.0, -2.0), {}))  # where(condition, input, other) / where(condition, self, other)
     for spelling in ARGUMENT_SPELLINGS:
