@@ -59,10 +59,12 @@ COURSE_OPS: tuple[str, ...] = (
     "chunk", "cat", "clone", "contiguous", "to",
 )  # fmt: skip
 
-#: Calls no OpInfo sample above makes, each passing an argument that the OpInfos pass at one value only (or
-#: never leave at its default), with the shapes of its tensors: in-place activations (on a graph input, a write
-#: the caller sees, and on an intermediate), ``alpha``/``beta`` of the methods, ``dtype`` of ``mean``,
-#: ``end_dim``, ``memory_format``, the attention's ``scale``, eval dropout in place. (Samples that draw random
+#: Calls no OpInfo sample above makes, with the shapes of their tensors. Each passes an argument that the OpInfos
+#: pass at one value only (or never leave at its default): in-place activations (on a graph input, a write the
+#: caller sees, and on an intermediate), ``alpha``/``beta`` of the methods, ``dtype`` of ``mean``, ``end_dim``,
+#: ``memory_format``, the attention's ``scale``, eval dropout in place; or spells the call in a way no OpInfo
+#: sample reaches a Dynamo graph with (``x.relu()``, ``-x``, ``x / 2.0``, ``F.softmax``, ``torch.clip``,
+#: ``x.float()``, ``x.type_as(y)``): every target a support table may claim is met. (Samples that draw random
 #: numbers cannot be compared here, :func:`_replayable`: a graded test of its own runs dropout in training.) They were
 #: found by reading the calls the samples put into a backend's graphs against their signatures' defaults, where a
 #: signature can be read (an instructor test of the course does so, and names any argument still met at one
@@ -81,13 +83,39 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("x.addmm_(a, b, alpha=2)", lambda x, a, b: x.addmm_(a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
     ),
     "chunk": (("x.chunk(2)", lambda x: x.chunk(2), ((4, 3),)),),
+    # Spellings the OpInfos never produce in a Dynamo graph (a method, an operator, an alias of the function).
+    "bmm": (("x.bmm(y)", lambda x, y: x.bmm(y), ((2, 3, 4), (2, 4, 5))),),
+    "neg": (("x.neg()", lambda x: x.neg(), ((3, 4),)), ("-x", lambda x: -x, ((3, 4),))),
+    "div.no_rounding_mode": (
+        ("x / 2.0", lambda x: x / 2.0, ((3, 4),)),
+        ("x / y", lambda x, y: x / y, ((3, 4), (4,))),
+    ),
+    "tanh": (
+        ("x.tanh()", lambda x: x.tanh(), ((3, 4),)),
+        ("F.tanh(x)", lambda x: torch.nn.functional.tanh(x), ((3, 4),)),
+    ),
+    "sigmoid": (("F.sigmoid(x)", lambda x: torch.nn.functional.sigmoid(x), ((3, 4),)),),
+    "softmax": (
+        ("F.softmax(x, dim=-1)", lambda x: torch.nn.functional.softmax(x, dim=-1), ((3, 4),)),
+        ("F.softmax(x) (no dim: PyTorch's implicit choice)", lambda x: torch.nn.functional.softmax(x), ((3, 4),)),
+        ("F.softmax(x, -1, _stacklevel=5)", lambda x: torch.nn.functional.softmax(x, -1, _stacklevel=5), ((3, 4),)),
+        ("F.softmax(x, 0, dtype=torch.float64)", lambda x: torch.nn.functional.softmax(x, 0, dtype=torch.float64),
+         ((3, 4),)),
+    ),
     "split": (
         ("torch.split(tensor=x, split_size_or_sections=2, dim=1)",
          lambda x: torch.split(tensor=x, split_size_or_sections=2, dim=1), ((3, 5),)),
+        ("x.split(2, dim=1)", lambda x: x.split(2, dim=1), ((3, 5),)),
+        ("x.split(2)", lambda x: x.split(2), ((5, 3),)),
     ),
     "clamp": (
         ("x.clamp(max=0.5)", lambda x: x.clamp(max=0.5), ((3, 4),)),
         ("torch.clamp(x, min=-0.5)", lambda x: torch.clamp(x, min=-0.5), ((3, 4),)),
+        ("x.clip(-0.5, 0.5)", lambda x: x.clip(-0.5, 0.5), ((3, 4),)),
+        ("x.clip(max=0.5)", lambda x: x.clip(max=0.5), ((3, 4),)),
+        ("x.clip(min=-0.5)", lambda x: x.clip(min=-0.5), ((3, 4),)),
+        ("torch.clip(x, max=0.25)", lambda x: torch.clip(x, max=0.25), ((3, 4),)),
+        ("torch.clip(x, -0.25)", lambda x: torch.clip(x, -0.25), ((3, 4),)),
     ),
     "clone": (
         ("x.clone(memory_format=torch.channels_last)", lambda x: x.clone(memory_format=torch.channels_last),
@@ -104,6 +132,8 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("torch.mean(x, dtype=torch.float64)", lambda x: torch.mean(x, dtype=torch.float64), ((3, 4),)),
     ),
     "nn.functional.relu": (
+        ("x.relu()", lambda x: x.relu(), ((3, 4),)),
+        ("torch.relu(x)", lambda x: torch.relu(x), ((3, 4),)),
         ("F.relu(x, inplace=True)", lambda x: torch.nn.functional.relu(x, inplace=True), ((3, 4),)),
         ("F.relu(x * 2, inplace=True)", lambda x: torch.nn.functional.relu(x * 2, inplace=True), ((3, 4),)),
     ),
@@ -128,8 +158,15 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("sdpa(q, k, v, is_causal=True, scale=2.0)", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True, scale=2.0), ((2, 2, 5, 8), (2, 2, 6, 8), (2, 2, 6, 8))),
     ),
-    "to": (("x.to(memory_format=torch.channels_last)", lambda x: x.to(memory_format=torch.channels_last),
-            ((2, 3, 4, 5),)),),
+    "to": (
+        ("x.to(memory_format=torch.channels_last)", lambda x: x.to(memory_format=torch.channels_last),
+         ((2, 3, 4, 5),)),
+        ("x.float()", lambda x: x.float() * 2, ((3, 4),)),
+        ("x.double()", lambda x: x.double(), ((3, 4),)),
+        ("x.type(torch.float32)", lambda x: x.type(torch.float32) * 2, ((3, 4),)),
+        ("x.type(torch.float64)", lambda x: x.type(torch.float64), ((3, 4),)),
+        ("x.type_as(y)", lambda x, y: x.type_as(y) + y, ((3, 4), (3, 4))),
+    ),
 }  # fmt: skip
 
 #: The dtype every sample is drawn in: the one every ISA op supports.
