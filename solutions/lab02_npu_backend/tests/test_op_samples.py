@@ -115,13 +115,15 @@ def _at_default(value, default) -> bool:
     return (numbers_alike or type(value) is type(default)) and bool(value == default)
 
 
-def _audit_name(node: torch.fx.Node) -> str:
-    """The target's full name (``torch.nn.functional.softmax`` and ``torch.softmax`` are two targets with two
-    signatures; ``target_name`` calls both ``softmax``)."""
-    if node.op == "call_method" or isinstance(node.target, torch._ops.OpOverload):
-        return target_name(node)
-    module = getattr(node.target, "__module__", None) or "torch"
-    return f"{module}.{getattr(node.target, '__name__', node.target)}"
+def _table_name(target) -> str:
+    """A target's full name: ``Tensor.<name>`` for a method's, ``str`` of an aten overload, the module and name of a
+    function (``torch.nn.functional.softmax`` and ``torch.softmax`` are two targets with two signatures, which
+    ``target_name`` calls both ``softmax``)."""
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return f"{getattr(target, '__module__', None) or 'torch'}.{getattr(target, '__name__', target)}"
 
 
 @pytest.fixture(scope="module", params=["torch", "aten"])
@@ -135,7 +137,7 @@ def compiled_samples(reference, request):
     def recording(self, node):
         if node.op in ("call_function", "call_method") and isinstance(node.target, Hashable) and node.target in claimed:
             result.asked.add(node.target)
-            _record_arguments(node, result.met[_audit_name(node)])
+            _record_arguments(node, result.met[_table_name(node.target)])
         return asked(self, node)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -171,15 +173,6 @@ def test_every_target_the_tables_claim_is_asked_about(reference, compiled_sample
     assert not unexplained, f"no sample asks the support check about these targets: {unexplained}"
     stale = sorted(set(NOT_ASKED[dialect]) - never)
     assert not stale, f"NOT_ASKED lists targets the samples now reach: {stale}"
-
-
-def _table_name(target) -> str:
-    """A table key as a name: ``Tensor.<name>`` for a method's, the full name for a function's."""
-    if isinstance(target, str):
-        return f"Tensor.{target}"
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    return f"{getattr(target, '__module__', None) or 'torch'}.{getattr(target, '__name__', target)}"
 
 
 def test_every_argument_is_met_at_its_default_and_at_another_value(compiled_samples):
