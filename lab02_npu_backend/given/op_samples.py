@@ -64,7 +64,9 @@ COURSE_OPS: tuple[str, ...] = (
 #: caller sees, and on an intermediate), ``alpha``/``beta`` of the methods, ``dtype`` of ``mean``, ``end_dim``,
 #: ``memory_format``, the attention's ``scale``, eval dropout in place; or spells the call in a way no OpInfo
 #: sample reaches a Dynamo graph with (``x.relu()``, ``-x``, ``x / 2.0``, ``F.softmax``, ``torch.clip``,
-#: ``x.float()``, ``x.type_as(y)``): every target a support table may claim is met. (Samples that draw random
+#: ``x.float()``, ``x.type_as(y)``): every target a support table may claim is met; or spells dims as separate
+#: arguments (``x.permute(2, 0, 1)``), indexes by negative list entries, or gives data where an argument decides
+#: the answer (a default eps on rows of tiny variance). (Samples that draw random
 #: numbers cannot be compared here, :func:`_replayable`: a graded test of its own runs dropout in training.) They were
 #: found by reading the calls the samples put into a backend's graphs against their signatures' defaults, where a
 #: signature can be read (an instructor test of the course does so, and names any argument still met at one
@@ -83,6 +85,30 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("x.addmm_(a, b, alpha=2)", lambda x, a, b: x.addmm_(a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
     ),
     "chunk": (("x.chunk(2)", lambda x: x.chunk(2), ((4, 3),)),),
+    # Data where an argument matters: eps decides a normalisation only where the variance is small.
+    "nn.functional.layer_norm": (
+        ("F.layer_norm(x * 1e-3, (8,))", lambda x: torch.nn.functional.layer_norm(x * 1e-3, (8,)), ((4, 8),)),
+        ("F.layer_norm(x * 1e-3, (3, 8), eps=1e-4)",
+         lambda x: torch.nn.functional.layer_norm(x * 1e-3, (3, 8), eps=1e-4), ((2, 3, 8),)),
+    ),
+    "nn.functional.batch_norm": (
+        ("F.batch_norm(x, mean, var * 1e-6, w, b)",
+         lambda x, m, v, w, b: torch.nn.functional.batch_norm(x * 1e-3, m * 1e-3, v.abs() * 1e-6, w, b),
+         ((2, 3, 4), (3,), (3,), (3,), (3,))),
+    ),
+    # Varargs and index spellings the OpInfos never use: dims as separate arguments, negative list indices.
+    "permute": (("x.permute(2, 0, 1)", lambda x: x.permute(2, 0, 1), ((2, 3, 4),)),),
+    "view": (("x.view(4, -1)", lambda x: x.view(4, -1), ((2, 3, 4),)),),
+    "reshape": (("x.reshape(-1, 3)", lambda x: x.reshape(-1, 3), ((2, 3, 4),)),),
+    "expand": (("x.expand(2, -1, -1)", lambda x: x.expand(2, -1, -1), ((1, 3, 4),)),),
+    "__getitem__": (
+        ("x[:, [0, -1]]", lambda x: x[:, [0, -1]], ((3, 4),)),
+        ("x[None, 0]", lambda x: x[None, 0], ((3, 4),)),
+    ),
+    # Rounding division by a constant (the OpInfos divide by tensors only, which the NPU leaves to the CPU).
+    "div.floor_rounding": (("torch.div(x * 3, 2.0, rounding_mode='floor')",
+                            lambda x: torch.div(x * 3, 2.0, rounding_mode="floor"), ((3, 4),)),),
+    "div.trunc_rounding": (("x.div(3, rounding_mode='trunc')", lambda x: x.div(3, rounding_mode="trunc"), ((3, 4),)),),
     # Spellings the OpInfos never produce in a Dynamo graph (a method, an operator, an alias of the function).
     "bmm": (("x.bmm(y)", lambda x, y: x.bmm(y), ((2, 3, 4), (2, 4, 5))),),
     "neg": (("x.neg()", lambda x: x.neg(), ((3, 4),)), ("-x", lambda x: -x, ((3, 4),))),
