@@ -17,6 +17,17 @@ a graph input, parameter or buffer), and nothing reads it, or any view of it, af
 in-place ReLUs and residual ``+=`` of torchvision's ResNets are private: run out of place, they give
 the same answer. Every other write is *shared*, and its order against the nodes that touch the
 tensor is part of the program's meaning.
+
+**How a write is found.** :func:`written_arguments` reads the call as written (an ``OpOverload``'s
+schema, ``setitem``, ``+=``, a name ending in ``_``, ``inplace=True``, ``out=``), and where the call's
+arguments carry recorded example values it also *runs* the call on them, on fake tensors, and watches
+which aten operators it reaches write which tensors: an aten schema marks every written argument
+(``Tensor(a!)``). That second reading sees what no spelling says: ``F.embedding(..., max_norm=1.0)``
+renormalizes rows of its weight (``aten.embedding_renorm_``), training ``F.batch_norm`` updates its
+running statistics, ``torch._foreach_add_([a, b], 1.0)`` writes each tensor of its list, and
+``torch.max(x, 1, out=(m, i))`` writes both outputs. It runs under PyTorch's Python dispatcher, as
+``make_fx`` does, because ``aten.native_batch_norm``'s schema predates alias annotations and does not
+mark its writes; the Python dispatcher routes it to ``_native_batch_norm_legit``, whose schema does.
 """
 
 from __future__ import annotations
@@ -25,10 +36,15 @@ import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import torch
 from torch import fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from labkit.fx_nodes import node_value
 from labkit.spellings import call_argument, call_input
@@ -64,9 +80,16 @@ class TensorWrite:
 
 
 def written_arguments(node: fx.Node) -> list[fx.Node]:
-    """The arguments ``node`` writes in place (usually none, at most one or two), in either dialect."""
+    """The arguments ``node`` writes in place (usually none, at most one or two), in either dialect: those its
+    spelling says it writes, then those it writes when run on its recorded example values (module docstring)."""
     if node.op not in ("call_function", "call_method"):
         return []
+    spelled = _written_as_spelled(node)
+    return list(dict.fromkeys(spelled + _written_when_run(node, spelled)))
+
+
+def _written_as_spelled(node: fx.Node) -> list[fx.Node]:
+    """The arguments the spelling says it writes: schema, ``setitem``, ``+=``, ``name_``, ``inplace``, ``out``."""
     target, first = node.target, call_input(node)  # F.relu(input=x, inplace=True) writes x too
     written: list[Any] = []
     if isinstance(target, torch._ops.OpOverload):
@@ -91,6 +114,117 @@ def written_arguments(node: fx.Node) -> list[fx.Node]:
     if isinstance(node.kwargs.get("out"), fx.Node):
         written.append(node.kwargs["out"])
     return list(dict.fromkeys(w for w in written if isinstance(w, fx.Node)))
+
+
+class _WriteRecorder(TorchDispatchMode):
+    """Records the tensors each aten operator writes (its schema's ``Tensor(a!)`` arguments, lists included).
+
+    A write is recorded, not performed, when the operator returns what it wrote (``add_``, ``t_``, an ``out=``
+    variant): the example values are the graph's record of its tensors, and a metadata write (``t_``) would change
+    them. Other writers (``_native_batch_norm_legit`` returns new tensors) run on the fake tensors as usual.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[torch.Tensor] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, D105
+        kwargs = kwargs or {}
+        schema = func._schema
+        bound = {}
+        for index, argument in enumerate(schema.arguments):
+            positional = index < len(args) and not argument.kwarg_only
+            bound[argument.name] = args[index] if positional else kwargs.get(argument.name)
+            if _marks_write(argument):
+                self.written += [
+                    value for value in tree_leaves(bound[argument.name]) if isinstance(value, torch.Tensor)
+                ]
+        returned = _written_arguments_returned(schema, bound)
+        return returned if returned is not NotImplemented else func(*args, **kwargs)
+
+
+def _marks_write(argument: Any) -> bool:
+    """Whether a schema argument is written: ``Tensor(a!)``, ``Tensor(a!)?`` or ``Tensor(a!)[]``."""
+    alias = argument.alias_info
+    if alias is None:
+        element = getattr(argument.type, "getElementType", None)  # Tensor(a!)[]: the alias sits on the element
+        alias = getattr(element(), "alias_info", None) if element else None
+    return alias is not None and alias.is_write
+
+
+def _alias_set(argument: Any) -> Any:
+    """The alias set of a schema argument (``{'a'}`` for ``Tensor(a!)``), ``None`` without one."""
+    return argument.alias_info.before_set if argument.alias_info is not None else None
+
+
+def _written_arguments_returned(schema: Any, bound: dict[str, Any]) -> Any:
+    """What an operator that returns only the arguments it wrote returns (``add_`` its ``self``, ``max.dim_max``
+    its two ``out`` tensors, ``_foreach_add_`` nothing), or ``NotImplemented`` when it returns anything else."""
+    writes = [argument for argument in schema.arguments if _marks_write(argument)]
+    if not writes:
+        return NotImplemented
+    results = []
+    for returned in schema.returns:
+        alias = returned.alias_info
+        same = [
+            a
+            for a in writes
+            if alias is not None and a.alias_info is not None and a.alias_info.before_set == alias.before_set
+        ]
+        if not same:
+            return NotImplemented
+        results.append(bound[same[0].name])
+    if not results:
+        return None
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+#: node -> (its target, args and kwargs when read, the arguments it wrote when run): a graph is read many times.
+_RUN_WRITES: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def _written_when_run(node: fx.Node, spelled: list[fx.Node]) -> list[fx.Node]:
+    """The input nodes whose tensors ``node`` writes when run on its recorded fake example values (none when any
+    tensor argument has none, or the call does not run on them). An input the written tensor *is* comes first; a
+    write into a view made inside the call names every input sharing that storage, unless ``spelled`` holds one."""
+    cached = _RUN_WRITES.get(node)
+    if cached is not None and cached[0] is node.target and cached[1] is node.args and cached[2] is node.kwargs:
+        return cached[3]
+    written = _run_and_watch(node)
+    inputs = node.all_input_nodes
+    found = [n for n in inputs if any(value is w for value in _tensors(node_value(n)) for w in written)]
+    covered = set().union(*(_storages(node_value(n)) for n in spelled + found)) if spelled + found else set()
+    for tensor in written:
+        storage = _storages(tensor)
+        if storage and not storage & covered:
+            found += [n for n in inputs if storage & _storages(node_value(n)) and n not in found]
+    _RUN_WRITES[node] = (node.target, node.args, node.kwargs, found)
+    return found
+
+
+def _run_and_watch(node: fx.Node) -> list[torch.Tensor]:
+    """The tensors the aten operators reached by ``node`` write, run on its arguments' recorded fake values."""
+    args, kwargs = fx.node.map_arg((node.args, node.kwargs), node_value)
+    tensors = [value for value in tree_leaves((args, kwargs)) if isinstance(value, torch.Tensor)]
+    if not tensors or not all(isinstance(t, FakeTensor) for t in tensors):
+        return []  # no record (symbolic_trace), or real tensors a run would change
+    fake_mode = tensors[0].fake_mode  # the values' own (inside a backend, detect_fake_mode finds the tracer's)
+    if any(t.fake_mode is not fake_mode for t in tensors):
+        return []
+    recorder = _WriteRecorder()
+    call = getattr(args[0], node.target) if node.op == "call_method" else node.target
+    call_args = args[1:] if node.op == "call_method" else args
+    try:
+        with torch.no_grad(), enable_python_dispatcher(), fake_mode, recorder:
+            call(*call_args, **kwargs)
+    except Exception:  # noqa: BLE001  a call its example values cannot replay: its spelling alone decides
+        return []
+    return recorder.written
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a node's example value (a tensor, or a tuple/list of them)."""
+    return [leaf for leaf in tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 def writes_in_place(node: fx.Node) -> bool:
