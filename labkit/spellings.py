@@ -208,12 +208,85 @@ def _respellable_signature(node: fx.Node) -> inspect.Signature | None:
 
 
 def _equals_default(value: Any, default: Any) -> bool:
-    if default is inspect.Parameter.empty or isinstance(value, (fx.Node, torch.Tensor)):
+    """Whether the ``shortest`` spelling may leave ``value`` out: the default, in the default's own type (an
+    ``-1`` where the default is ``-1.0`` is kept as the model wrote it)."""
+    return default is not inspect.Parameter.empty and type(value) is type(default) and is_default(value, default)
+
+
+def is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is the parameter's ``default``: the same object, or an equal value of the same kind.
+
+    Numbers compare by value (an aten schema's Scalar default is written as an int, ``hardtanh(min_val=-1)``,
+    where graphs pass ``-1.0``), and sequences by their items (FX stores a list as its own ``immutable_list``: the
+    positional spelling writes conv2d's ``stride=[1, 1]`` out so). An equivalent value of another form
+    (``stride=1`` for ``[1, 1]``, ``layout=torch.strided`` for None) is another value: a check must read that
+    form too. A node or a tensor is never a default.
+    """
+    if value is default:
+        return True
+    if isinstance(value, (fx.Node, torch.Tensor)):
         return False
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return len(value) == len(default) and all(is_default(v, d) for v, d in zip(value, default, strict=True))
+    numbers_alike = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, default))
     try:
-        return type(value) is type(default) and bool(value == default)
-    except Exception:  # noqa: BLE001 - values that cannot be compared are never left out
+        return (numbers_alike or type(value) is type(default)) and bool(value == default)
+    except Exception:  # noqa: BLE001 - values that cannot be compared are another value
         return False
+
+
+def arguments_at_default(node: fx.Node, modules: dict[str, torch.nn.Module] | None = None) -> dict[str, bool] | None:
+    """For each parameter of ``node``'s call that has a default: whether the call passes it at that default.
+
+    A function or method call reads its :func:`call_signature` (None where it cannot be told). A ``call_module``
+    node reads its module's configuration (``modules``: ``dict(gm.named_modules())``): each parameter of the
+    module class's ``__init__`` with a default that the module keeps as an attribute of that name
+    (``nn.Conv2d``'s ``stride``, kept as one number per dimension, ``nn.BatchNorm2d``'s ``eps``), and ``bias``,
+    kept as a tensor or None where the default is a bool. An instructor's audit collects these over a test run:
+    an argument met at one value only is one no test varies.
+    """
+    if node.op == "call_module":
+        module = (modules or {}).get(node.target)
+        return None if module is None else _module_at_default(module)
+    signature = call_signature(node)
+    if signature is None:
+        return None
+    try:
+        given = signature.bind(*node.args, **node.kwargs).arguments
+    except TypeError:
+        return None
+    return {
+        name: is_default(given.get(name, parameter.default), parameter.default)
+        for name, parameter in signature.parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+def _module_at_default(module: torch.nn.Module) -> dict[str, bool]:
+    """:func:`arguments_at_default` of a module: its ``__init__``'s defaults against the attributes it keeps."""
+    at_default = {}
+    for name, parameter in inspect.signature(type(module).__init__).parameters.items():
+        if parameter.default is inspect.Parameter.empty or not hasattr(module, name):
+            continue
+        value = getattr(module, name)
+        if isinstance(parameter.default, bool) and (value is None or isinstance(value, torch.Tensor)):
+            value = value is not None  # bias=True keeps a tensor, bias=False keeps None
+        elif isinstance(value, tuple) and value and all(is_default(item, parameter.default) for item in value):
+            value = parameter.default  # nn.Conv2d keeps stride=1 as (1, 1): one number per dimension
+        at_default[name] = is_default(value, parameter.default)
+    at_default["training"] = module.training  # every module's mode; eval is the other value
+    return at_default
+
+
+def full_target_name(target: Any) -> str:
+    """A call target's full name: ``Tensor.<name>`` for a method's, ``str`` of an aten overload, the module and
+    name of a function (``torch.nn.functional.softmax`` and ``torch.softmax`` are two targets with two
+    signatures)."""
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return f"{getattr(target, '__module__', None) or 'torch'}.{getattr(target, '__name__', target)}"
 
 
 def _spelled(signature: inspect.Signature, node: fx.Node, spelling: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -283,7 +356,8 @@ def call_input(node: fx.Node) -> Any:
         return node.args[0]
     signature = call_signature(node)
     if signature is not None:
-        return call_argument(node, next(iter(signature.parameters)))
+        first = next(iter(signature.parameters), None)  # torch._C._functorch.lazy_load_decompositions() has none
+        return None if first is None else call_argument(node, first)
     # No signature to read: the names torch gives a first tensor, else the first keyword (a guess).
     named = [node.kwargs[name] for name in ("input", "self", "tensor") if name in node.kwargs]
     return named[0] if named else next(iter(node.kwargs.values()), None)

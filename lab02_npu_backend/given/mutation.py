@@ -28,6 +28,15 @@ running statistics, ``torch._foreach_add_([a, b], 1.0)`` writes each tensor of i
 ``torch.max(x, 1, out=(m, i))`` writes both outputs. It runs under PyTorch's Python dispatcher, as
 ``make_fx`` does, because ``aten.native_batch_norm``'s schema predates alias annotations and does not
 mark its writes; the Python dispatcher routes it to ``_native_batch_norm_legit``, whose schema does.
+
+Where a graph records values but a call cannot be run on them (a higher-order operator such as
+``torch.utils.checkpoint``'s, whose body is a subgraph; a call whose recorded arguments no longer fit it), the
+call is taken to write every tensor it is given (in a graph that records fake values: Dynamo's, AOTAutograd's,
+``make_fx``'s; in ``symbolic_trace``'s, only the spelling tells): a write missed gives a wrong answer, a write
+assumed only keeps nodes on the CPU. And a recorded value is the tensor as the *whole graph* left it: after
+``h.unsqueeze_(0)`` or ``a.set_(y)`` (operators PyTorch tags ``inplace_view``: they change a tensor's shape,
+strides or storage, not its elements) the values no longer tell which nodes shared a storage where each ran,
+so in such a graph no write is private.
 """
 
 from __future__ import annotations
@@ -79,10 +88,13 @@ class TensorWrite:
     shared_because: str = ""
 
 
+_CALLS = ("call_function", "call_method")
+
+
 def written_arguments(node: fx.Node) -> list[fx.Node]:
     """The arguments ``node`` writes in place (usually none, at most one or two), in either dialect: those its
     spelling says it writes, then those it writes when run on its recorded example values (module docstring)."""
-    if node.op not in ("call_function", "call_method"):
+    if node.op not in _CALLS:
         return []
     spelled = _written_as_spelled(node)
     return list(dict.fromkeys(spelled + _written_when_run(node, spelled)))
@@ -127,6 +139,8 @@ class _WriteRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.written: list[torch.Tensor] = []
+        #: whether some write changed a tensor's view (shape, strides, storage): an ``inplace_view`` operator.
+        self.changes_a_view = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, D105
         kwargs = kwargs or {}
@@ -136,9 +150,8 @@ class _WriteRecorder(TorchDispatchMode):
             positional = index < len(args) and not argument.kwarg_only
             bound[argument.name] = args[index] if positional else kwargs.get(argument.name)
             if _marks_write(argument):
-                self.written += [
-                    value for value in tree_leaves(bound[argument.name]) if isinstance(value, torch.Tensor)
-                ]
+                self.written += _tensors(bound[argument.name])
+        self.changes_a_view |= torch.Tag.inplace_view in func.tags
         returned = _written_arguments_returned(schema, bound)
         return returned if returned is not NotImplemented else func(*args, **kwargs)
 
@@ -179,47 +192,73 @@ def _written_arguments_returned(schema: Any, bound: dict[str, Any]) -> Any:
     return results[0] if len(results) == 1 else tuple(results)
 
 
-#: node -> (its target, args and kwargs when read, the arguments it wrote when run): a graph is read many times.
+@dataclass(frozen=True)
+class _RunWrites:
+    """What running a call on its recorded values showed: the input nodes it writes, whether a write changed a
+    tensor's view (``inplace_view``), and whether the call could not be run (its writes then assumed)."""
+
+    written: tuple[fx.Node, ...] = ()
+    changes_a_view: bool = False
+    assumed: bool = False
+
+
+#: node -> (its target, args and kwargs when read, what running it showed): a graph is read many times.
 _RUN_WRITES: WeakKeyDictionary = WeakKeyDictionary()
 
 
 def _written_when_run(node: fx.Node, spelled: list[fx.Node]) -> list[fx.Node]:
-    """The input nodes whose tensors ``node`` writes when run on its recorded fake example values (none when any
-    tensor argument has none, or the call does not run on them). An input the written tensor *is* comes first; a
-    write into a view made inside the call names every input sharing that storage, unless ``spelled`` holds one."""
+    """The input nodes whose tensors ``node`` writes when run on its recorded fake example values. An input the
+    written tensor *is* comes first; a write into a view made inside the call names every input sharing that
+    storage, unless ``spelled`` holds one. A call that records values but cannot be run on them writes every
+    tensor it is given; one without recorded fake values (``symbolic_trace``), none."""
+    return list(_run_writes(node, spelled).written)
+
+
+def _run_writes(node: fx.Node, spelled: list[fx.Node] | None = None) -> _RunWrites:
     cached = _RUN_WRITES.get(node)
     if cached is not None and cached[0] is node.target and cached[1] is node.args and cached[2] is node.kwargs:
         return cached[3]
-    written = _run_and_watch(node)
+    spelled = _written_as_spelled(node) if spelled is None else spelled
     inputs = node.all_input_nodes
-    found = [n for n in inputs if any(value is w for value in _tensors(node_value(n)) for w in written)]
-    covered = set().union(*(_storages(node_value(n)) for n in spelled + found)) if spelled + found else set()
-    for tensor in written:
-        storage = _storages(tensor)
-        if storage and not storage & covered:
-            found += [n for n in inputs if storage & _storages(node_value(n)) and n not in found]
-    _RUN_WRITES[node] = (node.target, node.args, node.kwargs, found)
-    return found
+    recorder = _run_and_watch(node)
+    if recorder is None:
+        recorded = any(isinstance(t, FakeTensor) for n in (node, *inputs) for t in _tensors(node_value(n)))
+        assumed = [n for n in inputs if _tensors(node_value(n))] if recorded else []
+        result = _RunWrites(tuple(assumed), assumed=bool(assumed))
+    else:
+        written = recorder.written
+        found = [n for n in inputs if any(value is w for value in _tensors(node_value(n)) for w in written)]
+        covered = set().union(*(_storages(node_value(n)) for n in spelled + found)) if spelled + found else set()
+        for tensor in written:
+            storage = _storages(tensor)
+            if storage and not storage & covered:
+                found += [n for n in inputs if storage & _storages(node_value(n)) and n not in found]
+        result = _RunWrites(tuple(found), recorder.changes_a_view)
+    _RUN_WRITES[node] = (node.target, node.args, node.kwargs, result)
+    return result
 
 
-def _run_and_watch(node: fx.Node) -> list[torch.Tensor]:
-    """The tensors the aten operators reached by ``node`` write, run on its arguments' recorded fake values."""
+def _run_and_watch(node: fx.Node) -> _WriteRecorder | None:
+    """Run ``node``'s call on its arguments' recorded fake values, watching the aten operators it reaches; None
+    when it cannot be run on them (no values recorded, real tensors a run would change, an exception)."""
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), node_value)
-    tensors = [value for value in tree_leaves((args, kwargs)) if isinstance(value, torch.Tensor)]
+    if any(node_value(n) is None for n in node.all_input_nodes):
+        return None  # an argument without a recorded value (symbolic_trace; a higher-order operator's subgraph)
+    tensors = _tensors((args, kwargs))
     if not tensors or not all(isinstance(t, FakeTensor) for t in tensors):
-        return []  # no record (symbolic_trace), or real tensors a run would change
+        return None
     fake_mode = tensors[0].fake_mode  # the values' own (inside a backend, detect_fake_mode finds the tracer's)
     if any(t.fake_mode is not fake_mode for t in tensors):
-        return []
+        return None
     recorder = _WriteRecorder()
     call = getattr(args[0], node.target) if node.op == "call_method" else node.target
     call_args = args[1:] if node.op == "call_method" else args
     try:
         with torch.no_grad(), enable_python_dispatcher(), fake_mode, recorder:
             call(*call_args, **kwargs)
-    except Exception:  # noqa: BLE001  a call its example values cannot replay: its spelling alone decides
-        return []
-    return recorder.written
+    except Exception:  # noqa: BLE001  a call its recorded values cannot replay: its writes are assumed
+        return None
+    return recorder
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -260,12 +299,14 @@ def find_tensor_writes(gm: fx.GraphModule) -> list[TensorWrite]:
     """Every in-place write of ``gm``, in graph order, with the nodes that alias the written tensor.
 
     Aliases come from the example values' storages. In a graph without recorded values (``symbolic_trace``)
-    the written argument is its only known alias and no write is private.
+    the written argument is its only known alias and no write is private; nor in a graph that changes a tensor's
+    view in place (module docstring).
     """
     nodes = list(gm.graph.nodes)
     order = {node: index for index, node in enumerate(nodes)}
     storages = {node: _storages(node_value(node)) for node in nodes}
     inputs = set().union(*(storages[n] for n in nodes if n.op in ("placeholder", "get_attr")))
+    view_changer = next((n for n in nodes if n.op in _CALLS and _run_writes(n).changes_a_view), None)
     writes = []
     for node in nodes:
         for written in written_arguments(node):
@@ -273,7 +314,12 @@ def find_tensor_writes(gm: fx.GraphModule) -> list[TensorWrite]:
             aliases = [n for n in nodes if shared & storages[n]] if shared else [written]
             if written not in aliases:
                 aliases.insert(0, written)
-            reason = _why_shared(node, written, shared, aliases, inputs, order)
+            reason = _why_shared(node, written, shared, aliases, inputs, order) or (
+                f"{view_changer.name} changes a tensor's shape, strides or storage in place: the recorded values "
+                "are the graph's last, too weak to prove a write private"
+                if view_changer is not None
+                else ""
+            )
             writes.append(TensorWrite(node, written, tuple(sorted(aliases, key=order.get)), not reason, reason))
     return writes
 

@@ -10,7 +10,14 @@ import torch.nn.functional as F
 from torch import fx
 
 from labkit.fx_nodes import run_graph
-from labkit.spellings import ARGUMENT_SPELLINGS, call_signature, canonical_arguments, respelled
+from labkit.spellings import (
+    ARGUMENT_SPELLINGS,
+    arguments_at_default,
+    call_input,
+    call_signature,
+    canonical_arguments,
+    respelled,
+)
 
 aten = torch.ops.aten
 
@@ -245,3 +252,22 @@ def test_a_graph_that_writes_its_inputs_leaves_the_callers_tensors_alone():
 def test_an_unknown_spelling_is_refused():
     with pytest.raises(ValueError, match="unknown spelling"):
         respelled(graph_of(), "backwards")
+
+
+def test_the_input_of_a_call_to_a_function_without_parameters_is_none():
+    """torch.vmap's graphs call ``lazy_load_decompositions()``: no parameter, no input (it raised StopIteration)."""
+    graph = fx.Graph()
+    node = graph.call_function(torch._functorch.predispatch.lazy_load_decompositions)
+    assert call_input(node) is None
+
+
+def test_arguments_at_default_read_a_calls_signature_and_a_modules_configuration():
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    call = graph.call_function(F.gelu, (x,), {"approximate": "tanh"})
+    assert arguments_at_default(call) == {"approximate": False}
+    module = torch.nn.Conv2d(3, 4, 3, stride=2, bias=False)
+    node = graph.call_module("conv", (x,))
+    met = arguments_at_default(node, {"conv": module})
+    assert met["stride"] is False and met["padding"] is True and met["dilation"] is True  # (1, 1) is stride=1
+    assert met["bias"] is False and met["training"] is True  # bias=False keeps None; a new module trains

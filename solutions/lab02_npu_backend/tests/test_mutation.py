@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import fx
+from torch.utils.checkpoint import checkpoint
 
 from lab02_npu_backend.given.checks import TOLERANCE, backend_for, compile_and_run
 from lab02_npu_backend.given.graphs import capture_graphs
@@ -141,3 +142,79 @@ def test_running_a_call_leaves_the_recorded_values_as_they_were():
     written = {n.name: [w.name for w in written_arguments(n)] for n in gm.graph.nodes}
     assert written["unsqueeze_"] == ["a"] and written["t_"] == ["b"]
     assert shapes() == before, f"finding the writes changed the recorded shapes: {before} -> {shapes()}"
+
+
+# ------------------------------------------------------------------ writes the recorded values hide
+def batch_norm_then_unsqueeze_(x, running_mean, running_var):
+    """``h.unsqueeze_(0)`` after the batch norm leaves ``h``'s recorded value 3-D: the norm no longer runs on it."""
+    h = x * 1
+    r = running_mean * 2
+    y = F.batch_norm(h, running_mean, running_var, training=True, momentum=0.5)
+    s = r + running_mean
+    h.unsqueeze_(0)
+    return y, s, h * 1
+
+
+def write_through_a_view_then_set_(x, y):
+    """``a.set_(y)`` leaves ``a``'s recorded value on ``y``'s storage: ``b += 3`` looked like nobody else's write."""
+    a = x.clone()
+    b = a[0]
+    b += 3
+    s = a * 2
+    a.set_(y)
+    return s
+
+
+def checkpointed_batch_norm(x, running_mean, running_var):
+    """A higher-order operator (checkpoint's) runs a subgraph: it cannot be run on recorded values alone."""
+    r = running_mean * 2
+    y = checkpoint(lambda h: F.batch_norm(h, running_mean, running_var, training=True), x, use_reentrant=False)
+    return y + r, running_mean + r
+
+
+def checkpoint_writes_a_constant(x):
+    """A write inside a checkpoint into a tensor built from constants: folding it once would carry the write over."""
+    c = torch.zeros(3)
+    z = checkpoint(lambda h: c.add_(h) * 1, x, use_reentrant=False)
+    return z + c
+
+
+def vmap_sine(x):
+    """torch.vmap's graphs call functions without parameters (``lazy_load_decompositions()``)."""
+    return torch.vmap(torch.sin)(x) * 2
+
+
+#: case -> (function, inputs): each compiled once and called twice, like eager each time.
+HIDDEN_WRITES = {
+    "batch-norm-then-unsqueeze_": (
+        batch_norm_then_unsqueeze_, lambda: (torch.randn(4, 3), torch.randn(3), torch.rand(3) + 0.5)
+    ),
+    "write-through-a-view-then-set_": (write_through_a_view_then_set_, lambda: (torch.randn(2, 3), torch.randn(2, 3))),
+    "checkpointed-batch-norm": (
+        checkpointed_batch_norm, lambda: (torch.randn(4, 3), torch.randn(3), torch.rand(3) + 0.5)
+    ),
+    "checkpoint-writes-a-constant": (checkpoint_writes_a_constant, lambda: (torch.randn(3),)),
+    "vmap-sine": (vmap_sine, lambda: (torch.randn(2, 3),)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+@pytest.mark.parametrize("case", sorted(HIDDEN_WRITES))
+def test_the_reference_gives_eagers_answer_where_recorded_values_hide_a_write(case, dialect):
+    """Each call of the compiled function gives eager's outputs and writes the caller's tensors as eager does."""
+    fn, make_inputs = HIDDEN_WRITES[case]
+    backend = backend_for(load_lab("lab02_npu_backend", "solution"), dialect)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend)
+    for call in range(2):
+        inputs = make_inputs()
+        eager_inputs = copy.deepcopy(inputs)
+        with torch.no_grad():
+            expected, actual = fn(*eager_inputs), compiled(*inputs)
+        assert outputs_close(actual, expected, rtol=TOLERANCE, atol=TOLERANCE), (
+            f"{case} ({dialect} graphs), call {call + 1}: the reference differs from eager by "
+            f"{output_error(actual, expected)}"
+        )
+        assert outputs_close(inputs, eager_inputs, rtol=TOLERANCE, atol=TOLERANCE), (
+            f"{case} ({dialect} graphs), call {call + 1}: the caller's tensors differ from eager's after the call"
+        )

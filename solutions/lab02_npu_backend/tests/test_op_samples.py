@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from lab02_npu_backend.given.checks import TOLERANCE
 from lab02_npu_backend.given.graphs import target_name
 from lab02_npu_backend.given.op_samples import COURSE_OPS, known_op_names, op_samples, samples_off_eager
 from labkit.impl import load_lab
-from labkit.spellings import call_signature
+from labkit.spellings import arguments_at_default, full_target_name
 
 aten = torch.ops.aten
 
@@ -86,44 +85,12 @@ class CompiledSamples:
 
 
 def _record_arguments(node: torch.fx.Node, met: dict[str, set[str]]) -> None:
-    """Each argument of ``node``'s call that has a default: at it, or at another value. A call whose signature
-    :func:`call_signature` cannot tell records nothing: methods torch has no function for (``x.view``, ``x.to``,
-    ``x.contiguous``), methods whose own spelling does not bind their function's (``x.permute(0, 2, 1)``)."""
-    signature = call_signature(node)
-    if signature is None:
-        return
-    given = signature.bind(*node.args, **node.kwargs).arguments
-    for parameter in signature.parameters.values():
-        if parameter.default is not inspect.Parameter.empty:
-            value = given.get(parameter.name, parameter.default)
-            met[parameter.name].add("default" if _at_default(value, parameter.default) else "another")
-
-
-def _at_default(value, default) -> bool:
-    """``value`` is the default: the same object, or an equal value of the same kind. Numbers compare by value (an
-    aten schema's Scalar default is written as an int, ``hardtanh(min_val=-1)``, where graphs pass ``-1.0``), and
-    sequences by their items (FX stores a list as its own ``immutable_list``: the positional spelling writes
-    conv2d's ``stride=[1, 1]`` out so). An equivalent value of another form (``stride=1``, ``layout=torch.strided``
-    for None) counts as another value: a check must read that form too."""
-    if value is default:
-        return True
-    if isinstance(value, (torch.fx.Node, torch.Tensor)):
-        return False
-    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
-        return len(value) == len(default) and all(_at_default(v, d) for v, d in zip(value, default, strict=True))
-    numbers_alike = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, default))
-    return (numbers_alike or type(value) is type(default)) and bool(value == default)
-
-
-def _table_name(target) -> str:
-    """A target's full name: ``Tensor.<name>`` for a method's, ``str`` of an aten overload, the module and name of a
-    function (``torch.nn.functional.softmax`` and ``torch.softmax`` are two targets with two signatures, which
-    ``target_name`` calls both ``softmax``)."""
-    if isinstance(target, str):
-        return f"Tensor.{target}"
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    return f"{getattr(target, '__module__', None) or 'torch'}.{getattr(target, '__name__', target)}"
+    """Each argument of ``node``'s call that has a default: at it, or at another value
+    (:func:`labkit.spellings.arguments_at_default`). A call whose signature cannot be told records nothing: methods
+    torch has no function for (``x.view``, ``x.to``, ``x.contiguous``), methods whose own spelling does not bind
+    their function's (``x.permute(0, 2, 1)``)."""
+    for name, at_default in (arguments_at_default(node) or {}).items():
+        met[name].add("default" if at_default else "another")
 
 
 @pytest.fixture(scope="module", params=["torch", "aten"])
@@ -137,7 +104,7 @@ def compiled_samples(reference, request):
     def recording(self, node):
         if node.op in ("call_function", "call_method") and isinstance(node.target, Hashable) and node.target in claimed:
             result.asked.add(node.target)
-            _record_arguments(node, result.met[_table_name(node.target)])
+            _record_arguments(node, result.met[full_target_name(node.target)])
         return asked(self, node)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -168,7 +135,7 @@ def test_every_target_the_tables_claim_is_asked_about(reference, compiled_sample
     audited below), but those NOT_ASKED names with the reason."""
     dialect, result = compiled_samples
     claimed = set(reference.support.TABLES[dialect])
-    never = {_table_name(target) for target in claimed - result.asked}
+    never = {full_target_name(target) for target in claimed - result.asked}
     unexplained = sorted(never - set(NOT_ASKED[dialect]))
     assert not unexplained, f"no sample asks the support check about these targets: {unexplained}"
     stale = sorted(set(NOT_ASKED[dialect]) - never)
