@@ -10,11 +10,13 @@ The math. In eval mode BatchNorm is a fixed per-channel affine map of the convol
 so ``Conv(W, b)`` followed by ``BN`` equals one convolution with weight ``s_c * W_c`` (each output
 channel's filter scaled) and bias ``s_c * (b_c - mean_c) + beta_c``. The BN node disappears; the
 convolution costs the same as before. ``torch.nn.utils.fusion.fuse_conv_bn_weights`` computes the
-two new tensors.
+two new tensors. A BN without a learned scale and shift (``affine=False``; ``F.batch_norm`` called
+without ``weight`` and ``bias``) folds too, with ``gamma = 1`` and ``beta = 0``.
 
 When folding is wrong, and this pass refuses:
 
-- BN in **training** mode normalises with the statistics of the current batch, not fixed numbers;
+- BN in **training** mode normalises with the statistics of the current batch, not fixed numbers
+  (a module in training mode, or a call given ``training=True``, functional ones included);
 - BN without running statistics (``track_running_stats=False``) always uses batch statistics;
 - the convolution's output has **another user** besides the BN (it needs the un-normalised value);
 - transposed convolutions (their weight is laid out ``[in, out, ...]``: not handled here);

@@ -161,6 +161,7 @@ from lab01_fx_passes.given.models import (
 from lab01_fx_passes.given.onednn_ops import CONV_OUTPUT_SHARED, NOT_A_PLAIN_ADD, SUM_SHARED, WRITES_OTHER_OPERAND
 from lab01_fx_passes.given.pass_report import reason_of
 from lab01_fx_passes.given.wrong_folds import MISTAKES, wrong_fold
+from labkit.batch_norm import randomize_batch_norm
 from labkit.fx_nodes import run_graph
 from labkit.numerics import ReferenceOutputs, output_error, outputs_close
 from labkit.spellings import ARGUMENT_SPELLINGS
@@ -415,6 +416,60 @@ def test_conv_bn_skips_training_mode_batch_norm(lab, dialect):
     assert_folds_one_pair_of_two(
         lab, captured, "the eval-mode pair conv1 -> bn1", "a training-mode BN uses the batch's statistics"
     )
+
+
+#: form -> (a model whose second batch norm normalises with the batch's statistics, what makes it so)
+BATCH_STATISTICS = {
+    "functional-training": (
+        lambda: conv_bn_model(FunctionalConvBN(second_in_training=True)),
+        "F.batch_norm(..., training=True) uses the batch's statistics",
+    ),
+    "no-running-statistics": (
+        lambda: _without_running_statistics(ConvBNStack()),
+        "a BatchNorm with track_running_stats=False has no running statistics: it uses the batch's, even in eval",
+    ),
+}  # fmt: skip
+
+
+def _without_running_statistics(model: nn.Module) -> nn.Module:
+    """``model`` in eval mode with its ``bn2`` replaced by one that keeps no running statistics."""
+    model = conv_bn_model(model)
+    model.bn2 = nn.BatchNorm2d(model.bn2.num_features, track_running_stats=False).eval()
+    return model
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export"])
+@pytest.mark.parametrize("form", sorted(BATCH_STATISTICS))
+def test_conv_bn_skips_batch_norm_that_uses_batch_statistics(lab, form, dialect):
+    """Not only a module in training mode: a functional call given ``training=True``, and a BatchNorm that keeps no
+    running statistics, normalise with the batch's statistics, which no fold can know."""
+    make_model, why = BATCH_STATISTICS[form]
+    captured = capture(make_model(), [conv_input(2, 3, batch=4)], dialect)
+    assert_folds_one_pair_of_two(lab, captured, "the pair conv1 -> bn1, which uses its running statistics", why)
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", *ATEN_DIALECTS])
+@pytest.mark.parametrize("form", ["functional", "modules"])
+def test_conv_bn_folds_batch_norms_without_weight_or_bias(lab, form, dialect):
+    """A BatchNorm without a learned scale and shift (``affine=False``; a functional call passing no ``weight`` and
+    no ``bias``) is still a fixed affine map in eval mode: its scale is ``1 / sqrt(var + eps)``, its shift ``-mean``
+    times that. Every pair folds, and the fused graph computes what the model does. (Running variances near 1:
+    without a learned scale to bring them back, variances of 1e-4 would magnify float32's rounding a hundredfold.)"""
+    if form == "functional":
+        model = FunctionalConvBN(eps=NON_DEFAULT_EPS, affine=False)
+    else:
+        model = _without_weight_or_bias(ConvBNStack(eps=NON_DEFAULT_EPS))
+    model = randomize_batch_norm(model).eval()
+    _check_conv_bn_fuses(lab, capture(model, [conv_input(2, 3)], dialect))
+
+
+def _without_weight_or_bias(model: nn.Module) -> nn.Module:
+    """``model`` with its BatchNorms replaced by ones without weight and bias (``affine=False``)."""
+    model.bn1 = nn.BatchNorm2d(model.bn1.num_features, eps=model.bn1.eps, affine=False)
+    model.bn2 = nn.BatchNorm2d(model.bn2.num_features, eps=model.bn2.eps, affine=False)
+    return model
 
 
 @pytest.mark.points(1)
@@ -1549,7 +1604,30 @@ def test_default_pipeline_accepts_correct_folds_of_large_outputs(lab, large_outp
 #: What the lowering makes of ResidualConvs: every convolution lowered, every ReLU and add absorbed.
 RESIDUAL_CONVS_FORMS = {"conv+relu": 2, "conv+add+relu": 2, "conv+add": 1}
 #: The form the lowering makes of ConvThen's convolution, for each tail.
-TAIL_FORMS = {"none": "conv", "relu": "conv+relu", "add": "conv+add", "add_relu": "conv+add+relu", "add_alpha": "conv"}
+TAIL_FORMS = {"none": "conv", "relu": "conv+relu", "add": "conv+add", "add_relu": "conv+add+relu", "add_alpha": "conv",
+              "add_alpha_in_place": "conv"}  # fmt: skip
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("tail", ["add_alpha", "add_alpha_in_place"])
+def test_onednn_leaves_an_add_scaled_by_alpha_apart(lab, tail, dialect):
+    """``torch.add(y, other, alpha=0.5)`` and ``y.add_(other, alpha=0.5)`` add half of ``other``: not the plain add
+    oneDNN's fused convolution runs. The convolution is lowered alone, the add stays, in every dialect (aten's
+    ``add.Tensor`` and ``add_.Tensor`` carry ``alpha`` as a keyword)."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3, padding=1)
+    model = ConvThen(conv, tail).eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        other = torch.randn_like(conv(x))
+    captured = capture(model, [x, other], dialect)
+    expected = captured.run()
+    with torch.no_grad():
+        result = lab.lower_to_onednn(frozen_if_dynamo(lab, captured), captured.inputs)
+    lowered = assert_lowered(result, dialect, f"the convolution of {tail}", {"conv": 1})
+    assert_close(captured.run(lowered), expected, what=f"the lowered {dialect} graph of {tail} (alpha=0.5)")
 
 
 @pytest.mark.extension
@@ -1938,6 +2016,14 @@ HIDDEN = {
     "two_outputs_one_tensor": (lambda x: _two_outputs(x), [lambda: special_values(4, 8)], True, RETURNED_ALIAS),
     "floor_division_by_one": (lambda x: torch.div(x * 2.5, 1, rounding_mode="floor"), [lambda: special_values(4, 8)],
                               True, OTHER_ARGUMENTS),
+    "ones_like_of_another_dtype": (lambda x: (x * 2) * torch.ones_like(x, dtype=torch.float64),
+                                   [lambda: special_values(4, 8)], True, CHANGES_DTYPE),
+    "zeros_like_of_another_dtype": (lambda x: (x * 2) - torch.zeros_like(x, dtype=torch.float64),
+                                    [lambda: special_values(4, 8)], True, CHANGES_DTYPE),
+    "full_like_of_another_dtype": (lambda x: (x * 2) * torch.full_like(x, 1.0, dtype=torch.float64),
+                                   [lambda: special_values(4, 8)], True, CHANGES_DTYPE),
+    "zeros_plus_scaled_by_alpha": (lambda x: torch.add(torch.zeros_like(x), x * 2, alpha=3),
+                                   [lambda: special_values(4, 8, dtype=torch.int64)], True, OTHER_ARGUMENTS),
 }  # fmt: skip
 
 

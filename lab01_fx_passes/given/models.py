@@ -101,17 +101,28 @@ class FunctionalConvBN(nn.Module):
     ``F.batch_norm`` with the statistics by position and ``eps`` by name. ``symbolic_trace`` and Dynamo record
     each call as written."""
 
-    def __init__(self, eps: float = 1e-5) -> None:
+    def __init__(self, eps: float = 1e-5, *, affine: bool = True, second_in_training: bool = False) -> None:
+        """``affine=False``: both calls pass no weight and no bias (the fold's scale is then ``1 / sqrt(var +
+        eps)``). ``second_in_training``: the second call passes ``training=True`` (batch statistics: no fold)."""
         super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8, eps=eps)
-        self.conv2, self.bn2 = nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8, eps=eps)
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8, eps=eps, affine=affine)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8, eps=eps, affine=affine)
+        self.second_in_training = second_in_training
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c1, b1, b2 = self.conv1, self.bn1, self.bn2
         y = F.conv2d(x, c1.weight, c1.bias, c1.stride, c1.padding)
-        y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, b1.weight, b1.bias, eps=b1.eps))
+        if b1.affine:
+            y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, b1.weight, b1.bias, eps=b1.eps))
+        else:
+            y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, eps=b1.eps))
         y = F.conv2d(y, self.conv2.weight)
-        return F.batch_norm(y, b2.running_mean, b2.running_var, weight=b2.weight, bias=b2.bias, eps=b2.eps)
+        training = self.second_in_training
+        if b2.affine:
+            return F.batch_norm(
+                y, b2.running_mean, b2.running_var, weight=b2.weight, bias=b2.bias, training=training, eps=b2.eps
+            )
+        return F.batch_norm(y, b2.running_mean, b2.running_var, training=training, eps=b2.eps)
 
 
 class TransposedThenRegular1d(nn.Module):
@@ -772,7 +783,8 @@ class FunctionalConvs(nn.Module):
 
 
 class ConvThen(nn.Module):
-    """One convolution, then nothing, a ReLU, ``+ other``, ``relu(other + conv(x))`` or ``+ 0.5 * other``."""
+    """One convolution, then nothing, a ReLU, ``+ other``, ``relu(other + conv(x))`` or ``+ 0.5 * other`` (out of
+    place or in place)."""
 
     def __init__(self, conv: nn.Conv2d, tail: str) -> None:
         super().__init__()
@@ -788,6 +800,8 @@ class ConvThen(nn.Module):
             return torch.relu(other + y)
         if self.tail == "add_alpha":  # y + 0.5 * other: not the plain add oneDNN fuses
             return torch.add(y, other, alpha=0.5)
+        if self.tail == "add_alpha_in_place":  # the same, written into y
+            return y.add_(other, alpha=0.5)
         return y
 
 

@@ -324,6 +324,37 @@ def test_replace_silu_and_sigmoid_with_hardswish(lab, dialect):
     assert_close(captured.run(inspected(result.graph_module)), expected)
 
 
+class SiluInPlace(nn.Module):
+    """SiLU written into its input, as a module and as a function, each input read again after the write (``act``
+    swaps both; it must write its input too)."""
+
+    def __init__(self, act=None) -> None:
+        super().__init__()
+        self.fc, self.silu, self.act = nn.Linear(6, 6), nn.SiLU(inplace=True), act
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, g = self.fc(x), self.fc(x * 2)
+        a = self.act(h) if self.act is not None else self.silu(h)
+        b = self.act(g) if self.act is not None else F.silu(g, inplace=True)
+        return a + h, b * g
+
+
+@pytest.mark.points(1)
+@pytest.mark.area(REPLACEMENT)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx"])
+def test_replace_silu_in_place_writes_its_input_too(lab, dialect):
+    torch.manual_seed(9)
+    model, x = SiluInPlace().eval(), torch.randn(4, 6, generator=seeded(9))
+    expected_model = SiluInPlace(act=lambda t: F.hardswish(t, inplace=True)).eval()
+    expected_model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        expected = expected_model(x)
+    captured = capture(model, [x], dialect)
+    result = lab.replace_ops(captured.graph_module, {"silu": "hardswish"})
+    assert result.modified
+    assert_close(captured.run(inspected(result.graph_module)), expected)
+
+
 # == Memory layout ===================================================================================
 class OtherConvolutions(nn.Module):
     """Grouped, strided, dilated 2-D convolutions, and a 1-D one that has no channels-last form."""
@@ -454,7 +485,7 @@ class OddConvolutions(nn.Module):
 @pytest.mark.extension
 @pytest.mark.points(1)
 @pytest.mark.area(ONEDNN)
-@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx", "export_core_aten"])
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "make_fx", "export", "export_core_aten"])
 def test_onednn_lowers_strided_dilated_grouped_and_depthwise_convolutions(lab, dialect):
     torch.manual_seed(15)
     model = OddConvolutions().eval().to(memory_format=torch.channels_last)

@@ -1,0 +1,97 @@
+"""Every argument of every call a lab 1 pass rewrites is met in the graded tests at its default and at another value.
+
+The plugin ``argument_audit.py`` records, while lab 1's visible and held-out tests run the reference, what each
+pass that rewrites particular calls (Conv+BN folding, Linear+GELU fusion, the oneDNN lowering, the algebraic
+simplifier, the op replacer) was given and which targets it removed. A pass that removed a target *claims* it:
+every argument of that target that has a default (a function's parameter, a module's configuration) is a case
+its tests should try both at the default and at another value, or a student's pass that ignores the argument
+(folds a BatchNorm without bias as if it had one, fuses a GELU whatever its ``approximate``) passes every test.
+
+An argument met one way only fails the test unless :data:`MET_AT_ONE_VALUE` lists it with the reason it cannot
+change what the pass must do. It grades the lab's whole suite once: about 3 minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from labkit.labspec import COURSE_ROOT
+
+LAB = COURSE_ROOT / "lab01_fx_passes"
+PLUGIN = "solutions.lab01_fx_passes.tests.argument_audit"
+
+_EVAL_ONLY = "momentum updates the running statistics in training, which the fold refuses: eval never reads it"
+_NO_MODE = "computes the same in training and in eval mode"
+_EVERY_DIMENSION = (
+    "the fold reads a BatchNorm's mode, weight, bias and statistics alike in every dimension: BatchNorm2d meets "
+    "it both ways"
+)
+_LIKE_FORMS = {
+    "layout": "only dense (torch.strided) tensors reach these graphs: a sparse zeros_like is no dense identity",
+    "device": "the graded tests run on the CPU: a tensor made on another device needs one",
+    "pin_memory": "pinned memory changes where a tensor lives, not a value the identity is judged on",
+    "memory_format": "the simplifier judges every identity by its result's strides on a run (strided_slice)",
+}
+
+#: (pass, target, argument) -> why its tests need not meet it at a second value.
+MET_AT_ONE_VALUE: dict[tuple[str, str, str], str] = {
+    ("ConvBNFuser", "torch.nn.functional.batch_norm", "momentum"): _EVAL_ONLY,
+    **{("ConvBNFuser", f"torch.nn.modules.batchnorm.BatchNorm{n}d", "momentum"): _EVAL_ONLY for n in (1, 2, 3)},
+    **{
+        ("ConvBNFuser", f"torch.nn.modules.batchnorm.BatchNorm{n}d", argument): _EVERY_DIMENSION
+        for n in (1, 3)
+        for argument in ("affine", "bias", "track_running_stats", "training")
+    },
+    ("LinearGeluFuser", "torch.nn.modules.linear.Linear", "training"): _NO_MODE,
+    ("LinearGeluFuser", "torch.nn.modules.activation.GELU", "training"): _NO_MODE,
+    ("AlgebraicSimplifier", "aten.sub.Tensor", "alpha"): "x - alpha * 0 is x whatever alpha is: no identity reads it",
+    **{
+        ("AlgebraicSimplifier", f"{prefix}{like}", argument): why
+        for prefix, suffix in (("torch.", ""), ("aten.", ".default"))
+        for like in (f"zeros_like{suffix}", f"ones_like{suffix}", f"full_like{suffix}")
+        for argument, why in _LIKE_FORMS.items()
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory):
+    """The audit of one run of lab 1's visible and held-out tests on the reference (CPU tests only)."""
+    record = tmp_path_factory.mktemp("audit") / "audit.json"
+    command = [sys.executable, "-m", "pytest", str(LAB / "test_lab.py"), str(LAB / "heldout"), "-q", "--tb=line",
+               "-p", "no:cacheprovider", "-p", PLUGIN, "--argument-audit", str(record), "--impl=solution",
+               "-m", "not gpu"]  # fmt: skip
+    run = subprocess.run(command, cwd=COURSE_ROOT, capture_output=True, text=True, timeout=1800, check=False)
+    assert run.returncode == 0, f"lab 1's tests failed on the reference under the audit:\n{run.stdout[-3000:]}"
+    return json.loads(record.read_text())
+
+
+def met_at_one_value(audit: dict) -> dict[tuple[str, str, str], str]:
+    """(pass, target, argument) -> the one way it was met, for every argument of every target a pass removed."""
+    once = {}
+    for pass_name, record in audit.items():
+        for target in record["removed"]:
+            for argument, ways in record["met"].get(target, {}).items():
+                if len(ways) == 1:
+                    once[pass_name, target, argument] = ways[0]
+    return once
+
+
+def test_every_argument_of_every_rewritten_call_is_met_at_its_default_and_at_another_value(audit):
+    assert any(record["removed"] for record in audit.values()), "the audit saw no pass remove anything"
+    unlisted = {key: way for key, way in met_at_one_value(audit).items() if key not in MET_AT_ONE_VALUE}
+    assert not unlisted, (
+        f"{len(unlisted)} arguments of calls lab 1's passes rewrite are met at one value only in its tests "
+        "((pass, target, argument): the value met, 'default' or 'another'):\n"
+        + "\n".join(f"  {key}: {way}" for key, way in sorted(unlisted.items()))
+    )
+
+
+def test_every_listed_argument_is_still_met_at_one_value_only(audit):
+    """A listed argument the tests now meet both ways (or that no pass claims any more) leaves the list."""
+    stale = sorted(set(MET_AT_ONE_VALUE) - set(met_at_one_value(audit)))
+    assert not stale, f"MET_AT_ONE_VALUE lists arguments the tests meet both ways, or no pass claims: {stale}"
