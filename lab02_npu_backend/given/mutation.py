@@ -31,12 +31,12 @@ mark its writes; the Python dispatcher routes it to ``_native_batch_norm_legit``
 
 Where a graph records values but a call cannot be run on them (a higher-order operator such as
 ``torch.utils.checkpoint``'s, whose body is a subgraph; a call whose recorded arguments no longer fit it), the
-call is taken to write every tensor it is given (in a graph that records fake values: Dynamo's, AOTAutograd's,
-``make_fx``'s; in ``symbolic_trace``'s, only the spelling tells): a write missed gives a wrong answer, a write
-assumed only keeps nodes on the CPU. And a recorded value is the tensor as the *whole graph* left it: after
-``h.unsqueeze_(0)`` or ``a.set_(y)`` (operators PyTorch tags ``inplace_view``: they change a tensor's shape,
-strides or storage, not its elements) the values no longer tell which nodes shared a storage where each ran,
-so in such a graph no write is private.
+call is taken to write every tensor it is given (in a graph that records one trace's fake values: Dynamo's,
+AOTAutograd's; in ``symbolic_trace``'s, and ``make_fx``'s real mode, which snapshots each value apart, only
+the spelling tells): a write missed gives a wrong answer, a write assumed only keeps nodes on the CPU. And a
+recorded value is the tensor as the *whole graph* left it: after ``h.unsqueeze_(0)`` or ``a.set_(y)``
+(operators PyTorch tags ``inplace_view``: they change a tensor's shape, strides or storage, not its elements)
+the values no longer tell which nodes shared a storage where each ran, so in such a graph no write is private.
 """
 
 from __future__ import annotations
@@ -222,7 +222,8 @@ def _run_writes(node: fx.Node, spelled: list[fx.Node] | None = None) -> _RunWrit
     inputs = node.all_input_nodes
     recorder = _run_and_watch(node)
     if recorder is None:
-        recorded = any(isinstance(t, FakeTensor) for n in (node, *inputs) for t in _tensors(node_value(n)))
+        modes = {t.fake_mode for n in (node, *inputs) for t in _tensors(node_value(n)) if isinstance(t, FakeTensor)}
+        recorded = len(modes) == 1  # one trace's record (make_fx's real mode snapshots each value apart)
         assumed = [n for n in inputs if _tensors(node_value(n))] if recorded else []
         result = _RunWrites(tuple(assumed), assumed=bool(assumed))
     else:
