@@ -139,8 +139,8 @@ class _WriteRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.written: list[torch.Tensor] = []
-        #: whether some write changed a tensor's view (shape, strides, storage): an ``inplace_view`` operator.
-        self.changes_a_view = False
+        #: the tensors whose view (shape, strides, storage) a write changed: an ``inplace_view`` operator's.
+        self.view_changed: list[torch.Tensor] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, D105
         kwargs = kwargs or {}
@@ -151,7 +151,8 @@ class _WriteRecorder(TorchDispatchMode):
             bound[argument.name] = args[index] if positional else kwargs.get(argument.name)
             if _marks_write(argument):
                 self.written += _tensors(bound[argument.name])
-        self.changes_a_view |= torch.Tag.inplace_view in func.tags
+                if torch.Tag.inplace_view in func.tags:
+                    self.view_changed += _tensors(bound[argument.name])
         returned = _written_arguments_returned(schema, bound)
         return returned if returned is not NotImplemented else func(*args, **kwargs)
 
@@ -194,8 +195,9 @@ def _written_arguments_returned(schema: Any, bound: dict[str, Any]) -> Any:
 
 @dataclass(frozen=True)
 class _RunWrites:
-    """What running a call on its recorded values showed: the input nodes it writes, whether a write changed a
-    tensor's view (``inplace_view``), and whether the call could not be run (its writes then assumed)."""
+    """What running a call on its recorded values showed: the input nodes it writes, whether a write changed the
+    view of one of them (``inplace_view``: a tensor the call makes for itself does not count), and whether the
+    call could not be run (its writes then assumed)."""
 
     written: tuple[fx.Node, ...] = ()
     changes_a_view: bool = False
@@ -234,7 +236,9 @@ def _run_writes(node: fx.Node, spelled: list[fx.Node] | None = None) -> _RunWrit
             storage = _storages(tensor)
             if storage and not storage & covered:
                 found += [n for n in inputs if storage & _storages(node_value(n)) and n not in found]
-        result = _RunWrites(tuple(found), recorder.changes_a_view)
+        inputs_storage = set().union(*(_storages(node_value(n)) for n in inputs)) if inputs else set()
+        changes_a_view = any(_storages(tensor) & inputs_storage for tensor in recorder.view_changed)
+        result = _RunWrites(tuple(found), changes_a_view)
     _RUN_WRITES[node] = (node.target, node.args, node.kwargs, result)
     return result
 
