@@ -180,11 +180,7 @@ def _written_arguments_returned(schema: Any, bound: dict[str, Any]) -> Any:
     results = []
     for returned in schema.returns:
         alias = returned.alias_info
-        same = [
-            a
-            for a in writes
-            if alias is not None and a.alias_info is not None and a.alias_info.before_set == alias.before_set
-        ]
+        same = [a for a in writes if alias is not None and _alias_set(a) == alias.before_set]
         if not same:
             return NotImplemented
         results.append(bound[same[0].name])
@@ -196,12 +192,10 @@ def _written_arguments_returned(schema: Any, bound: dict[str, Any]) -> Any:
 @dataclass(frozen=True)
 class _RunWrites:
     """What running a call on its recorded values showed: the input nodes it writes, whether a write changed the
-    view of one of them (``inplace_view``: a tensor the call makes for itself does not count), and whether the
-    call could not be run (its writes then assumed)."""
+    view of one of them (``inplace_view``: a tensor the call makes for itself does not count)."""
 
     written: tuple[fx.Node, ...] = ()
     changes_a_view: bool = False
-    assumed: bool = False
 
 
 #: node -> (its target, args and kwargs when read, what running it showed): a graph is read many times.
@@ -227,7 +221,7 @@ def _run_writes(node: fx.Node, spelled: list[fx.Node] | None = None) -> _RunWrit
         modes = {t.fake_mode for n in (node, *inputs) for t in _tensors(node_value(n)) if isinstance(t, FakeTensor)}
         recorded = len(modes) == 1  # one trace's record (make_fx's real mode snapshots each value apart)
         assumed = [n for n in inputs if _tensors(node_value(n))] if recorded else []
-        result = _RunWrites(tuple(assumed), assumed=bool(assumed))
+        result = _RunWrites(tuple(assumed))
     else:
         written = recorder.written
         found = [n for n in inputs if any(value is w for value in _tensors(node_value(n)) for w in written)]
