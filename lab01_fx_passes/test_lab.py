@@ -122,6 +122,7 @@ from lab01_fx_passes.given.models import (
     ConstantsSharingMemoryWithWrites,
     ConstantSubgraphs,
     ConvBNStack,
+    ConvCalledTwice,
     ConvFeatures,
     ConvThen,
     CountsItsCallsThroughAView,
@@ -146,6 +147,7 @@ from lab01_fx_passes.given.models import (
     TinyResNet,
     TransposedThenRegular1d,
     TwoFeatureMaps,
+    TwoFoldsShareAWeight,
     UnusedFunctionalBatchNorm,
     UnusedFunctionalInstanceNorm,
     UnusedInPlaceOps,
@@ -316,20 +318,53 @@ def test_conv_bn_fused_model_matches_original(lab, config, batch, size):
 
 
 @pytest.mark.points(1)
-def test_conv_bn_fusion_leaves_the_traced_model_untouched(lab):
-    """The traced GraphModule shares its submodules with the model: a pass must never modify them."""
+@pytest.mark.parametrize("dialect", ["symbolic_trace", *ATEN_DIALECTS])
+def test_conv_bn_fusion_leaves_the_traced_model_untouched(lab, dialect):
+    """A traced graph shares the model's tensors: its submodules (symbolic_trace) or the tensors its ``get_attr``
+    nodes read (make_fx, export) are the model's own. A pass must never modify them: it builds new ones."""
     model = conv_bn_model(ConvBNStack())
     state = copy.deepcopy(model.state_dict())
-    gm = fx.symbolic_trace(model)
     x = conv_input(2, 3)
+    captured = capture(model, [x], dialect)
     with torch.no_grad():
-        expected = gm(x)
-        fused = assert_fired(lab.fuse_conv_bn(gm), "symbolic_trace", "two Conv+BN pairs")
-        assert_close(model(x), expected, rtol=0, atol=0, what="the original model, after the pass ran,")
-        assert_close(run_graph(gm, x), expected, rtol=0, atol=0, what="the traced graph, after the pass ran,")
-        assert_close(run_graph(fused, x), expected, what="the fused graph")
+        expected = captured.run()
+        fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, "two Conv+BN pairs")
+        after = f"after the pass ran on its {dialect} graph,"
+        assert_close(model(x), expected, rtol=0, atol=0, what=f"the original model, {after}")
+        assert_close(captured.run(), expected, rtol=0, atol=0, what=f"the traced {dialect} graph, after the pass ran,")
+        assert_close(captured.run(fused), expected, what="the fused graph")
     for name, value in model.state_dict().items():
-        assert torch.equal(value, state[name]), f"the pass modified the model's {name} in place: create new tensors"
+        assert torch.equal(value, state[name]), (
+            f"conv_bn.py, {dialect}: the pass modified the model's {name} in place (the graph reads the model's own "
+            "tensors): create new tensors"
+        )
+
+
+#: Models whose folded convolution is used again elsewhere: what the fold must keep, per model.
+OTHER_USES = {
+    "called_again_without_batch_norm": (ConvCalledTwice, 1, "the second call of the convolution, with no BN after it"),
+    "two_folds_of_one_weight": (TwoFoldsShareAWeight, 2, "the other fold of the same convolution"),
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", *ATEN_DIALECTS])
+@pytest.mark.parametrize("case", sorted(OTHER_USES))
+def test_conv_bn_keeps_every_other_use_of_what_it_folds(lab, case, dialect):
+    """One convolution module called twice: the graph calls the same submodule (symbolic_trace) or reads the same
+    ``get_attr`` weight (aten graphs) at both places. A fold builds a convolution and tensors of its own, under
+    new names; rewritten where they stand (the submodule, the weight's own name) they change the other call."""
+    model_class, pairs, other_use = OTHER_USES[case]
+    captured = capture(conv_bn_model(model_class()), [conv_input(2, 3, size=6)], dialect)
+    expected = captured.run()
+    fused = assert_fired(lab.fuse_conv_bn(captured.graph_module), dialect, f"{pairs} Conv+BN pair(s)")
+    assert batch_norms(fused) == 0, f"conv_bn.py, {dialect}: {batch_norms(fused)} of {pairs} batch norms left"
+    assert_close(
+        captured.run(fused),
+        expected,
+        what=f"conv_bn.py's fused {dialect} graph ({other_use} must keep the convolution's own weights: give each "
+        "fold a new module or new get_attr tensors under fresh names, e.g. with add_attribute)",
+    )
 
 
 @pytest.mark.points(2)

@@ -139,6 +139,33 @@ class TransposedThenRegular1d(nn.Module):
         return self.bn2(self.conv(torch.relu(self.bn1(self.up(x)))))
 
 
+class ConvCalledTwice(nn.Module):
+    """One ``nn.Conv2d`` called twice: ``bn(conv(x))``, a foldable pair, and ``conv(-x)`` with no BatchNorm after
+    it. The traced graph calls the same module (or reads the same ``get_attr`` weight) at both places, so the fold
+    needs a convolution of its own: one rewritten where it stands normalizes the second call too."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x)) + self.conv(-x)
+
+
+class TwoFoldsShareAWeight(nn.Module):
+    """One ``nn.Conv2d`` called twice, each call followed by a BatchNorm of its own: two foldable pairs whose
+    convolutions share a weight. Each fold scales it by its own BatchNorm's statistics, so each needs new tensors
+    of its own; named after the shared weight alone, the second fold's overwrite the first's."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.bn1, self.bn2 = nn.BatchNorm2d(channels), nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn1(self.conv(x)) + self.bn2(self.conv(-x))
+
+
 class SharedConvOutput(nn.Module):
     """One foldable pair (``conv1 -> bn1``), and one that is not: ``conv2``'s output is also added
     to the result, so it must stay un-normalised."""

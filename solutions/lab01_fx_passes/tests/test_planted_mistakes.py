@@ -515,3 +515,118 @@ def test_a_size_read_as_a_number_fails_the_symbolic_shapes_test(bakes_the_exampl
         test_lab.test_symbolic_every_pass_is_right_at_every_batch_size(
             bakes_the_example_batch, "channels_last", "export"
         )
+
+
+# -- step 2: folds that rewrite what the graph shares ------------------------------------------------
+def _conv_tensors(fuser, conv: fx.Node) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight and bias a convolution node reads: its module's, or its get_attr constants."""
+    from solutions.lab01_fx_passes.conv_bn import call_argument
+
+    if conv.op == "call_module":
+        module = fuser._modules[conv.target]
+        return module.weight, module.bias
+    nodes = (call_argument(conv, name) for name in ("weight", "bias"))
+    return tuple(None if node is None else fuser.fetch_attr(node.target) for node in nodes)
+
+
+def _emit_the_convolution_as_it_was(monkeypatch, emit) -> None:
+    """Plant ``emit`` as the fuser's ``_emit_fused_conv``: a mistake that re-emits the convolution node as it was,
+    reading the constants it read (which the reference stops emitting once its fold replaces them)."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    def keeps_the_constants(self, module):
+        plan(self, module)
+        self._skip = {node for node in self._skip if node.op != "get_attr"}
+
+    plan = conv_bn.ConvBNFuser.__init__
+    monkeypatch.setattr(conv_bn.ConvBNFuser, "__init__", keeps_the_constants)
+    monkeypatch.setattr(conv_bn.ConvBNFuser, "_emit_fused_conv", emit)
+
+
+@pytest.fixture
+def folds_into_the_models_weights(reference, monkeypatch):
+    """Conv+BN folding that writes the fused weights into the convolution's own tensors (``w.copy_(...)``) and
+    keeps the convolution node: right on the graph, but the traced model's weights are the graph's."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    def emit(self, fold):
+        weight, bias = _conv_tensors(self, fold.conv)
+        if bias is None:  # (the mistake needs a bias to write into)
+            return fold_right(self, fold)
+        with torch.no_grad():
+            weight.copy_(fold.weight)
+            bias.copy_(fold.bias)
+        return conv_bn.ConvBNFuserBase.run_node(self, fold.conv)
+
+    fold_right = conv_bn.ConvBNFuser._emit_fused_conv
+    _emit_the_convolution_as_it_was(monkeypatch, emit)
+    return reference
+
+
+@pytest.mark.parametrize("dialect", ATEN_DIALECTS)
+def test_a_fold_into_the_models_own_weights_fails_in_aten_graphs(folds_into_the_models_weights, dialect):
+    with pytest.raises(AssertionError, match=f"the original model, after the pass ran on its {dialect} graph"):
+        test_lab.test_conv_bn_fusion_leaves_the_traced_model_untouched(folds_into_the_models_weights, dialect)
+
+
+@pytest.fixture
+def folds_under_the_convolutions_own_names(reference, monkeypatch):
+    """Conv+BN folding that stores the fused convolution where the old one was: the submodule replaced under its
+    own name (symbolic_trace), the fused weight and bias set as the get_attr targets the convolution reads. The
+    model is untouched, but every other reader of that name now reads the fold."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    def store(gm: nn.Module, name: str, value) -> None:
+        owner, _, leaf = name.rpartition(".")
+        setattr(gm.get_submodule(owner) if owner else gm, leaf, value)
+
+    def emit(self, fold):
+        conv = fold.conv
+        if _conv_tensors(self, conv)[1] is None:  # (the mistake needs a bias to replace)
+            return fold_right(self, fold)
+        if conv.op == "call_module":
+            fused = conv_bn.copy.deepcopy(self._modules[conv.target])
+            fused.weight, fused.bias = fold.weight, fold.bias
+            store(self.module, conv.target, fused)
+        else:
+            for name, value in (("weight", fold.weight), ("bias", fold.bias)):
+                store(self.module, conv_bn.call_argument(conv, name).target, nn.Parameter(value.detach()))
+        return conv_bn.ConvBNFuserBase.run_node(self, conv)
+
+    fold_right = conv_bn.ConvBNFuser._emit_fused_conv
+    _emit_the_convolution_as_it_was(monkeypatch, emit)
+    return reference
+
+
+@pytest.fixture
+def folds_under_fixed_names(reference, monkeypatch):
+    """Conv+BN folding that names what it makes after the convolution (``conv_bn_fused``, ``weight_bn_fused``) and
+    sets it there, without asking for a fresh name: a second fold of the same convolution overwrites the first's."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    def set_at(gm: nn.Module, name: str, value) -> str:
+        name = name.replace(".", "_")
+        setattr(gm, name, value)
+        return name
+
+    monkeypatch.setattr(conv_bn, "add_attribute", set_at)
+    return reference
+
+
+def test_folds_under_fixed_names_fail_the_other_uses_test(folds_under_fixed_names):
+    for dialect in ["symbolic_trace", *ATEN_DIALECTS]:
+        with pytest.raises(AssertionError, match="must keep the convolution's own weights"):
+            test_lab.test_conv_bn_keeps_every_other_use_of_what_it_folds(
+                folds_under_fixed_names, "two_folds_of_one_weight", dialect
+            )
+
+
+@pytest.mark.parametrize("dialect", ["symbolic_trace", *ATEN_DIALECTS])
+@pytest.mark.parametrize("case", sorted(test_lab.OTHER_USES))
+def test_a_fold_under_the_convolutions_own_names_fails_the_other_uses_test(
+    folds_under_the_convolutions_own_names, case, dialect
+):
+    with pytest.raises(AssertionError, match="must keep the convolution's own weights") as caught:
+        mistake = folds_under_the_convolutions_own_names
+        test_lab.test_conv_bn_keeps_every_other_use_of_what_it_folds(mistake, case, dialect)
+    assert "computes something else than the original" in str(caught.value)
