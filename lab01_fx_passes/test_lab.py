@@ -113,6 +113,7 @@ from lab01_fx_passes.given.graph_tools import is_module_state
 from lab01_fx_passes.given.interface import MODIFIED_IN_PLACE, NO_CONSTANTS, RETURNED
 from lab01_fx_passes.given.models import (
     STATISTICS_LOG,
+    ActivationsWithArguments,
     AddmmNotALinear,
     AddsIntoAnotherValue,
     Chain,
@@ -880,6 +881,32 @@ def test_replace_ops_applies_the_whole_mapping_at_once(lab, dialect):
         "hardswish -> Linear -> relu: apply the mapping to the graph as given, each node once"
     )
     assert replacer.replaced_count == 2, f"two nodes replaced, once each: replaced_count is {replacer.replaced_count}"
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_replace_ops_gives_the_replacement_the_input_alone(lab, dialect):
+    """``{"elu": "relu", "gelu": "relu"}`` on ``F.elu(h, 2.0)``, ``F.elu(h, alpha=0.5)``, ``nn.ELU(alpha=2.0)`` and
+    ``F.gelu(h, approximate="tanh")``: the ReLU takes ``h`` and nothing else. The original's other arguments are
+    its own: ``F.relu(h, 2.0)`` is an in-place ReLU (its second parameter is ``inplace``), and ``h`` is read
+    again after each one."""
+    torch.manual_seed(0)
+    model, x = ActivationsWithArguments().eval(), torch.randn(3, 8)
+    expected_model = copy.deepcopy(model)
+    expected_model.replacement = F.relu
+    with torch.no_grad():
+        expected = expected_model(x)
+    captured = capture(model, [x], dialect)
+    replacer = lab.OpReplacer({"elu": "relu", "gelu": "relu"})
+    replaced = assert_fired(replacer(captured.graph_module), dialect, "three ELUs and a GELU")
+    assert replacer.replaced_count == 4, f"four activations to replace; replaced_count is {replacer.replaced_count}"
+    what = (f"op_replacement.py's {dialect} graph with ReLUs (each built from the original's input alone: ELU's "
+            "alpha and GELU's approximate are not the ReLU's arguments)")  # fmt: skip
+    try:
+        output = captured.run(replaced)
+    except (TypeError, RuntimeError) as error:
+        pytest.fail(f"{what} fails to run: {str(error).splitlines()[0]}")
+    assert_close(output, expected, what=what)
 
 
 @pytest.mark.points(1)

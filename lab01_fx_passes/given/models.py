@@ -300,6 +300,35 @@ class ReluZoo(nn.Module):
         return x
 
 
+class ActivationsWithArguments(nn.Module):
+    """Activations called with arguments of their own, each between Linear layers and each input read again
+    after it: ``F.elu(h, 2.0)`` (alpha by position), ``F.elu(h, alpha=0.5)``, ``nn.ELU(alpha=2.0)`` and
+    ``F.gelu(h, approximate="tanh")``.
+
+    With ``replacement=None`` it applies them; with ``replacement=F.relu`` (say) it applies that function, on
+    the input alone, at each of those places: the expected result of replacing ELU and GELU. A replacement given
+    the original's other arguments reads them as its own (``F.relu(h, 2.0)`` is ReLU in place).
+    """
+
+    def __init__(self, features: int = 8, replacement=None) -> None:
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(features, features) for _ in range(4))
+        self.elu = nn.ELU(alpha=2.0)
+        self.replacement = replacement
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        originals = [
+            lambda h: F.elu(h, 2.0),
+            lambda h: F.elu(h, alpha=0.5),
+            self.elu,
+            lambda h: F.gelu(h, approximate="tanh"),
+        ]
+        for fc, original in zip(self.fcs, originals, strict=True):
+            h = fc(x)
+            x = (self.replacement or original)(h) + h
+        return x
+
+
 class BasicBlock(nn.Module):
     """A ResNet basic block: two Conv+BN pairs and a residual connection."""
 

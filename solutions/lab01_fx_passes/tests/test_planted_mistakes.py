@@ -15,7 +15,7 @@ from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
 from lab01_fx_passes import test_lab
-from lab01_fx_passes.given.capture import ATEN_DIALECTS, capture
+from lab01_fx_passes.given.capture import ATEN_DIALECTS, DIALECTS, capture
 from lab01_fx_passes.given.checks import ATOL, RTOL, conv_bn_model, conv_input
 from lab01_fx_passes.given.models import ConstantsSharingMemoryWithWrites, ConvBNStack, ViewsOfWrittenMemory
 from labkit.impl import load_lab
@@ -221,6 +221,32 @@ def test_an_in_place_module_replaced_out_of_place_fails_the_replacement_test(
 ):
     with pytest.raises(AssertionError, match="in-place ReLUs must stay in place"):
         test_lab.test_replace_relu_with_hardswish(in_place_module_replaced_out_of_place, dialect)
+
+
+@pytest.fixture
+def passes_the_originals_arguments_on(reference, monkeypatch):
+    """A replacement given the original call's other arguments as they were: right for ``relu`` ->
+    ``hardswish`` (both take ``(input, inplace)``), wrong wherever the two ops' parameters differ."""
+    from solutions.lab01_fx_passes import op_replacement
+
+    def replacement(self, gm, node, new, in_place):
+        built = build(self, gm, node, new, in_place)
+        if node.op != "call_module":
+            others = {name: value for name, value in node.kwargs.items() if value is not built.args[0]}
+            if node.args[1:] or others:
+                built.args, built.kwargs = (*built.args[:1], *node.args[1:]), others
+        return built
+
+    build = op_replacement.OpReplacer._replacement
+    monkeypatch.setattr(op_replacement.OpReplacer, "_replacement", replacement)
+    return reference
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_originals_arguments_passed_on_fail_the_input_alone_test(passes_the_originals_arguments_on, dialect):
+    test_lab.test_replace_relu_with_hardswish(passes_the_originals_arguments_on, dialect)  # right on ReLUs
+    with pytest.raises((AssertionError, pytest.fail.Exception), match="input alone"):
+        test_lab.test_replace_ops_gives_the_replacement_the_input_alone(passes_the_originals_arguments_on, dialect)
 
 
 @pytest.fixture
