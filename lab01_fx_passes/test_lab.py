@@ -958,15 +958,21 @@ def _check_linear_gelu_fuses(lab, approximate, captured):
     )
 
 
-@pytest.mark.points(2)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("leading", [(4,), (2, 3)], ids=["2d", "3d"])
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_linear_gelu_skips_linear_output_with_another_user(lab, dialect):
-    """fc1's output is read by GELU and by the residual add: fusing would lose the pre-GELU value."""
+def test_linear_gelu_skips_linear_output_with_another_user(lab, dialect, leading):
+    """fc1's output is read by GELU and by the residual add: fusing would lose the pre-GELU value. On a 3-D input
+    aten graphs spell the Linear ``view -> addmm -> view``: the value read twice is the last view's."""
     torch.manual_seed(0)
-    captured = capture(SharedLinearOutput().eval(), [torch.randn(4, 8)], dialect)
+    captured = capture(SharedLinearOutput().eval(), [torch.randn(*leading, 8)], dialect)
     expected = captured.run()
     fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "the safe pair fc2 -> gelu")
-    assert fused_linear_gelus(fused) == 1, "only fc2 -> gelu is safe: fc1's output is also read by the add"
+    assert fused_linear_gelus(fused) == 1, (
+        f"linear_gelu.py, {dialect}, {len(leading) + 1}-D input: {fused_linear_gelus(fused)} pairs fused, only "
+        "fc2 -> gelu is safe: fc1's output is also read by the add (check every node of the matched chain, the view "
+        "after an addmm too)"
+    )
     assert gelus(fused) == 1
     assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph")
 
@@ -1017,12 +1023,12 @@ def test_linear_gelu_leaves_addmm_that_is_not_a_linear(lab, dialect, kind):
     captured = capture(AddmmNotALinear(kind).eval(), [torch.randn(4, 8)], dialect)
     expected = captured.run()
     fused = assert_fired(lab.fuse_linear_gelu(captured.graph_module), dialect, "the real fc -> GELU pair")
-    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph ({kind})")
     assert fused_linear_gelus(fused) == 1, (
         f"linear_gelu.py: {fused_linear_gelus(fused)} pairs fused in the {dialect} graph, 1 expected: addmm "
         f"({kind}) is not a Linear (match_linear: a 1-D bias, and no beta or alpha)"
     )
     assert gelus(fused) == 1, "the GELU after the addmm that is not a Linear must stay"
+    assert_close(captured.run(fused), expected, what=f"the fused {dialect} graph ({kind})")
 
 
 @pytest.mark.points(1)

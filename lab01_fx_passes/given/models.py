@@ -226,22 +226,22 @@ class SharedLinearOutput(nn.Module):
 class AddmmNotALinear(nn.Module):
     """``gelu(addmm(c, x, w.t(), ...))`` spelled like a Linear in aten graphs but not one, then a real
     ``fc -> GELU`` pair (only the second may fuse). ``kind``: ``"bias-4x8"`` or ``"bias-1x8"`` (a 2-D ``c``,
-    which ``addmm`` broadcasts: a Linear's bias is 1-D), or ``"beta-alpha"`` (a 1-D ``c``, but
-    ``beta * c + alpha * x @ w.t()`` with beta 0.5 and alpha 2)."""
+    which ``addmm`` broadcasts: a Linear's bias is 1-D), or a 1-D ``c`` with ``beta * c + alpha * x @ w.t()``:
+    ``"beta"`` (beta 0.5), ``"alpha"`` (alpha 2) or ``"beta-alpha"`` (both)."""
 
-    KINDS = ("bias-4x8", "bias-1x8", "beta-alpha")
+    KINDS = ("bias-4x8", "bias-1x8", "beta", "alpha", "beta-alpha")
+    SCALES = {"beta": {"beta": 0.5}, "alpha": {"alpha": 2.0}, "beta-alpha": {"beta": 0.5, "alpha": 2.0}}
 
     def __init__(self, kind: str, features: int = 8) -> None:
         super().__init__()
-        rows = {"bias-4x8": (4,), "bias-1x8": (1,), "beta-alpha": ()}[kind]
-        self.scaled = kind == "beta-alpha"
+        rows = {"bias-4x8": (4,), "bias-1x8": (1,)}.get(kind, ())
+        self.scales = self.SCALES.get(kind, {})
         self.weight = nn.Parameter(torch.randn(features, features))
         self.addmm_bias = nn.Parameter(torch.randn(*rows, features))
         self.fc, self.act = nn.Linear(features, features), nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scales = {"beta": 0.5, "alpha": 2.0} if self.scaled else {}
-        y = F.gelu(torch.addmm(self.addmm_bias, x, self.weight.t(), **scales))
+        y = F.gelu(torch.addmm(self.addmm_bias, x, self.weight.t(), **self.scales))
         return self.act(self.fc(y))
 
 

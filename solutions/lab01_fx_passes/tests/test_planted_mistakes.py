@@ -249,6 +249,40 @@ def test_the_originals_arguments_passed_on_fail_the_input_alone_test(passes_the_
         test_lab.test_replace_ops_gives_the_replacement_the_input_alone(passes_the_originals_arguments_on, dialect)
 
 
+# -- step 5: a Linear that is not one, a pair that is shared -------------------------------------------
+@pytest.mark.parametrize("forgotten", ["beta", "alpha"])
+def test_an_addmm_scale_left_unread_fails_the_not_a_linear_test(reference, monkeypatch, forgotten):
+    """``match_linear`` that checks one of addmm's two scales: right wherever both are set or neither is."""
+    from solutions.lab01_fx_passes import linear_gelu
+
+    read = linear_gelu.call_argument
+    monkeypatch.setattr(linear_gelu, "call_argument", lambda node, name, *default: 1 if name == forgotten else read(
+        node, name, *default))  # fmt: skip
+    test_lab.test_linear_gelu_leaves_addmm_that_is_not_a_linear(reference, "make_fx", "beta-alpha")  # still caught
+    with pytest.raises(AssertionError, match=f"addmm \\({forgotten}\\) is not a Linear"):
+        test_lab.test_linear_gelu_leaves_addmm_that_is_not_a_linear(reference, "make_fx", forgotten)
+
+
+def test_a_shared_view_after_the_addmm_fails_the_3d_shared_output_test(reference, monkeypatch):
+    """The single-user check made on the chain's first node only: on a 3-D input the addmm's one user is the view,
+    and the view is the value the residual add reads too. (The pass leaves what it replaced to dead code
+    elimination, as ``graph.eliminate_dead_code()`` would: erasing a node still read raises.)"""
+    from solutions.lab01_fx_passes import linear_gelu
+
+    erase = fx.Graph.erase_node
+    monkeypatch.setattr(fx.Graph, "erase_node", lambda graph, node: None if node.users else erase(graph, node))
+
+    monkeypatch.setattr(
+        linear_gelu.LinearGeluFuser,
+        "_only_used_along_chain",
+        staticmethod(lambda match, gelu: len(match.chain[0].users) == 1),
+    )
+    test_lab.test_linear_gelu_skips_linear_output_with_another_user(reference, "make_fx", (4,))  # 2-D: caught
+    for dialect in ["make_fx", "export_core_aten"]:  # (export keeps aten.linear, with no views around it)
+        with pytest.raises(AssertionError, match="3-D input: 2 pairs fused"):
+            test_lab.test_linear_gelu_skips_linear_output_with_another_user(reference, dialect, (2, 3))
+
+
 @pytest.fixture
 def training_from_keywords_only(reference, monkeypatch):
     """An impurity test that reads ``training`` from ``node.kwargs`` alone: a training-mode
