@@ -147,6 +147,7 @@ from lab01_fx_passes.given.models import (
     SharedValues,
     TinyResNet,
     TransposedThenRegular1d,
+    TransposedThenRegular2d,
     TwoFeatureMaps,
     TwoFoldsShareAWeight,
     UnusedFunctionalBatchNorm,
@@ -1752,6 +1753,26 @@ def test_onednn_keeps_values_another_node_reads_apart(lab, dialect):
     )
     assert adds(lowered) >= 1, "r.add_(conv3(r)) writes r, read afterwards: that add must stay"
     assert_close(captured.run(lowered), expected, what=f"the lowered {dialect} graph")
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export_core_aten"])
+def test_onednn_leaves_a_transposed_convolution_alone(lab, dialect):
+    """oneDNN's fused convolution computes a regular convolution: a transposed one (``nn.ConvTranspose2d``; in
+    aten graphs an ``aten.convolution`` with ``transposed=True``, positional) stays as it is, though its weight
+    has a regular convolution's shape here; the regular Conv+ReLU after it is lowered."""
+    captured = channels_last_graph(seeded(TransposedThenRegular2d).eval(), dialect)
+    expected = captured.run()
+    with torch.no_grad():
+        result = lab.lower_to_onednn(captured.graph_module, captured.inputs)
+    lowered = assert_lowered(result, dialect, "the regular Conv2d and its ReLU (not the transposed one)",
+                             {"conv+relu": 1})  # fmt: skip
+    assert_close(
+        captured.run(lowered),
+        expected,
+        what=f"onednn_lowering.py's lowered {dialect} graph (match_convolution: a transposed convolution is no match)",
+    )
 
 
 @pytest.mark.extension

@@ -785,6 +785,20 @@ class ResidualConvs(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(z, 1), 1))
 
 
+class TransposedThenRegular2d(nn.Module):
+    """``relu(ConvTranspose2d)`` then ``relu(Conv2d)``. The transposed convolution keeps the size (3 to 3
+    channels, kernel 3, padding 1): its weight has the shape a regular convolution's would, so only the
+    convolution's kind (the module's class; ``aten.convolution``'s ``transposed`` argument) tells them apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(3, 3, 3, padding=1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(torch.relu(self.up(x))))
+
+
 class SharedValues(nn.Module):
     """Three fusions that would change the program: ``conv1``'s output is read by its ReLU and by the
     result; the sum after ``conv2`` by its ReLU and by the result; and ``r.add_(conv3(r))`` writes

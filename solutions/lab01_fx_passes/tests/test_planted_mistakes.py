@@ -8,6 +8,7 @@ message that says what is wrong, and (for wrong arithmetic) by far more than the
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -503,6 +504,22 @@ def test_a_constant_written_through_a_view_fails_the_folding_test(reference, mon
     with pytest.raises(AssertionError, match="the second call differs .*" + re.escape(missed)) as caught:
         test_lab.test_constant_folding_never_folds_values_sharing_memory_with_a_write(reference, dialect)
     assert "written in place through a view of it" in str(caught.value) and "constant_folding.py" in str(caught.value)
+
+
+# -- step 10: a transposed convolution lowered as a regular one ----------------------------------------
+def test_a_transposed_convolution_taken_for_a_regular_one_fails_the_transposed_test(reference, monkeypatch):
+    """``match_convolution`` that ignores the kind: any ``_ConvNd`` module, and ``aten.convolution`` whatever its
+    ``transposed`` flag. With a weight of a regular convolution's shape, nothing crashes: the numbers are wrong."""
+    from solutions.lab01_fx_passes import onednn_lowering
+
+    read = onednn_lowering.call_argument
+    monkeypatch.setattr(onednn_lowering, "call_argument", lambda node, name, *default: False if name == "transposed"
+                        else read(node, name, *default))  # fmt: skip
+    # The module's only use of ``nn`` at run time is ``isinstance(module, nn.Conv2d)``.
+    monkeypatch.setattr(onednn_lowering, "nn", SimpleNamespace(Conv2d=nn.modules.conv._ConvNd))
+    for dialect in ["symbolic_trace", "make_fx", "export_core_aten"]:
+        with pytest.raises(AssertionError, match="expected {'conv\\+relu': 1}"):
+            test_lab.test_onednn_leaves_a_transposed_convolution_alone(reference, dialect)
 
 
 # -- step 11: identities that are not exact here ------------------------------------------------------
