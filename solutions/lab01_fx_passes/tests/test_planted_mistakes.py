@@ -567,6 +567,50 @@ def test_a_write_after_the_rewrite_missed_fails_the_aliasing_cases(reference, mo
         test_lab.test_algebra_leaves_what_the_identity_hides(reference, "result_written_in_place", "make_fx")
 
 
+def test_a_write_by_setitem_missed_fails_the_setitem_case(reference, monkeypatch):
+    """Writes found by the op's name alone (``add_``, ``copy_``): ``y[0] = v`` in a Dynamo graph is
+    ``operator.setitem``, which no name ending in ``_`` shows (make_fx spells it as a ``copy_``: caught there)."""
+    from solutions.lab01_fx_passes import algebraic
+
+    monkeypatch.setattr(algebraic, "writes_in_place", lambda node, op: op is not None and op.in_place)
+    test_lab.test_algebra_leaves_what_the_identity_hides(reference, "result_written_by_setitem", "make_fx")
+    with pytest.raises(AssertionError, match="it is not exact here"):
+        test_lab.test_algebra_leaves_what_the_identity_hides(reference, "result_written_by_setitem", "dynamo")
+
+
+def test_a_returned_view_of_the_result_missed_fails_the_view_case(reference, monkeypatch):
+    """The returned-alias check made on the identity's own node: ``(x * 1).view(2, 16)`` returns a view of it, which
+    becomes a view of the caller's ``x``."""
+    check = reference.AlgebraicSimplifier._returned_alias
+
+    def node_itself_only(self, node, source):
+        output = next(n for n in reversed(node.graph.nodes) if n.op == "output")
+        return node in output.all_input_nodes and check(self, node, source)
+
+    _algebra_mistake(monkeypatch, "_returned_alias", node_itself_only)
+    test_lab.test_algebra_leaves_what_the_identity_hides(reference, "input_returned", "make_fx")  # still caught
+    for dialect in ["symbolic_trace", "make_fx"]:
+        with pytest.raises(AssertionError, match="it is not exact here"):
+            test_lab.test_algebra_leaves_what_the_identity_hides(reference, "view_of_the_result_returned", dialect)
+
+
+def test_a_view_judged_by_its_shape_alone_fails_the_dtype_view_case(reference, monkeypatch):
+    """A view "to x's own shape" taken as ``x`` on its shape and memory alone: ``x.view(torch.int32)`` has both."""
+    from solutions.lab01_fx_passes import algebraic
+
+    def shape_only(self, node, rule, source=None):
+        source = algebraic.call_input(node) if source is None else source
+        x, y = self._tensor(source), self._tensor(node)
+        if x is None or y is None or self._memory[source] != self._memory[node] or x.shape != y.shape:
+            return None
+        return rule, source, None
+
+    _algebra_mistake(monkeypatch, "_same_shape_view", shape_only)
+    for dialect in ["symbolic_trace", "dynamo", "export_core_aten"]:
+        with pytest.raises(AssertionError, match="viewed_as_another_dtype: the pass rewrote"):
+            test_lab.test_algebra_leaves_non_identities_alone(reference, dialect)
+
+
 @pytest.fixture
 def bakes_the_example_batch(reference, monkeypatch):
     """A layout pass that rewrites the views it meets (``view`` becomes ``reshape``) with the recorded shapes as
