@@ -120,6 +120,7 @@ from lab01_fx_passes.given.models import (
     ChannelsFirstView,
     ClassToken,
     ConstantOutputs,
+    ConstantsSharingMemoryThroughFunctions,
     ConstantsSharingMemoryWithWrites,
     ConstantSubgraphs,
     ConvBNStack,
@@ -751,8 +752,27 @@ def test_constant_folding_never_folds_values_sharing_memory_with_a_write(lab, di
     constant that shares memory with a value an in-place op writes (a view of it, the tensor it views,
     another view of that tensor) changes on every call: folded, it is stale, or it accumulates."""
     torch.manual_seed(0)
-    model, x = ConstantsSharingMemoryWithWrites(), torch.randn(4)
-    captured = capture(model, [x], dialect)
+    _check_constants_sharing_memory_are_not_folded(lab, capture(ConstantsSharingMemoryWithWrites(), [torch.randn(4)],
+                                                                dialect))  # fmt: skip
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("spelling", ["keywords", "positional"])  # (no view here passes a default)
+def test_constant_folding_reads_every_spelling_of_the_arguments(lab, spelling):
+    """The same constants, their views taken by ``torch.reshape``, ``torch.select`` and ``torch.narrow``, with the
+    tensor by name (``torch.reshape(input=table, shape=(2, 2))``) or every argument by position: follow each view
+    to the tensor it views wherever the call passes it (``call_input``), not from ``node.args[0]``."""
+
+    def capture_in(dialect, spelling):
+        torch.manual_seed(0)
+        return capture(ConstantsSharingMemoryThroughFunctions(), [torch.randn(4)], dialect, spelling)
+
+    in_every_spelling(spelling, ["symbolic_trace", "make_fx"], capture_in,
+                      partial(_check_constants_sharing_memory_are_not_folded, lab))  # fmt: skip
+
+
+def _check_constants_sharing_memory_are_not_folded(lab, captured):
+    dialect = captured.name
     expected = captured.run()
     gm = assert_fired(lab.fold_constants(captured.graph_module), dialect, "the constant sigmoid(self.w)")
     assert count_nodes(gm, functions=(torch.sigmoid, aten.sigmoid.default)) == 0, (
@@ -772,7 +792,7 @@ def test_constant_folding_never_folds_values_sharing_memory_with_a_write(lab, di
                 )
                 + "constant_folding.py must never fold a value that shares memory with one an in-place op writes: "
                 "follow the aliasing ops (view, getitem/select, slice, ...) both ways from every value an impure "
-                "node consumes, and fold nothing they reach"
+                "node consumes, wherever the call passes the tensor, and fold nothing they reach"
             )
 
 

@@ -566,6 +566,24 @@ class ConstantsSharingMemoryWithWrites(nn.Module):
         return x * table, first * x, grid * x.view(2, 2), x * gate
 
 
+class ConstantsSharingMemoryThroughFunctions(ConstantsSharingMemoryWithWrites):
+    """The same constants and writes, each view taken by a torch function that can be given its tensor by name:
+    ``torch.reshape(table, (2, 2))``, ``torch.select(scale, 0, 0)``, ``torch.narrow(shift, 0, 2, 2)``. Respelled
+    (``torch.reshape(input=table, shape=(2, 2))``), the tensor a view shares memory with is no positional argument."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        table = self.w * 2
+        torch.reshape(table, (2, 2)).add_(torch.reshape(x, (2, 2)))
+        scale = self.w + 1
+        first = torch.select(scale, 0, 0)
+        scale.mul_(x)
+        shift = self.w - 1
+        grid = torch.reshape(shift, (2, 2))
+        torch.narrow(shift, 0, 2, 2).add_(torch.narrow(x, 0, 2, 2))
+        gate = torch.sigmoid(self.w)  # constant, and nothing written shares its memory
+        return x * table, first * x, grid * x.view(2, 2), x * gate
+
+
 class CountsItsCallsThroughAView(nn.Module):
     """A buffer written in place through a view of a view on every call (``self.calls.view(2, 2)[0].add_(1)``),
     then read (``self.calls * 2``): the read sees the write, and the count persists from call to call."""

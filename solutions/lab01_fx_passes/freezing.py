@@ -45,7 +45,7 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.infra.pass_base import PassResult
 
-from lab01_fx_passes.given.graph_tools import add_attribute, is_module_state, writes_in_place
+from lab01_fx_passes.given.graph_tools import add_attribute, call_input, is_module_state, writes_in_place
 from lab01_fx_passes.given.interface import (
     ALIASING_OPS,
     MODIFIED_IN_PLACE,
@@ -78,20 +78,23 @@ def _aliases(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
 def shares_memory_with(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
     """``node`` and every node that may share its memory: up to the tensor it is a view of (through
     :data:`ALIASING_OPS` and in-place ops, which return their input), then down through
-    every view of that tensor, of its views, ..."""
+    every view of that tensor, of its views, ...
+
+    A view's tensor is its call's input wherever the call passes it (``call_input``): by position, or by
+    name (``torch.reshape(input=t, shape=...)``), never ``node.args[0]`` alone."""
 
     def aliases_input(user: fx.Node) -> bool:
         name = op_name(user, modules)
         return name is not None and (name.name in ALIASING_OPS or writes_in_place(user, name))
 
     root = node
-    while aliases_input(root) and root.args and isinstance(root.args[0], fx.Node):
-        root = root.args[0]
+    while aliases_input(root) and isinstance(call_input(root), fx.Node):
+        root = call_input(root)
     found, stack = [root], [root]
     while stack:
         value = stack.pop()
         for user in value.users:
-            if user not in found and aliases_input(user) and user.args and user.args[0] is value:
+            if user not in found and aliases_input(user) and call_input(user) is value:
                 found.append(user)
                 stack.append(user)
     return found
