@@ -126,6 +126,7 @@ from lab01_fx_passes.given.models import (
     ConvBNStack,
     ConvCalledTwice,
     ConvFeatures,
+    ConvSettingsOneAtATime,
     ConvThen,
     CountsItsCallsThroughAView,
     DeadChains,
@@ -489,14 +490,16 @@ def test_conv_bn_skips_batch_norm_that_uses_batch_statistics(lab, form, dialect)
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("dialect", ["symbolic_trace", *ATEN_DIALECTS])
-@pytest.mark.parametrize("form", ["functional", "modules"])
+@pytest.mark.parametrize("form", ["functional", "functional_weight_only", "functional_bias_only", "modules"])
 def test_conv_bn_folds_batch_norms_without_weight_or_bias(lab, form, dialect):
     """A BatchNorm without a learned scale and shift (``affine=False``; a functional call passing no ``weight`` and
     no ``bias``) is still a fixed affine map in eval mode: its scale is ``1 / sqrt(var + eps)``, its shift ``-mean``
-    times that. Every pair folds, and the fused graph computes what the model does. (Running variances near 1:
-    without a learned scale to bring them back, variances of 1e-4 would magnify float32's rounding a hundredfold.)"""
-    if form == "functional":
-        model = FunctionalConvBN(eps=NON_DEFAULT_EPS, affine=False)
+    times that; a call passing one of the two alone has the identity's other (a scale of 1, a shift of 0). Every
+    pair folds, and the fused graph computes what the model does. (Running variances near 1: without a learned
+    scale to bring them back, variances of 1e-4 would magnify float32's rounding a hundredfold.)"""
+    if form.startswith("functional"):
+        learned = {"functional": (), "functional_weight_only": ("weight",), "functional_bias_only": ("bias",)}[form]
+        model = FunctionalConvBN(eps=NON_DEFAULT_EPS, learned=learned)
     else:
         model = _without_weight_or_bias(ConvBNStack(eps=NON_DEFAULT_EPS))
     model = randomize_batch_norm(model).eval()
@@ -1777,6 +1780,28 @@ def test_onednn_keeps_values_another_node_reads_apart(lab, dialect):
 
 @pytest.mark.extension
 @pytest.mark.points(1)
+@pytest.mark.parametrize(
+    ("form", "dialect"), [("functional", dialect) for dialect in DIALECTS] + [("modules", "symbolic_trace")]
+)
+def test_onednn_reads_each_convolution_setting_alone(lab, form, dialect):
+    """Five convolutions, each with one setting changed and the rest at their defaults (a bias, stride 2, padding
+    1, dilation 2, groups 3), as ``F.conv2d`` calls and as ``nn.Conv2d`` modules: each setting is read from its own
+    place, whatever the others are."""
+    model = seeded(partial(ConvSettingsOneAtATime, modules=form == "modules")).eval()
+    captured = channels_last_graph(model, dialect, size=9)
+    expected = captured.run()
+    gm = frozen_if_dynamo(lab, captured)
+    with torch.no_grad():
+        result = lab.lower_to_onednn(gm, captured.inputs)
+    lowered = assert_lowered(result, dialect, "five convolutions, one setting changed in each", {"conv": 5})
+    outputs = captured.run(lowered)
+    for output, want, setting in zip(outputs, expected, ConvSettingsOneAtATime.SETTINGS, strict=True):
+        (name,) = setting
+        assert_close(output, want, what=f"onednn_lowering.py's {dialect} convolution with {name} alone changed")
+
+
+@pytest.mark.extension
+@pytest.mark.points(1)
 @pytest.mark.parametrize("dialect", ["symbolic_trace", "make_fx", "export_core_aten"])
 def test_onednn_leaves_a_transposed_convolution_alone(lab, dialect):
     """oneDNN's fused convolution computes a regular convolution: a transposed one (``nn.ConvTranspose2d``; in
@@ -2290,7 +2315,7 @@ NOT_IDENTITIES = {
 
 @pytest.mark.extension
 @pytest.mark.points(1)
-@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "export_core_aten"])
+@pytest.mark.parametrize("dialect", ["symbolic_trace", "dynamo", "export", "export_core_aten"])
 def test_algebra_leaves_non_identities_alone(lab, dialect):
     """x * 0 (nan on inf), x - x, 0 - x, 1 / x, x // 1, one transpose, one negation, a reshape to another shape,
     an in-place x.add_(0) (a write, not a value: it turns -0.0 into +0.0), a view of x as int32 (x's shape and

@@ -262,6 +262,44 @@ def arguments_at_default(node: fx.Node, modules: dict[str, torch.nn.Module] | No
     }
 
 
+def required_argument_values(node: fx.Node) -> dict[str, str] | None:
+    """For each parameter of ``node``'s call without a default: the value the call passes, when it is a plain one.
+
+    aten's schemas leave many settings without a default (``aten.convolution``'s ``stride``, ``transposed`` and
+    ``groups``, ``aten.transpose.int``'s dims): :func:`arguments_at_default` cannot tell whether a test varies
+    them. The value is written so equal settings read alike (numbers by value, lists and tuples by their items):
+    ``"(1.0, 1.0)"``; a node or tensor, or a sequence holding one, is ``"<value>"`` (a graph value, which a test
+    may pass or not where ``None`` is allowed: aten's ``Tensor? bias``). None where the call's signature cannot be
+    told (a ``call_module``: a module's settings all have defaults).
+    """
+    signature = None if node.op == "call_module" else call_signature(node)
+    if signature is None:
+        return None
+    try:
+        given = signature.bind(*node.args, **node.kwargs).arguments
+    except TypeError:
+        return None
+    return {
+        name: "<value>" if _holds_a_value(given[name]) else repr(_setting(given[name]))
+        for name, parameter in signature.parameters.items()
+        if parameter.default is inspect.Parameter.empty and name in given
+    }
+
+
+def _setting(value: Any) -> Any:
+    """``value`` in a form where equal settings compare equal: numbers as floats, sequences as tuples."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_setting(item) for item in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _holds_a_value(value: Any) -> bool:
+    """Whether ``value`` is, or holds, a node or a tensor (a graph value, not a setting)."""
+    return any(isinstance(leaf, (fx.Node, torch.Tensor)) for leaf in torch.utils._pytree.tree_leaves(value))
+
+
 def _module_at_default(module: torch.nn.Module) -> dict[str, bool]:
     """:func:`arguments_at_default` of a module: its ``__init__``'s defaults against the attributes it keeps."""
     at_default = {}

@@ -101,28 +101,28 @@ class FunctionalConvBN(nn.Module):
     ``F.batch_norm`` with the statistics by position and ``eps`` by name. ``symbolic_trace`` and Dynamo record
     each call as written."""
 
-    def __init__(self, eps: float = 1e-5, *, affine: bool = True, second_in_training: bool = False) -> None:
-        """``affine=False``: both calls pass no weight and no bias (the fold's scale is then ``1 / sqrt(var +
-        eps)``). ``second_in_training``: the second call passes ``training=True`` (batch statistics: no fold)."""
+    def __init__(
+        self, eps: float = 1e-5, *, learned: tuple[str, ...] = ("weight", "bias"), second_in_training: bool = False
+    ) -> None:
+        """``learned``: which of the BatchNorms' ``weight`` and ``bias`` the calls pass (``()``: neither, and the
+        fold's scale is ``1 / sqrt(var + eps)``; one alone: the other is the identity's, 1 or 0).
+        ``second_in_training``: the second call passes ``training=True`` (batch statistics: no fold)."""
         super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8, eps=eps, affine=affine)
-        self.conv2, self.bn2 = nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8, eps=eps, affine=affine)
-        self.second_in_training = second_in_training
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8, eps=eps)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8, eps=eps)
+        self.learned, self.second_in_training = learned, second_in_training
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c1, b1, b2 = self.conv1, self.bn1, self.bn2
         y = F.conv2d(x, c1.weight, c1.bias, c1.stride, c1.padding)
-        if b1.affine:
-            y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, b1.weight, b1.bias, eps=b1.eps))
-        else:
-            y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, eps=b1.eps))
+        y = torch.relu(F.batch_norm(y, b1.running_mean, b1.running_var, **self._learned(b1), eps=b1.eps))
         y = F.conv2d(y, self.conv2.weight)
-        training = self.second_in_training
-        if b2.affine:
-            return F.batch_norm(
-                y, b2.running_mean, b2.running_var, weight=b2.weight, bias=b2.bias, training=training, eps=b2.eps
-            )
-        return F.batch_norm(y, b2.running_mean, b2.running_var, training=training, eps=b2.eps)
+        return F.batch_norm(
+            y, b2.running_mean, b2.running_var, **self._learned(b2), training=self.second_in_training, eps=b2.eps
+        )
+
+    def _learned(self, norm: nn.BatchNorm2d) -> dict[str, torch.Tensor]:
+        return {name: getattr(norm, name) for name in self.learned}
 
 
 class TransposedThenRegular1d(nn.Module):
@@ -868,6 +868,41 @@ class FunctionalConvs(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return F.conv2d(x, self.plain), F.conv2d(x, self.strided, self.bias, 2, 1)
+
+
+class ConvSettingsOneAtATime(nn.Module):
+    """Five ``F.conv2d`` calls, each with one setting away from its default and the rest left out: a bias,
+    ``stride=2``, ``padding=1``, ``dilation=2``, ``groups=3``. A lowering that reads a setting from another's place
+    (Dynamo records ``torch.conv2d`` as written; aten's ``convolution`` takes all nine by position) or that takes
+    one setting for another passes tests whose convolutions change several at once."""
+
+    SETTINGS = ({"bias": True}, {"stride": 2}, {"padding": 1}, {"dilation": 2}, {"groups": 3})
+
+    def __init__(self, in_channels: int = 3, out_channels: int = 6, *, modules: bool = False) -> None:
+        """``modules=True``: five ``nn.Conv2d`` modules configured so instead (``bias=False`` but in the first)."""
+        super().__init__()
+        self.weights = nn.ParameterList(
+            nn.Parameter(torch.randn(out_channels, in_channels // setting.get("groups", 1), 3, 3) * 0.3)
+            for setting in self.SETTINGS
+        )
+        self.bias = nn.Parameter(torch.randn(out_channels))
+        self.convs = None
+        if modules:
+            self.convs = nn.ModuleList(
+                nn.Conv2d(in_channels, out_channels, 3, **{"bias": False, **setting}) for setting in self.SETTINGS
+            )
+            for conv, weight in zip(self.convs, self.weights, strict=True):
+                conv.weight = weight
+            self.convs[0].bias = self.bias
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.convs is not None:
+            return tuple(conv(x) for conv in self.convs)
+        outputs = []
+        for weight, setting in zip(self.weights, self.SETTINGS, strict=True):
+            keywords = {name: self.bias if name == "bias" else value for name, value in setting.items()}
+            outputs.append(F.conv2d(x, weight, **keywords))
+        return tuple(outputs)
 
 
 class ConvThen(nn.Module):

@@ -1,12 +1,22 @@
 """A pytest plugin for the instructor's argument audit of lab 1 (``test_argument_audit.py`` runs it).
 
 With ``--argument-audit PATH``, every run of an audited pass of the reference records, for each call node of the
-graph it was given, the call's target and which of its arguments with a default it passes at that default
-(:func:`labkit.spellings.arguments_at_default`: a function's parameters, a module's configuration), and which
-targets the pass removed from the graph. At the end of the session the record is written to ``PATH`` as JSON::
+graph it was given, the call's target and
+
+- which of its arguments with a default it passes at that default (:func:`labkit.spellings.arguments_at_default`:
+  a function's parameters, a module's configuration), and for each argument it passes at another value, the
+  others it passes at another value too (*partners*: an argument always set together with another can be read
+  wrongly by a check that reads only the other, as ``addmm``'s ``beta`` and ``alpha``);
+- the values of its arguments without a default (:func:`labkit.spellings.required_argument_values`: aten's
+  ``transposed``, ``groups``, dims; a graph value is ``"<value>"``);
+
+and which targets the pass removed from the graph. At the end of the session the record is written to ``PATH``
+as JSON::
 
     {"ConvBNFuser": {"removed": ["torch.nn.modules.batchnorm.BatchNorm2d", ...],
-                     "met": {"torch.conv2d": {"stride": ["another", "default"], ...}, ...}}, ...}
+                     "met": {"torch.conv2d": {"stride": ["another", "default"], ...}, ...},
+                     "partners": {"aten.addmm.default": {"beta": ["alpha"], "alpha": []}, ...},
+                     "values": {"aten.convolution.default": {"transposed": ["False", "True"], ...}, ...}}, ...}
 
 A pass *claims* the targets it removes: it rewrote those calls, so each of their arguments is a case its tests
 should try at its default and at another value. The passes whose job is not one op's meaning (dead code,
@@ -26,7 +36,7 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassBase
 
 from lab01_fx_passes.given.interface import ConvBNFuserBase
-from labkit.spellings import arguments_at_default, full_target_name
+from labkit.spellings import arguments_at_default, full_target_name, required_argument_values
 
 #: The reference's passes whose job is rewriting particular calls.
 AUDITED = ("ConvBNFuser", "LinearGeluFuser", "OneDNNLowering", "AlgebraicSimplifier", "OpReplacer")
@@ -39,6 +49,13 @@ class ArgumentAudit:
         self.met: dict[str, dict[str, dict[str, set[str]]]] = collections.defaultdict(
             lambda: collections.defaultdict(lambda: collections.defaultdict(set))
         )
+        self.values: dict[str, dict[str, dict[str, set[str]]]] = collections.defaultdict(
+            lambda: collections.defaultdict(lambda: collections.defaultdict(set))
+        )
+        #: pass -> target -> argument -> the arguments at another value in every call with it at another value
+        self.partners: dict[str, dict[str, dict[str, set[str]]]] = collections.defaultdict(
+            lambda: collections.defaultdict(dict)
+        )
         self.removed: dict[str, set[str]] = collections.defaultdict(set)
 
     def saw(self, pass_name: str, gm: fx.GraphModule) -> collections.Counter:
@@ -50,8 +67,16 @@ class ArgumentAudit:
             if name is None:
                 continue
             counts[name] += 1
-            for argument, at_default in (arguments_at_default(node, modules) or {}).items():
-                self.met[pass_name][name][argument].add("default" if at_default else "another")
+            at_default = arguments_at_default(node, modules) or {}
+            for argument, default in at_default.items():
+                self.met[pass_name][name][argument].add("default" if default else "another")
+            # A module's mode is the graph's, not a setting of the call: an eval-mode model changes it everywhere.
+            changed = {argument for argument, default in at_default.items() if not default and argument != "training"}
+            partners = self.partners[pass_name][name]
+            for argument in changed:
+                partners[argument] = partners.get(argument, changed - {argument}) & (changed - {argument})
+            for argument, value in (required_argument_values(node) or {}).items():
+                self.values[pass_name][name][argument].add(value)
         return counts
 
     def left(self, pass_name: str, before: collections.Counter, gm: Any) -> None:
@@ -67,6 +92,10 @@ class ArgumentAudit:
             pass_name: {
                 "removed": sorted(self.removed[pass_name]),
                 "met": {t: {a: sorted(v) for a, v in args.items()} for t, args in self.met[pass_name].items()},
+                "partners": {
+                    t: {a: sorted(v) for a, v in args.items()} for t, args in self.partners[pass_name].items()
+                },
+                "values": {t: {a: sorted(v) for a, v in args.items()} for t, args in self.values[pass_name].items()},
             }
             for pass_name in sorted(set(self.met) | set(self.removed))
         }

@@ -8,7 +8,15 @@ its tests should try both at the default and at another value, or a student's pa
 (folds a BatchNorm without bias as if it had one, fuses a GELU whatever its ``approximate``) passes every test.
 
 An argument met one way only fails the test unless :data:`MET_AT_ONE_VALUE` lists it with the reason it cannot
-change what the pass must do. It grades the lab's whole suite once: about 3 minutes on two cores.
+change what the pass must do. Two more checks read the same record:
+
+- a setting without a default (aten's ``convolution`` takes ``stride``, ``transposed``, ``groups`` all by
+  position, with no default) is met at two values at least (:data:`SETTING_AT_ONE_VALUE` lists the exceptions);
+- an argument changed from its default is changed without each other argument at least once: always set
+  together, a check that reads one of them for both passes (``addmm``'s ``beta`` and ``alpha``;
+  :data:`ALWAYS_SET_TOGETHER` lists the exceptions).
+
+It grades the lab's whole suite once: about 3 minutes on two cores.
 """
 
 from __future__ import annotations
@@ -37,6 +45,12 @@ _LIKE_FORMS = {
     "memory_format": "the simplifier judges every identity by its result's strides on a run (strided_slice)",
 }
 
+_DROPPED = (
+    "the replacement takes the input alone (test_replace_ops_gives_the_replacement_the_input_alone): the original's "
+    "other arguments are dropped whatever their values"
+)
+_IN_PLACE_ALIKE = "op_name reads the in-place forms of every activation alike; ReLU's and SiLU's are met both ways"
+
 #: (pass, target, argument) -> why its tests need not meet it at a second value.
 MET_AT_ONE_VALUE: dict[tuple[str, str, str], str] = {
     ("ConvBNFuser", "torch.nn.functional.batch_norm", "momentum"): _EVAL_ONLY,
@@ -50,11 +64,65 @@ MET_AT_ONE_VALUE: dict[tuple[str, str, str], str] = {
     ("LinearGeluFuser", "torch.nn.modules.activation.GELU", "training"): _NO_MODE,
     ("AlgebraicSimplifier", "aten.sub.Tensor", "alpha"): "x - alpha * 0 is x whatever alpha is: no identity reads it",
     **{
+        ("OpReplacer", target, argument): _DROPPED
+        for target, argument in (
+            ("aten.elu.default", "alpha"),
+            ("aten.elu.default", "scale"),
+            ("aten.elu.default", "input_scale"),
+            ("aten.gelu.default", "approximate"),
+            ("torch._C._nn.gelu", "approximate"),
+            ("torch.nn.functional.elu", "alpha"),
+            ("torch.nn.modules.activation.ELU", "alpha"),
+        )
+    },  # fmt: skip
+    ("OpReplacer", "torch.nn.functional.elu", "inplace"): _IN_PLACE_ALIKE,
+    ("OpReplacer", "torch.nn.modules.activation.ELU", "inplace"): _IN_PLACE_ALIKE,
+    ("OpReplacer", "torch.nn.modules.activation.ELU", "training"): _NO_MODE,
+    **{
         ("AlgebraicSimplifier", f"{prefix}{like}", argument): why
         for prefix, suffix in (("torch.", ""), ("aten.", ".default"))
         for like in (f"zeros_like{suffix}", f"ones_like{suffix}", f"full_like{suffix}")
         for argument, why in _LIKE_FORMS.items()
     },
+}
+
+
+_ONE_SPELLING = "make_fx writes pin_memory=False beside any dtype it writes out: one call's spelling, not two settings"
+
+#: (pass, target, setting) -> why its tests need not meet it at a second value.
+SETTING_AT_ONE_VALUE: dict[tuple[str, str, str], str] = {
+    **{
+        ("ConvBNFuser", f"aten.{norm}.default", "momentum"): _EVAL_ONLY
+        for norm in ("_native_batch_norm_legit_no_training", "batch_norm", "native_batch_norm")
+    },
+    ("ConvBNFuser", "aten.batch_norm.default", "cudnn_enabled"): "which kernel computes it, not what it computes",
+    ("LinearGeluFuser", "aten.permute.default", "dims"): (
+        "a Linear's weight is 2-D: [1, 0] is its one transpose (permute(w, [0, 1]) is w, in no graph of a Linear)"
+    ),
+    ("OneDNNLowering", "aten.convolution.default", "output_padding"): (
+        "only a transposed convolution reads it, and the lowering refuses those (leaves_a_transposed_convolution_alone)"
+    ),
+    ("AlgebraicSimplifier", "torch.mul", "other"): (
+        "an operand, not a setting: NOT_IDENTITIES and HIDDEN state which numbers are the identity's; the held-out "
+        "torch.mul(c, 1.0) is a call whose overload the audit cannot tell"
+    ),
+}
+
+#: (pass, target, argument) -> why the tests need not change it without the arguments it is always changed with.
+ALWAYS_SET_TOGETHER: dict[tuple[str, str, str], str] = {
+    **{
+        ("AlgebraicSimplifier", f"aten.{like}.default", "dtype"): _ONE_SPELLING
+        for like in ("zeros_like", "ones_like", "full_like")
+    },
+    **{
+        ("ConvBNFuser", "torch.nn.modules.batchnorm.BatchNorm2d", argument): (
+            "one setting: a BatchNorm module has a bias exactly when it is affine"
+        )
+        for argument in ("affine", "bias")
+    },
+    ("OneDNNLowering", "torch.nn.modules.conv.Conv2d", "padding_mode"): (
+        "a padding mode pads nothing without a padding: it cannot be changed alone"
+    ),
 }
 
 
@@ -95,3 +163,50 @@ def test_every_listed_argument_is_still_met_at_one_value_only(audit):
     """A listed argument the tests now meet both ways (or that no pass claims any more) leaves the list."""
     stale = sorted(set(MET_AT_ONE_VALUE) - set(met_at_one_value(audit)))
     assert not stale, f"MET_AT_ONE_VALUE lists arguments the tests meet both ways, or no pass claims: {stale}"
+
+
+def settings_at_one_value(audit: dict) -> dict[tuple[str, str, str], str]:
+    """(pass, target, setting) -> its one value, for every setting without a default of every removed target."""
+    once = {}
+    for pass_name, record in audit.items():
+        for target in record["removed"]:
+            for setting, values in record["values"].get(target, {}).items():
+                if len(values) == 1 and values != ["<value>"]:  # a tensor always given is a graph value, no setting
+                    once[pass_name, target, setting] = values[0]
+    return once
+
+
+def always_set_together(audit: dict) -> dict[tuple[str, str, str], list[str]]:
+    """(pass, target, argument) -> the arguments changed from their defaults in every call that changes it."""
+    together = {}
+    for pass_name, record in audit.items():
+        for target in record["removed"]:
+            for argument, partners in record["partners"].get(target, {}).items():
+                if partners:
+                    together[pass_name, target, argument] = partners
+    return together
+
+
+def test_every_setting_without_a_default_is_met_at_two_values(audit):
+    unlisted = {key: value for key, value in settings_at_one_value(audit).items() if key not in SETTING_AT_ONE_VALUE}
+    assert not unlisted, (
+        f"{len(unlisted)} settings without a default, of calls lab 1's passes rewrite, are met at one value only in "
+        "its tests ((pass, target, setting): the value):\n"
+        + "\n".join(f"  {k}: {v}" for k, v in sorted(unlisted.items()))
+    )
+
+
+def test_every_argument_is_changed_without_each_other_at_least_once(audit):
+    unlisted = {key: with_ for key, with_ in always_set_together(audit).items() if key not in ALWAYS_SET_TOGETHER}
+    assert not unlisted, (
+        f"{len(unlisted)} arguments of calls lab 1's passes rewrite are changed from their defaults only together "
+        "with others ((pass, target, argument): the others):\n"
+        + "\n".join(f"  {key}: {with_}" for key, with_ in sorted(unlisted.items()))
+    )
+
+
+def test_every_listed_setting_and_pair_still_needs_its_entry(audit):
+    """An entry the tests no longer need (met at two values, changed alone, or not claimed) leaves its list."""
+    stale = sorted(set(SETTING_AT_ONE_VALUE) - set(settings_at_one_value(audit)))
+    stale += sorted(set(ALWAYS_SET_TOGETHER) - set(always_set_together(audit)))
+    assert not stale, f"SETTING_AT_ONE_VALUE or ALWAYS_SET_TOGETHER lists what the tests no longer need: {stale}"

@@ -611,6 +611,29 @@ def test_a_view_judged_by_its_shape_alone_fails_the_dtype_view_case(reference, m
             test_lab.test_algebra_leaves_non_identities_alone(reference, dialect)
 
 
+def test_an_aten_reshape_judged_by_its_rank_fails_the_export_non_identities(reference, monkeypatch):
+    """``aten.reshape.default`` (export's spelling of ``x.reshape``; core aten and make_fx spell it ``view``) taken as
+    an identity when the result has x's rank and memory: ``x.reshape(8, 4)`` of a 4x8 ``x`` has both."""
+    from solutions.lab01_fx_passes import algebraic
+
+    judge = algebraic.AlgebraicSimplifier._same_shape_view
+
+    def rank_only(self, node, rule, source=None):
+        if node.target is not torch.ops.aten.reshape.default:
+            return judge(self, node, rule, source)
+        source = algebraic.call_input(node) if source is None else source
+        x, y = self._tensor(source), self._tensor(node)
+        if x is None or y is None or self._memory[source] != self._memory[node] or x.dim() != y.dim():
+            return None
+        return rule, source, None
+
+    _algebra_mistake(monkeypatch, "_same_shape_view", rank_only)
+    for dialect in ["symbolic_trace", "dynamo", "export_core_aten"]:
+        test_lab.test_algebra_leaves_non_identities_alone(reference, dialect)
+    with pytest.raises(AssertionError, match="reshaped_elsewhere: the pass rewrote"):
+        test_lab.test_algebra_leaves_non_identities_alone(reference, "export")
+
+
 @pytest.fixture
 def bakes_the_example_batch(reference, monkeypatch):
     """A layout pass that rewrites the views it meets (``view`` becomes ``reshape``) with the recorded shapes as
@@ -636,6 +659,30 @@ def test_a_size_read_as_a_number_fails_the_symbolic_shapes_test(bakes_the_exampl
         test_lab.test_symbolic_every_pass_is_right_at_every_batch_size(
             bakes_the_example_batch, "channels_last", "export"
         )
+
+
+@pytest.mark.parametrize("read", ["weight", "bias"])
+def test_a_batch_norm_judged_affine_by_one_tensor_fails_the_one_of_two_cases(reference, monkeypatch, read):
+    """A fold that asks one of ``weight`` and ``bias`` whether the BatchNorm is affine, and drops the other when
+    that one is None: right wherever a call passes both or neither."""
+    from solutions.lab01_fx_passes import conv_bn
+
+    fold = conv_bn._fused_weights
+
+    def one_asked(conv_w, conv_b, mean, var, eps, bn_w, bn_b):
+        if (bn_w if read == "weight" else bn_b) is None:
+            bn_w = bn_b = None
+        return fold(conv_w, conv_b, mean, var, eps, bn_w, bn_b)
+
+    monkeypatch.setattr(conv_bn, "_fused_weights", one_asked)
+    other = "bias" if read == "weight" else "weight"
+    for form in ("functional", "modules"):
+        test_lab.test_conv_bn_folds_batch_norms_without_weight_or_bias(reference, form, "make_fx")
+    for dialect in ("symbolic_trace", *ATEN_DIALECTS):
+        with pytest.raises(AssertionError, match="computes something else than the original"):
+            test_lab.test_conv_bn_folds_batch_norms_without_weight_or_bias(
+                reference, f"functional_{other}_only", dialect
+            )
 
 
 # -- step 2: folds that rewrite what the graph shares ------------------------------------------------
