@@ -83,11 +83,29 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
     "addmm": (
         ("x.addmm(a, b, beta=0.5)", lambda x, a, b: x.addmm(a, b, beta=0.5), ((2, 3), (2, 4), (4, 3))),
         ("x.addmm_(a, b, alpha=2)", lambda x, a, b: x.addmm_(a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
+        ("torch.addmm(x, a, b, alpha=2)", lambda x, a, b: torch.addmm(x, a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
+    ),
+    # Exponents other than 2 (OpInfo's Tensor_Scalar samples square): x ** 3, a root, a reciprocal.
+    "pow": (
+        ("x ** 3", lambda x: x**3, ((3, 4),)),
+        ("(x.abs() + 0.5) ** 0.5", lambda x: (x.abs() + 0.5) ** 0.5, ((3, 4),)),
+        ("(x.abs() + 0.5).pow(-1.0)", lambda x: (x.abs() + 0.5).pow(-1.0), ((3, 4),)),
+    ),
+    # A transposed convolution is an aten.convolution with transposed=True (positional); a dilation alone.
+    "nn.functional.conv2d": (
+        ("F.conv_transpose2d(x, w)", lambda x, w: torch.nn.functional.conv_transpose2d(x, w),
+         ((1, 3, 5, 5), (3, 3, 3, 3))),
+        ("F.conv2d(x, w, dilation=2)", lambda x, w: torch.nn.functional.conv2d(x, w, dilation=2),
+         ((1, 3, 7, 7), (4, 3, 3, 3))),
     ),
     "chunk": (("x.chunk(2)", lambda x: x.chunk(2), ((4, 3),)),),
     # Data where an argument matters: eps decides a normalisation only where the variance is small.
     "nn.functional.layer_norm": (
         ("F.layer_norm(x * 1e-3, (8,))", lambda x: torch.nn.functional.layer_norm(x * 1e-3, (8,)), ((4, 8),)),
+        ("F.layer_norm(x, (8,), weight=w)", lambda x, w: torch.nn.functional.layer_norm(x, (8,), weight=w),
+         ((4, 8), (8,))),
+        ("F.layer_norm(x, (8,), bias=b)", lambda x, b: torch.nn.functional.layer_norm(x, (8,), bias=b),
+         ((4, 8), (8,))),
         ("F.layer_norm(x * 1e-3, (3, 8), eps=1e-4)",
          lambda x: torch.nn.functional.layer_norm(x * 1e-3, (3, 8), eps=1e-4), ((2, 3, 8),)),
     ),
@@ -95,6 +113,18 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("F.batch_norm(x, mean, var * 1e-6, w, b)",
          lambda x, m, v, w, b: torch.nn.functional.batch_norm(x * 1e-3, m * 1e-3, v.abs() * 1e-6, w, b),
          ((2, 3, 4), (3,), (3,), (3,), (3,))),
+        ("F.batch_norm(x, mean, var, weight=w)", lambda x, m, v, w: torch.nn.functional.batch_norm(
+            x, m, v.abs() + 0.5, weight=w), ((2, 3, 4), (3,), (3,), (3,))),
+        ("F.batch_norm(x, mean, var, bias=b)", lambda x, m, v, b: torch.nn.functional.batch_norm(
+            x, m, v.abs() + 0.5, bias=b), ((2, 3, 4), (3,), (3,), (3,))),
+        ("F.batch_norm(x, mean, var * 1e-6, eps=1e-3)", lambda x, m, v: torch.nn.functional.batch_norm(
+            x * 1e-3, m * 1e-3, v.abs() * 1e-6, eps=1e-3), ((2, 3, 4), (3,), (3,))),
+        ("F.batch_norm(x, mean, var, momentum=0.5)", lambda x, m, v: torch.nn.functional.batch_norm(
+            x, m, v.abs() + 0.5, momentum=0.5), ((2, 3, 4), (3,), (3,))),
+    ),
+    "nn.functional.rms_norm": (
+        ("F.rms_norm(x * 1e-3, (8,), eps=1e-4)", lambda x: torch.nn.functional.rms_norm(x * 1e-3, (8,), eps=1e-4),
+         ((4, 8),)),
     ),
     # Varargs and index spellings the OpInfos never use: dims as separate arguments, negative list indices.
     "permute": (("x.permute(2, 0, 1)", lambda x: x.permute(2, 0, 1), ((2, 3, 4),)),),
@@ -133,6 +163,8 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
          lambda x: torch.split(tensor=x, split_size_or_sections=2, dim=1), ((3, 5),)),
         ("x.split(2, dim=1)", lambda x: x.split(2, dim=1), ((3, 5),)),
         ("x.split(2)", lambda x: x.split(2), ((5, 3),)),
+        ("x.split(3, dim=1)", lambda x: x.split(3, dim=1), ((3, 5),)),
+        ("x.split([1, 4], dim=1)", lambda x: x.split([1, 4], dim=1), ((3, 5),)),
     ),
     "clamp": (
         ("x.clamp(max=0.5)", lambda x: x.clamp(max=0.5), ((3, 4),)),
@@ -152,6 +184,7 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
     "flatten": (
         ("x.flatten(0, 1)", lambda x: x.flatten(0, 1), ((2, 3, 4, 5),)),
         ("torch.flatten(x, 1, 2)", lambda x: torch.flatten(x, 1, 2), ((2, 3, 4, 5),)),
+        ("torch.flatten(x, end_dim=1)", lambda x: torch.flatten(x, end_dim=1), ((2, 3, 4, 5),)),
     ),
     "mean": (
         ("x.mean(-1, dtype=torch.float64)", lambda x: x.mean(-1, dtype=torch.float64), ((3, 4),)),
@@ -169,6 +202,7 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
     "nn.functional.hardtanh": (
         ("F.hardtanh(x, -0.5, 0.5, True)", lambda x: torch.nn.functional.hardtanh(x, -0.5, 0.5, True), ((3, 4),)),
         ("F.hardtanh(x * 2)", lambda x: torch.nn.functional.hardtanh(x * 2), ((3, 4),)),
+        ("F.hardtanh(x * 2, inplace=True)", lambda x: torch.nn.functional.hardtanh(x * 2, inplace=True), ((3, 4),)),
     ),
     "nn.functional.hardswish": (
         ("F.hardswish(x * 3, inplace=True)", lambda x: torch.nn.functional.hardswish(x * 3, inplace=True), ((3, 4),)),

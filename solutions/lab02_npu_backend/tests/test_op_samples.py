@@ -5,7 +5,10 @@
   they put every aten target of the reference's table on the NPU but those listed in :data:`NOT_REACHED`,
   each with the reason OpInfo never gives the form the reference lowers (the hand-written tests do).
 - Every argument with a default of every call the tables claim reaches the support check at its default and at
-  another value, but those listed in :data:`MET_AT_ONE_VALUE` with the reason.
+  another value, but those listed in :data:`MET_AT_ONE_VALUE` with the reason; every argument without a default
+  that is a setting (a dim, a shape, a flag) at two values at least, but those in :data:`SETTING_AT_ONE_VALUE`;
+  and every argument changed from its default without each other at least once, but those in
+  :data:`ALWAYS_SET_TOGETHER` (a check that reads one of two arguments always set together passes otherwise).
 - The reference gives eager's answer on the reference inputs too (infinities, NaN, scalars on both sides).
 - Mistakes the reference once made are caught, with a message naming the call.
 """
@@ -25,7 +28,7 @@ from lab02_npu_backend.given.checks import TOLERANCE
 from lab02_npu_backend.given.graphs import target_name
 from lab02_npu_backend.given.op_samples import COURSE_OPS, known_op_names, op_samples, samples_off_eager
 from labkit.impl import load_lab
-from labkit.spellings import arguments_at_default, full_target_name
+from labkit.spellings import arguments_at_default, full_target_name, required_argument_values
 
 aten = torch.ops.aten
 
@@ -82,15 +85,28 @@ class CompiledSamples:
     asked: set = field(default_factory=set)
     #: target name -> argument -> the kinds of value the support table was asked about ("default", "another").
     met: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(set)))
+    #: target name -> argument without a default -> the values it was asked about (graph values as "<value>").
+    settings: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(set)))
+    #: target name -> argument -> the arguments changed from their defaults in every call that changes it.
+    partners: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(dict))
 
 
-def _record_arguments(node: torch.fx.Node, met: dict[str, set[str]]) -> None:
+def _record_arguments(node: torch.fx.Node, result: CompiledSamples) -> None:
     """Each argument of ``node``'s call that has a default: at it, or at another value
-    (:func:`labkit.spellings.arguments_at_default`). A call whose signature cannot be told records nothing: methods
-    torch has no function for (``x.view``, ``x.to``, ``x.contiguous``), methods whose own spelling does not bind
-    their function's (``x.permute(0, 2, 1)``)."""
-    for name, at_default in (arguments_at_default(node) or {}).items():
-        met[name].add("default" if at_default else "another")
+    (:func:`labkit.spellings.arguments_at_default`), and which others are changed with it; each argument without a
+    default: its value (:func:`labkit.spellings.required_argument_values`). A call whose signature cannot be told
+    records nothing: methods torch has no function for (``x.view``, ``x.to``, ``x.contiguous``), methods whose own
+    spelling does not bind their function's (``x.permute(0, 2, 1)``)."""
+    target = full_target_name(node.target)
+    at_default = arguments_at_default(node) or {}
+    for name, default in at_default.items():
+        result.met[target][name].add("default" if default else "another")
+    changed = {name for name, default in at_default.items() if not default}
+    partners = result.partners[target]
+    for name in changed:
+        partners[name] = partners.get(name, changed - {name}) & (changed - {name})
+    for name, value in (required_argument_values(node) or {}).items():
+        result.settings[target][name].add(value)
 
 
 @pytest.fixture(scope="module", params=["torch", "aten"])
@@ -104,7 +120,7 @@ def compiled_samples(reference, request):
     def recording(self, node):
         if node.op in ("call_function", "call_method") and isinstance(node.target, Hashable) and node.target in claimed:
             result.asked.add(node.target)
-            _record_arguments(node, result.met[full_target_name(node.target)])
+            _record_arguments(node, result)
         return asked(self, node)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -168,6 +184,66 @@ def test_every_argument_is_met_at_its_default_and_at_another_value(compiled_samp
     listed_here = {key for key in MET_AT_ONE_VALUE if key[0] == dialect}
     stale = sorted(listed_here - set(at_one_value))
     assert not stale, f"MET_AT_ONE_VALUE lists arguments the samples now meet both ways: {stale}"
+
+
+#: Arguments without a default of targets the tables claim that the samples pass at one value only, and why no
+#: other can be compared. Keyed like MET_AT_ONE_VALUE.
+SETTING_AT_ONE_VALUE: dict[tuple[str, str, str], str] = {
+    ("aten", "aten._softmax.default", "half_to_float"): "True only where a CUDA kernel turns half into float: the "
+    "CPU's _softmax refuses it",
+}
+
+_IMPLICIT_DIM = "dim=None is PyTorch's deprecated implicit choice: a call that sets another argument names dim"
+_DTYPE_ALWAYS_NAMED = "AOTAutograd names _to_copy's dtype in every call it records, even one that keeps it"
+#: Arguments the samples change from their defaults only together with others, and why. Keyed like MET_AT_ONE_VALUE.
+ALWAYS_SET_TOGETHER: dict[tuple[str, str, str], str] = {
+    ("torch", "torch.nn.functional.softmax", "dtype"): _IMPLICIT_DIM,
+    ("torch", "torch.nn.functional.softmax", "_stacklevel"): _IMPLICIT_DIM,
+    ("torch", "torch.nn.functional.dropout", "inplace"): "dropout draws random numbers unless training=False, which "
+    "changes training too (graded as above)",
+    **{("aten", "aten._to_copy.default", name): _DTYPE_ALWAYS_NAMED
+       for name in ("layout", "device", "non_blocking", "memory_format")},
+}  # fmt: skip
+
+
+def test_every_setting_without_a_default_is_met_at_two_values(compiled_samples):
+    """aten's schemas give many settings no default (``aten.convolution``'s ``transposed`` and ``groups``, the dims
+    of ``transpose.int``, ``view``'s shape): a support check that reads one wrongly passes samples that hold it at
+    one value. Graph values (``"<value>"``) are no settings; ``None`` beside a tensor is two values."""
+    dialect, result = compiled_samples
+    once = {
+        (dialect, target, name): values[0]
+        for target, settings in result.settings.items()
+        for name, values in ((name, sorted(values)) for name, values in settings.items())
+        if len(values) == 1 and values != ["<value>"]
+    }
+    unexplained = {key: value for key, value in once.items() if key not in SETTING_AT_ONE_VALUE}
+    assert not unexplained, (
+        f"settings without a default the samples pass at one value only ((dialect, target, setting): the value): "
+        f"{unexplained}; add a call to WRITTEN_SAMPLES in given/op_samples.py, or say in SETTING_AT_ONE_VALUE why "
+        "none can be compared"
+    )
+    stale = sorted({key for key in SETTING_AT_ONE_VALUE if key[0] == dialect} - set(once))
+    assert not stale, f"SETTING_AT_ONE_VALUE lists settings the samples now meet at two values: {stale}"
+
+
+def test_every_argument_is_changed_without_each_other_at_least_once(compiled_samples):
+    """``addmm``'s ``beta`` and ``alpha``: a check that reads one of two arguments always changed together passes
+    every sample that changes both."""
+    dialect, result = compiled_samples
+    together = {
+        (dialect, target, name): sorted(others)
+        for target, partners in result.partners.items()
+        for name, others in partners.items()
+        if others
+    }
+    unexplained = {key: others for key, others in together.items() if key not in ALWAYS_SET_TOGETHER}
+    assert not unexplained, (
+        f"arguments the samples change only together with others ((dialect, target, argument): the others): "
+        f"{unexplained}; add a call to WRITTEN_SAMPLES in given/op_samples.py, or say in ALWAYS_SET_TOGETHER why"
+    )
+    stale = sorted({key for key in ALWAYS_SET_TOGETHER if key[0] == dialect} - set(together))
+    assert not stale, f"ALWAYS_SET_TOGETHER lists arguments the samples now change alone: {stale}"
 
 
 @pytest.mark.parametrize("dialect", ["torch", "aten"])

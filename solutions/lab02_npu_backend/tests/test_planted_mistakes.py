@@ -341,3 +341,22 @@ def test_a_program_cache_keyed_on_tensors_alone_fails_the_reuse_test(reference, 
     monkeypatch.setattr(reference.backend.NpuPartition, "forward", keyed_on_tensors)
     with pytest.raises(AssertionError, match=r"n = 3: .*cache must key on every argument"):
         graded.test_a_program_is_never_reused_for_other_argument_values(reference)
+
+
+def _square_whatever_the_exponent(b, out, input, exponent):
+    return b.emit("mul", [input, input])
+
+
+@pytest.mark.parametrize("dialect", ["torch", "aten"])
+def test_a_power_lowered_as_a_square_fails_the_samples(reference, monkeypatch, dialect):
+    """OpInfo's ``pow`` samples raise to 2 alone among the exponents the NPU lowers: a lowering that squares
+    whatever the exponent passed them. WRITTEN_SAMPLES raise to 3 and -1 (the argument audit found the gap)."""
+    from lab02_npu_backend.given.checks import TOLERANCE
+    from lab02_npu_backend.given.op_samples import op_samples, samples_off_eager
+
+    assert samples_off_eager(reference, dialect, op_samples(["pow"]), tolerance=TOLERANCE)[0] == []
+    for target, rule in list(reference.lowering.LOWERINGS.items()):
+        if rule is reference.lowering._pow:
+            monkeypatch.setitem(reference.lowering.LOWERINGS, target, _square_whatever_the_exponent)
+    wrong, _ = samples_off_eager(reference, dialect, op_samples(["pow"]), tolerance=TOLERANCE)
+    assert any("x ** 3" in message for message in wrong), wrong
