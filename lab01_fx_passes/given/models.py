@@ -522,11 +522,13 @@ class ConstantOutputs(nn.Module):
 
 
 class ImpureConstants(nn.Module):
-    """Constants that must NOT be folded: mixed with randomness, or modified in place afterwards."""
+    """Constants that must NOT be folded: mixed with randomness, modified in place afterwards, or redrawn in place
+    by a random op (a noise buffer, read through a view taken before the draw)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.w = nn.Parameter(torch.randn(4))
+        self.register_buffer("noise", torch.zeros(4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # torch.rand_like(self.w) reads only a constant, but draws new numbers on every call. (A bare
@@ -535,7 +537,9 @@ class ImpureConstants(nn.Module):
         noisy = self.w * 2 + torch.rand_like(self.w)  # self.w * 2 is constant; the sum is not
         offset = self.w + 1  # constant, but modified in place below: fold it and calls accumulate
         offset.add_(x)
-        return x * noisy + offset
+        drawn = self.noise.view(2, 2)  # a view of the buffer, taken before the draw that writes it
+        self.noise.normal_()  # a random op that writes in place: what the view reads changes on every call
+        return x * noisy + offset + drawn.flatten()
 
 
 class ConstantsSharingMemoryWithWrites(nn.Module):

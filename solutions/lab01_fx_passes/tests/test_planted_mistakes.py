@@ -203,6 +203,26 @@ def test_a_graph_edited_without_recompile_is_named(never_recompiles):
         test_lab.test_dce_removes_dead_nodes(never_recompiles)
 
 
+@pytest.mark.parametrize("dialect", ["make_fx"])  # (symbolic_trace runs a buffer's normal_() while tracing)
+def test_a_random_draw_in_place_taken_for_a_read_fails_the_random_folding_test(reference, monkeypatch, dialect):
+    """Constant folding that skips every random op when it collects what impure nodes write: ``self.noise.normal_()``
+    redraws a buffer in place, and a view of it taken before was folded with the draw of the call before."""
+    from dataclasses import replace
+
+    from solutions.lab01_fx_passes import constant_folding
+
+    name = constant_folding.op_name
+
+    def random_ops_read_only(node, modules):
+        op = name(node, modules)
+        return replace(op, in_place=False) if op is not None and op.name in constant_folding.RANDOM_OPS else op
+
+    test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)
+    monkeypatch.setattr(constant_folding, "op_name", random_ops_read_only)
+    with pytest.raises(AssertionError, match="a random op that writes is a write like any other"):
+        test_lab.test_constant_folding_never_folds_random_or_mutated_values(reference, dialect)
+
+
 @pytest.fixture
 def in_place_module_replaced_out_of_place(reference, monkeypatch):
     """``nn.ReLU(inplace=True)`` (a module in symbolic_trace graphs, ``F.relu(x, inplace=True)`` in
