@@ -248,13 +248,10 @@ def arguments_at_default(node: fx.Node, modules: dict[str, torch.nn.Module] | No
     if node.op == "call_module":
         module = (modules or {}).get(node.target)
         return None if module is None else _module_at_default(module)
-    signature = call_signature(node)
-    if signature is None:
+    bound = _bound_arguments(node)
+    if bound is None:
         return None
-    try:
-        given = signature.bind(*node.args, **node.kwargs).arguments
-    except TypeError:
-        return None
+    signature, given = bound
     return {
         name: is_default(given.get(name, parameter.default), parameter.default)
         for name, parameter in signature.parameters.items()
@@ -262,8 +259,19 @@ def arguments_at_default(node: fx.Node, modules: dict[str, torch.nn.Module] | No
     }
 
 
+def _bound_arguments(node: fx.Node) -> tuple[inspect.Signature, dict[str, Any]] | None:
+    """``node``'s call signature and the arguments it binds to them by name (None where it cannot be told)."""
+    signature = call_signature(node)
+    if signature is None:
+        return None
+    try:
+        return signature, signature.bind(*node.args, **node.kwargs).arguments
+    except TypeError:
+        return None
+
+
 def required_argument_values(node: fx.Node) -> dict[str, str] | None:
-    """For each parameter of ``node``'s call without a default: the value the call passes, when it is a plain one.
+    """For each parameter of ``node``'s call without a default: the value the call passes.
 
     aten's schemas leave many settings without a default (``aten.convolution``'s ``stride``, ``transposed`` and
     ``groups``, ``aten.transpose.int``'s dims): :func:`arguments_at_default` cannot tell whether a test varies
@@ -272,13 +280,10 @@ def required_argument_values(node: fx.Node) -> dict[str, str] | None:
     may pass or not where ``None`` is allowed: aten's ``Tensor? bias``). None where the call's signature cannot be
     told (a ``call_module``: a module's settings all have defaults).
     """
-    signature = None if node.op == "call_module" else call_signature(node)
-    if signature is None:
+    bound = None if node.op == "call_module" else _bound_arguments(node)
+    if bound is None:
         return None
-    try:
-        given = signature.bind(*node.args, **node.kwargs).arguments
-    except TypeError:
-        return None
+    signature, given = bound
     return {
         name: "<value>" if _holds_a_value(given[name]) else repr(_setting(given[name]))
         for name, parameter in signature.parameters.items()

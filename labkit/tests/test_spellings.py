@@ -16,6 +16,7 @@ from labkit.spellings import (
     call_input,
     call_signature,
     canonical_arguments,
+    required_argument_values,
     respelled,
 )
 
@@ -271,3 +272,22 @@ def test_arguments_at_default_read_a_calls_signature_and_a_modules_configuration
     met = arguments_at_default(node, {"conv": module})
     assert met["stride"] is False and met["padding"] is True and met["dilation"] is True  # (1, 1) is stride=1
     assert met["bias"] is False and met["training"] is True  # bias=False keeps None; a new module trains
+
+
+def test_required_argument_values_read_settings_alike_and_graph_values_as_values():
+    """aten.convolution's settings have no default: their values are recorded, equal ones alike ([1, 1] and (1, 1),
+    2 and 2.0); a tensor argument is a graph value, ``None`` in its place a value of its own."""
+    graph = fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    settings = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    regular = graph.call_function(aten.convolution.default, (x, w, None, *settings))
+    transposed = graph.call_function(aten.convolution.default, (x, w, w, (1, 1), (0, 0), (1, 1), True, (0, 0), 2.0))
+    assert required_argument_values(regular) == {
+        "input": "<value>", "weight": "<value>", "bias": "None", "stride": "(1.0, 1.0)", "padding": "(0.0, 0.0)",
+        "dilation": "(1.0, 1.0)", "transposed": "False", "output_padding": "(0.0, 0.0)", "groups": "1.0",
+    }  # fmt: skip
+    other = required_argument_values(transposed)
+    assert (other["bias"], other["transposed"], other["groups"]) == ("<value>", "True", "2.0")
+    assert other["stride"] == "(1.0, 1.0)"  # a tuple reads as the list does
+    assert required_argument_values(graph.call_function(F.gelu, (x,), {"approximate": "tanh"})) == {"input": "<value>"}
+    assert required_argument_values(graph.call_module("conv", (x,))) is None  # a module's settings have defaults

@@ -149,13 +149,20 @@ def met_at_one_value(audit: dict) -> dict[tuple[str, str, str], str]:
     return once
 
 
+def assert_all_listed(found: dict[tuple[str, str, str], object], listed: dict, what: str) -> None:
+    """Every key of ``found`` is in ``listed`` (with its reason); else a failure listing the others, ``what``
+    saying what they are and what their values mean."""
+    unlisted = {key: value for key, value in found.items() if key not in listed}
+    assert not unlisted, f"{len(unlisted)} {what}:\n" + "\n".join(f"  {k}: {v}" for k, v in sorted(unlisted.items()))
+
+
 def test_every_argument_of_every_rewritten_call_is_met_at_its_default_and_at_another_value(audit):
     assert any(record["removed"] for record in audit.values()), "the audit saw no pass remove anything"
-    unlisted = {key: way for key, way in met_at_one_value(audit).items() if key not in MET_AT_ONE_VALUE}
-    assert not unlisted, (
-        f"{len(unlisted)} arguments of calls lab 1's passes rewrite are met at one value only in its tests "
-        "((pass, target, argument): the value met, 'default' or 'another'):\n"
-        + "\n".join(f"  {key}: {way}" for key, way in sorted(unlisted.items()))
+    assert_all_listed(
+        met_at_one_value(audit),
+        MET_AT_ONE_VALUE,
+        "arguments of calls lab 1's passes rewrite are met at one value only in its tests ((pass, target, "
+        "argument): the value met, 'default' or 'another')",
     )
 
 
@@ -188,20 +195,20 @@ def always_set_together(audit: dict) -> dict[tuple[str, str, str], list[str]]:
 
 
 def test_every_setting_without_a_default_is_met_at_two_values(audit):
-    unlisted = {key: value for key, value in settings_at_one_value(audit).items() if key not in SETTING_AT_ONE_VALUE}
-    assert not unlisted, (
-        f"{len(unlisted)} settings without a default, of calls lab 1's passes rewrite, are met at one value only in "
-        "its tests ((pass, target, setting): the value):\n"
-        + "\n".join(f"  {k}: {v}" for k, v in sorted(unlisted.items()))
+    assert_all_listed(
+        settings_at_one_value(audit),
+        SETTING_AT_ONE_VALUE,
+        "settings without a default, of calls lab 1's passes rewrite, are met at one value only in its tests "
+        "((pass, target, setting): the value)",
     )
 
 
 def test_every_argument_is_changed_without_each_other_at_least_once(audit):
-    unlisted = {key: with_ for key, with_ in always_set_together(audit).items() if key not in ALWAYS_SET_TOGETHER}
-    assert not unlisted, (
-        f"{len(unlisted)} arguments of calls lab 1's passes rewrite are changed from their defaults only together "
-        "with others ((pass, target, argument): the others):\n"
-        + "\n".join(f"  {key}: {with_}" for key, with_ in sorted(unlisted.items()))
+    assert_all_listed(
+        always_set_together(audit),
+        ALWAYS_SET_TOGETHER,
+        "arguments of calls lab 1's passes rewrite are changed from their defaults only together with others "
+        "((pass, target, argument): the others)",
     )
 
 
