@@ -291,6 +291,19 @@ def required_argument_values(node: fx.Node) -> dict[str, str] | None:
     }
 
 
+def note_changed_together(
+    partners: dict[str, set[str]], at_default: dict[str, bool], ignore: Sequence[str] = ()
+) -> None:
+    """Fold one call's :func:`arguments_at_default` into ``partners``: argument -> the other arguments changed from
+    their defaults in every call seen so far that changes it. An argument whose set stays non-empty is never
+    changed alone: a check that reads its partner instead passes every such call (``addmm``'s beta and alpha).
+    ``ignore`` names arguments that are no partners (a module's ``training``: the graph's mode, not the call's)."""
+    changed = {name for name, default in at_default.items() if not default and name not in ignore}
+    for name in changed:
+        others = changed - {name}
+        partners[name] = partners[name] & others if name in partners else others
+
+
 def _setting(value: Any) -> Any:
     """``value`` in a form where equal settings compare equal: numbers as floats, sequences as tuples."""
     if isinstance(value, (list, tuple)):

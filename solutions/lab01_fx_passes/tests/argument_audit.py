@@ -36,7 +36,12 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassBase
 
 from lab01_fx_passes.given.interface import ConvBNFuserBase
-from labkit.spellings import arguments_at_default, full_target_name, required_argument_values
+from labkit.spellings import (
+    arguments_at_default,
+    full_target_name,
+    note_changed_together,
+    required_argument_values,
+)
 
 #: The reference's passes whose job is rewriting particular calls.
 AUDITED = ("ConvBNFuser", "LinearGeluFuser", "OneDNNLowering", "AlgebraicSimplifier", "OpReplacer")
@@ -70,11 +75,7 @@ class ArgumentAudit:
             at_default = arguments_at_default(node, modules) or {}
             for argument, default in at_default.items():
                 self.met[pass_name][name][argument].add("default" if default else "another")
-            # A module's mode is the graph's, not a setting of the call: an eval-mode model changes it everywhere.
-            changed = {argument for argument, default in at_default.items() if not default and argument != "training"}
-            partners = self.partners[pass_name][name]
-            for argument in changed:
-                partners[argument] = partners.get(argument, changed - {argument}) & (changed - {argument})
+            note_changed_together(self.partners[pass_name][name], at_default, ignore=("training",))  # the mode
             for argument, value in (required_argument_values(node) or {}).items():
                 self.values[pass_name][name][argument].add(value)
         return counts

@@ -28,7 +28,12 @@ from lab02_npu_backend.given.checks import TOLERANCE
 from lab02_npu_backend.given.graphs import target_name
 from lab02_npu_backend.given.op_samples import COURSE_OPS, known_op_names, op_samples, samples_off_eager
 from labkit.impl import load_lab
-from labkit.spellings import arguments_at_default, full_target_name, required_argument_values
+from labkit.spellings import (
+    arguments_at_default,
+    full_target_name,
+    note_changed_together,
+    required_argument_values,
+)
 
 aten = torch.ops.aten
 
@@ -101,10 +106,7 @@ def _record_arguments(node: torch.fx.Node, result: CompiledSamples) -> None:
     at_default = arguments_at_default(node) or {}
     for name, default in at_default.items():
         result.met[target][name].add("default" if default else "another")
-    changed = {name for name, default in at_default.items() if not default}
-    partners = result.partners[target]
-    for name in changed:
-        partners[name] = partners.get(name, changed - {name}) & (changed - {name})
+    note_changed_together(result.partners[target], at_default)
     for name, value in (required_argument_values(node) or {}).items():
         result.settings[target][name].add(value)
 
