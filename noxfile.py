@@ -128,8 +128,13 @@ for _lab_id, _package in LABS.items():
 
 @nox.session(name="course-env", venv_backend="none")
 def course_env(session: nox.Session) -> None:
-    """Create (or update) the shared course environment and print its interpreter, for commands run by hand."""
+    """Create (or update) the shared course environment and print its interpreter, for commands run by hand.
+
+    In the instructors' repository it also gets the mutation tools the ``tests`` session uses, so that the
+    environment is complete before anything runs from it (CI runs the zoos beside the test suite)."""
     python = course_python(session)
+    if has_reference():
+        install_mutation_tools(session)
     session.log(f"the course's Python: {os.path.relpath(python)}  (e.g. {os.path.relpath(python)} -m grader --help)")
 
 

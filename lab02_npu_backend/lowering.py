@@ -98,7 +98,8 @@ def _identity(b, out, input, *_, **__):
 #   eps=None is torch.finfo(x.dtype).eps), batch_norm (eval) /
 #   _native_batch_norm_legit_no_training, scaled_dot_product_attention (+ grouped-query:
 #   broadcast, do not copy) and its aten flash form: a float mask is added to the scores, a
-#   boolean one is the softmax's mask operand; a mask of fewer dimensions broadcasts from the left,
+#   boolean one is the softmax's mask operand, and the softmax sets zero_empty_rows (a query whose
+#   every key is masked gets 0, not NaN, as eager); a mask of fewer dimensions broadcasts from the left,
 #   and under grouped-query attention its head dimension splits like the queries' (or stays 1);
 #   multi_head_attention_forward (sequence-first self-attention), view-like ops (reshape to
 #   out.shape; the input itself when the shape does not change), expand (likewise), transpose /

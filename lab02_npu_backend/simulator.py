@@ -51,6 +51,8 @@ KERNELS: dict[str, Kernel] = {
     # device=x.device).triu(1)), then softmax. The optional boolean mask (operand 1, None when
     # omitted): add 0 where it is true and -inf where it is false before the softmax
     # (torch.zeros_like(mask, dtype=x.dtype).masked_fill_(mask.logical_not(), float("-inf"))).
+    # A row left with no position (its maximum is -inf) is NaN, as in torch.softmax; with the
+    # zero_empty_rows attribute its weights are 0 instead (what scaled_dot_product_attention gives).
     # The activation unit ("activation"): relu, gelu, gelu_tanh (F.gelu(x, approximate="tanh")),
     # silu, sigmoid, tanh, and clamp (torch.clamp(x, min, max): ReLU6 is clamp 0..6). Only clamp
     # reads the min/max attributes, and it needs at least one of them: raise (ValueError) for clamp

@@ -272,6 +272,27 @@ def test_softmax_handles_large_scores_and_boolean_masks(lab):
         simulator.run(program, inputs)
 
 
+@pytest.mark.points(1)
+def test_softmax_weighs_a_row_with_no_position_left_as_its_attribute_says(lab):
+    """A row whose every position is masked (or -inf) is NaN, as ``torch.softmax`` gives; with ``zero_empty_rows``
+    its weights are 0, as ``scaled_dot_product_attention`` gives a query that may see no key. Other rows alike."""
+    simulator = lab.NpuSimulator()
+    scores = torch.randn(2, 4, 5, generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 4, 5, dtype=torch.bool)
+    mask[0, 1] = False  # query 1 of the first batch may see no key
+    masked = scores.masked_fill(~mask, float("-inf"))
+    for zero_empty_rows, expected in ((False, masked.softmax(-1)), (True, masked.softmax(-1).nan_to_num(0.0))):
+        for operands, how in (([scores, mask], "by the boolean mask"), ([masked], "by -inf scores")):
+            attrs = {"dim": 2, "zero_empty_rows": zero_empty_rows}
+            program, inputs = single_op_program("softmax", attrs, operands, expected)
+            (actual,) = simulator.run(program, inputs)
+            assert outputs_close(actual, expected, rtol=1e-6, atol=1e-7), (
+                f"simulator.py's softmax with zero_empty_rows={zero_empty_rows}, a row emptied {how}: gave "
+                f"{actual[0, 1].tolist()} for it, expected {expected[0, 1].tolist()} (isa.json: NaN as torch.softmax, "
+                "or 0 with zero_empty_rows, as scaled_dot_product_attention)"
+            )
+
+
 #: The activation unit's functions: attrs -> what PyTorch computes.
 ACTIVATION_CASES = {
     "relu": ({"function": "relu"}, torch.relu),
@@ -703,6 +724,7 @@ MIXED_ARITHMETIC = (
     ("torch.rsub(x, 3.0)", lambda x, y, mask, counts: torch.rsub(x, 3.0)),
     ("torch.sub(x, y, alpha=0.5)", lambda x, y, mask, counts: torch.sub(x, y, alpha=0.5)),
     ("x.add(y, alpha=-2)", lambda x, y, mask, counts: x.add(y, alpha=-2)),
+    ("torch.add(2.0, x, alpha=3)", lambda x, y, mask, counts: torch.add(2.0, x, alpha=3)),
     ("3 * x + 2", lambda x, y, mask, counts: 3 * x + 2),
     ("x / 4 - y / 2", lambda x, y, mask, counts: x / 4 - y / 2),
     ("x * mask (float x bool)", lambda x, y, mask, counts: x * mask),
@@ -761,6 +783,16 @@ ATTENTION_FORMS = (
         ),
     ),
     (
+        "boolean mask leaving query 2 no key (eager: zeros)",
+        lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=_without_keys_for_query(mask, 2)),
+    ),
+    (
+        "float -inf mask leaving query 2 no key (eager: zeros)",
+        lambda q, k, v, mask: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.where(_without_keys_for_query(mask, 2), 0.0, float("-inf"))
+        ),
+    ),
+    (
         # 6 query heads in 3 groups over 2 key/value heads, a mask per query head: it splits like the queries
         "grouped-query, a float mask per head",
         lambda q, k, v, mask: F.scaled_dot_product_attention(
@@ -768,6 +800,13 @@ ATTENTION_FORMS = (
         ),
     ),
 )
+
+
+def _without_keys_for_query(mask, query):
+    """``mask`` with every key hidden from ``query``."""
+    emptied = mask.clone()
+    emptied[query] = False
+    return emptied
 
 
 def _per_head_float_mask(mask, heads):
@@ -796,7 +835,8 @@ def test_attention_honours_scale_causality_and_masks(lab, dialect):
     wrong = compiled_outputs_differing(lab, dialect, _attention_forms, ATTENTION_FORMS, _attention_inputs())
     assert not wrong, (
         f"{dialect} graphs: these attention forms differ from eager: {'; '.join(wrong)}. Check that "
-        "lowering.py passes scale, is_causal and attn_mask on (support.py may refuse what it cannot lower)"
+        "lowering.py passes scale, is_causal and attn_mask on, and sets the softmax's zero_empty_rows (a query that "
+        "may see no key gets zeros); support.py may refuse what it cannot lower"
     )
 
 
@@ -1418,7 +1458,8 @@ COST_CASES = [
     ("add", [torch.randn(4, 8), 2.0], {}, 32),
     ("mul", [torch.randn(4, 8), torch.randn(8)], {}, 32),
     ("mean", [torch.randn(4, 8)], {"dims": [1], "keepdim": False}, 32),
-    ("softmax", [torch.randn(2, 5), torch.rand(2, 5) > 0.5], {"dim": -1, "causal": False}, 5 * 10),
+    ("softmax", [torch.randn(2, 5), torch.rand(2, 5) > 0.5], {"dim": -1, "causal": False, "zero_empty_rows": False},
+     5 * 10),
     ("layernorm", [torch.randn(2, 8), torch.randn(8), None], {"normalized_ndim": 1, "eps": 1e-5}, 7 * 16),
     ("rmsnorm", [torch.randn(2, 8), torch.randn(8)], {"normalized_ndim": 1, "eps": 1e-5}, 4 * 16),
     ("activation", [torch.randn(3, 7)], {"function": "gelu", "min": None, "max": None}, 21),

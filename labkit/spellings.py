@@ -291,6 +291,41 @@ def required_argument_values(node: fx.Node) -> dict[str, str] | None:
     }
 
 
+def number_arguments_at_zero(node: fx.Node) -> dict[str, bool] | None:
+    """For each parameter of ``node``'s call that takes a real number and defaults to something other than 0
+    (``eps=1e-5``, ``scale=None``, ``alpha=1``, ``min=None``): whether the call passes it at 0.
+
+    ``eps or 1e-5`` and ``scale or 1 / sqrt(d)`` read 0 as "not given": right for every value but the one a model
+    passes to turn the term off. An instructor's audit collects these over a test run: an argument never met at 0
+    is one whose falsy reading no test catches. None where the call's signature cannot be told.
+    """
+    bound = None if node.op == "call_module" else _bound_arguments(node)
+    if bound is None:
+        return None
+    signature, given = bound
+    return {
+        name: name in given and _is_zero(given[name])
+        for name, parameter in signature.parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+        and not _is_zero(parameter.default)
+        and _takes_a_real_number(node.target, parameter)
+    }
+
+
+def _is_zero(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
+def _takes_a_real_number(target: Any, parameter: inspect.Parameter) -> bool:
+    """Whether ``parameter`` takes a float (or any Python number): its schema type (``float``, ``float?``,
+    ``Scalar``, written ``number``), or its annotation; a bool, an int or a tensor does not."""
+    if isinstance(target, torch._ops.OpOverload):
+        kinds = [str(a.type) for a in target._schema.arguments if a.name == parameter.name]
+    else:
+        kinds = [str(parameter.annotation)]
+    return any(word in kind.lower() for kind in kinds for word in ("float", "number"))
+
+
 def note_changed_together(
     partners: dict[str, set[str]], at_default: dict[str, bool], ignore: Sequence[str] = ()
 ) -> None:

@@ -22,6 +22,7 @@ The database lives in PyTorch's test utilities: importing it takes a few seconds
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -71,19 +72,42 @@ COURSE_OPS: tuple[str, ...] = (
 #: found by reading the calls the samples put into a backend's graphs against their signatures' defaults, where a
 #: signature can be read (an instructor test of the course does so, and names any argument still met at one
 #: value only); they run with their OpInfo's samples.
-WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int, ...], ...]], ...]] = {
+#: Data that finds the shortcuts: ``x * (x > 0)`` for relu is nan at -inf.
+_EXTREMES = torch.tensor([[-math.inf, math.inf, math.nan, -2.0, -0.0, 0.0, 3.0]])
+
+#: A boolean attention mask (5 queries, 6 keys) that leaves every query at least one key, and a shift that moves the
+#: last key (masked for all queries but the last) 1e6 along every axis: a mask written as a finite fill (``-1e4``)
+#: lets it win.
+_BOOLEAN_MASK = torch.ones(5, 6, dtype=torch.bool).tril(1)
+_LAST_KEY_FAR = torch.zeros(6, 8).index_fill_(0, torch.tensor([5]), 1e6)
+
+#: (A tensor's shape draws it from :data:`SAMPLE_DTYPE`'s normal distribution; where the data itself is the point,
+#: the tensor is written out: infinities and NaN, a dtype other than float32, a 0-dim operand, a mask.)
+WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int, ...] | torch.Tensor, ...]], ...]] = {
     "add": (
         ("x.add(y, alpha=2)", lambda x, y: x.add(y, alpha=2), ((3, 4), (3, 4))),
         ("x.add_(y, alpha=-0.5)", lambda x, y: x.add_(y, alpha=-0.5), ((3, 4), (4,))),
+        # alpha=0 turns the term off: `alpha or 1` reads it as not given (so do beta, min and max below)
+        ("x.add(y, alpha=0)", lambda x, y: x.add(y, alpha=0), ((3, 4), (3, 4))),
+        ("torch.add(x, y, alpha=0.0)", lambda x, y: torch.add(x, y, alpha=0.0), ((3, 4), (3, 4))),
+        ("x + torch.tensor(0.5), x float16 (a 0-dim float32 operand does not promote)", lambda x, c: x + c,
+         (torch.linspace(-2, 2, 12).reshape(3, 4).half(), torch.tensor(0.5))),
     ),
+    "mul": (("x * torch.tensor(2) (a 0-dim int64 operand)", lambda x, two: x * two, ((3, 4), torch.tensor(2))),),
     "sub": (
         ("x.sub(y, alpha=2)", lambda x, y: x.sub(y, alpha=2), ((3, 4), (3, 4))),
         ("x.sub_(y, alpha=3)", lambda x, y: x.sub_(y, alpha=3), ((3, 4), (1, 4))),
+        ("x.sub(y, alpha=0)", lambda x, y: x.sub(y, alpha=0), ((3, 4), (3, 4))),
+        ("torch.sub(x, y, alpha=0.0)", lambda x, y: torch.sub(x, y, alpha=0.0), ((3, 4), (3, 4))),
     ),
     "addmm": (
         ("x.addmm(a, b, beta=0.5)", lambda x, a, b: x.addmm(a, b, beta=0.5), ((2, 3), (2, 4), (4, 3))),
         ("x.addmm_(a, b, alpha=2)", lambda x, a, b: x.addmm_(a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
         ("torch.addmm(x, a, b, alpha=2)", lambda x, a, b: torch.addmm(x, a, b, alpha=2), ((2, 3), (2, 4), (4, 3))),
+        ("x.addmm(a, b, beta=0)", lambda x, a, b: x.addmm(a, b, beta=0), ((2, 3), (2, 4), (4, 3))),
+        ("x.addmm(a, b, alpha=0)", lambda x, a, b: x.addmm(a, b, alpha=0), ((2, 3), (2, 4), (4, 3))),
+        ("torch.addmm(x, a, b, beta=0.0)", lambda x, a, b: torch.addmm(x, a, b, beta=0.0), ((2, 3), (2, 4), (4, 3))),
+        ("torch.addmm(x, a, b, alpha=0.0)", lambda x, a, b: torch.addmm(x, a, b, alpha=0.0), ((2, 3), (2, 4), (4, 3))),
     ),
     # Exponents other than 2 (OpInfo's Tensor_Scalar samples square): x ** 3, a root, a reciprocal.
     "pow": (
@@ -106,6 +130,8 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
          ((4, 8), (8,))),
         ("F.layer_norm(x, (8,), bias=b)", lambda x, b: torch.nn.functional.layer_norm(x, (8,), bias=b),
          ((4, 8), (8,))),
+        ("F.layer_norm(x * 1e-3, (8,), eps=0.0)", lambda x: torch.nn.functional.layer_norm(x * 1e-3, (8,), eps=0.0),
+         ((4, 8),)),
         ("F.layer_norm(x * 1e-3, (3, 8), eps=1e-4)",
          lambda x: torch.nn.functional.layer_norm(x * 1e-3, (3, 8), eps=1e-4), ((2, 3, 8),)),
     ),
@@ -119,11 +145,15 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
             x, m, v.abs() + 0.5, bias=b), ((2, 3, 4), (3,), (3,), (3,))),
         ("F.batch_norm(x, mean, var * 1e-6, eps=1e-3)", lambda x, m, v: torch.nn.functional.batch_norm(
             x * 1e-3, m * 1e-3, v.abs() * 1e-6, eps=1e-3), ((2, 3, 4), (3,), (3,))),
+        ("F.batch_norm(x, mean, var * 1e-6, eps=0.0)", lambda x, m, v: torch.nn.functional.batch_norm(
+            x * 1e-3, m * 1e-3, v.abs() * 1e-6, eps=0.0), ((2, 3, 4), (3,), (3,))),
         ("F.batch_norm(x, mean, var, momentum=0.5)", lambda x, m, v: torch.nn.functional.batch_norm(
             x, m, v.abs() + 0.5, momentum=0.5), ((2, 3, 4), (3,), (3,))),
     ),
     "nn.functional.rms_norm": (
         ("F.rms_norm(x * 1e-3, (8,), eps=1e-4)", lambda x: torch.nn.functional.rms_norm(x * 1e-3, (8,), eps=1e-4),
+         ((4, 8),)),
+        ("F.rms_norm(x * 1e-3, (8,), eps=0.0)", lambda x: torch.nn.functional.rms_norm(x * 1e-3, (8,), eps=0.0),
          ((4, 8),)),
     ),
     # Varargs and index spellings the OpInfos never use: dims as separate arguments, negative list indices.
@@ -141,7 +171,11 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
     "div.trunc_rounding": (("x.div(3, rounding_mode='trunc')", lambda x: x.div(3, rounding_mode="trunc"), ((3, 4),)),),
     # Spellings the OpInfos never produce in a Dynamo graph (a method, an operator, an alias of the function).
     "bmm": (("x.bmm(y)", lambda x, y: x.bmm(y), ((2, 3, 4), (2, 4, 5))),),
-    "neg": (("x.neg()", lambda x: x.neg(), ((3, 4),)), ("-x", lambda x: -x, ((3, 4),))),
+    "neg": (
+        ("x.neg()", lambda x: x.neg(), ((3, 4),)),
+        ("-x", lambda x: -x, ((3, 4),)),
+        ("-x on int32", lambda x: -x, (torch.tensor([[3, -2, 0]], dtype=torch.int32),)),
+    ),
     "div.no_rounding_mode": (
         ("x / 2.0", lambda x: x / 2.0, ((3, 4),)),
         ("x / y", lambda x, y: x / y, ((3, 4), (4,))),
@@ -174,6 +208,14 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("x.clip(min=-0.5)", lambda x: x.clip(min=-0.5), ((3, 4),)),
         ("torch.clip(x, max=0.25)", lambda x: torch.clip(x, max=0.25), ((3, 4),)),
         ("torch.clip(x, -0.25)", lambda x: torch.clip(x, -0.25), ((3, 4),)),
+        ("x.clamp(min=0)", lambda x: x.clamp(min=0), ((3, 4),)),
+        ("x.clamp(max=0.0)", lambda x: x.clamp(max=0.0), ((3, 4),)),
+        ("torch.clamp(x, 0.0)", lambda x: torch.clamp(x, 0.0), ((3, 4),)),
+        ("torch.clamp(x, max=0)", lambda x: torch.clamp(x, max=0), ((3, 4),)),
+        ("x.clip(0.0)", lambda x: x.clip(0.0), ((3, 4),)),
+        ("x.clip(-1.0, 0.0)", lambda x: x.clip(-1.0, 0.0), ((3, 4),)),
+        ("torch.clip(x, min=0.0)", lambda x: torch.clip(x, min=0.0), ((3, 4),)),
+        ("torch.clip(x, max=0.0)", lambda x: torch.clip(x, max=0.0), ((3, 4),)),
     ),
     "clone": (
         ("x.clone(memory_format=torch.channels_last)", lambda x: x.clone(memory_format=torch.channels_last),
@@ -187,12 +229,15 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
         ("torch.flatten(x, end_dim=1)", lambda x: torch.flatten(x, end_dim=1), ((2, 3, 4, 5),)),
     ),
     "mean": (
+        ("x.mean(-1) in float16 over 1000 values (their sum is past float16's range)", lambda x: x.mean(-1),
+         (torch.full((2, 1000), 100.0, dtype=torch.float16),)),
         ("x.mean(-1, dtype=torch.float64)", lambda x: x.mean(-1, dtype=torch.float64), ((3, 4),)),
         ("torch.mean(x, dtype=torch.float64)", lambda x: torch.mean(x, dtype=torch.float64), ((3, 4),)),
     ),
     "nn.functional.relu": (
         ("x.relu()", lambda x: x.relu(), ((3, 4),)),
         ("torch.relu(x)", lambda x: torch.relu(x), ((3, 4),)),
+        ("F.relu(x) on -inf, inf and nan", lambda x: torch.nn.functional.relu(x), (_EXTREMES,)),
         ("F.relu(x, inplace=True)", lambda x: torch.nn.functional.relu(x, inplace=True), ((3, 4),)),
         ("F.relu(x * 2, inplace=True)", lambda x: torch.nn.functional.relu(x * 2, inplace=True), ((3, 4),)),
     ),
@@ -215,6 +260,12 @@ WRITTEN_SAMPLES: dict[str, tuple[tuple[str, Callable[..., Any], tuple[tuple[int,
     "nn.functional.scaled_dot_product_attention": (
         ("sdpa(q, k, v, scale=0.3)", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, scale=0.3), ((2, 2, 5, 8), (2, 2, 6, 8), (2, 2, 6, 8))),
+        ("sdpa(q, k, v, scale=0.0)", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, scale=0.0), ((2, 2, 5, 8), (2, 2, 6, 8), (2, 2, 6, 8))),
+        ("sdpa(q.abs(), k + far, v, attn_mask=boolean) (a masked key scoring far above the others)",
+         lambda q, k, v, mask, far: torch.nn.functional.scaled_dot_product_attention(
+             q.abs(), k + far, v, attn_mask=mask),
+         ((1, 2, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8), _BOOLEAN_MASK, _LAST_KEY_FAR)),
         ("sdpa(q, k, v, is_causal=True, scale=2.0)", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True, scale=2.0), ((2, 2, 5, 8), (2, 2, 6, 8), (2, 2, 6, 8))),
     ),
@@ -373,11 +424,14 @@ def op_samples(names: Iterable[str] = COURSE_OPS, *, reference_inputs: bool = Fa
 
 
 def _written_samples(name: str) -> list[OpSample]:
-    """The :data:`WRITTEN_SAMPLES` of the OpInfo ``name``, on tensors drawn from a fixed seed."""
+    """The :data:`WRITTEN_SAMPLES` of the OpInfo ``name``: each tensor written out, or drawn from a fixed seed."""
     generator = torch.Generator().manual_seed(SAMPLE_SEED)
     samples = []
     for description, call, shapes in WRITTEN_SAMPLES.get(name, ()):
-        tensors = tuple(torch.randn(shape, generator=generator, dtype=SAMPLE_DTYPE) for shape in shapes)
+        tensors = tuple(
+            t.clone() if isinstance(t, torch.Tensor) else torch.randn(t, generator=generator, dtype=SAMPLE_DTYPE)
+            for t in shapes
+        )
         if not _replayable(call, tensors):
             raise AssertionError(f"the written sample {description} cannot be replayed from a seed")
         samples.append(OpSample(name, description, call, tensors))

@@ -16,6 +16,7 @@ from labkit.spellings import (
     call_input,
     call_signature,
     canonical_arguments,
+    number_arguments_at_zero,
     required_argument_values,
     respelled,
 )
@@ -291,3 +292,19 @@ def test_required_argument_values_read_settings_alike_and_graph_values_as_values
     assert other["stride"] == "(1.0, 1.0)"  # a tuple reads as the list does
     assert required_argument_values(graph.call_function(F.gelu, (x,), {"approximate": "tanh"})) == {"input": "<value>"}
     assert required_argument_values(graph.call_module("conv", (x,))) is None  # a module's settings have defaults
+
+
+def test_number_arguments_at_zero_read_every_real_number_with_a_default_other_than_zero():
+    """eps (float), scale (float? = None) and alpha (Scalar) are read, at 0 or not, in Python and aten calls; an int
+    dim, a bool flag, a tensor and an argument whose default is 0 (dropout_p) are not."""
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    layer_norm = graph.call_function(F.layer_norm, (x, (4,)), {"eps": 0.0})
+    attention = graph.call_function(F.scaled_dot_product_attention, (x, x, x), {"scale": 0.5})
+    add = graph.call_function(aten.add.Tensor, (x, x), {"alpha": 0})
+    softmax = graph.call_function(aten._softmax.default, (x, -1, False))
+    assert number_arguments_at_zero(layer_norm) == {"eps": True}
+    assert number_arguments_at_zero(attention) == {"scale": False}
+    assert number_arguments_at_zero(add) == {"alpha": True}
+    assert number_arguments_at_zero(softmax) == {}
+    assert number_arguments_at_zero(graph.call_module("norm", (x,))) is None

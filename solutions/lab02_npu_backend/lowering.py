@@ -103,10 +103,10 @@ def _convolution(b, out, input, weight, bias, stride, padding, dilation, transpo
 # ------------------------------------------------------------------ elementwise arithmetic
 @lowers(operator.add, operator.iadd, torch.add, "add", aten.add.Tensor)
 def _add(b, out, input, other, alpha=1):
+    if alpha != 1:  # alpha scales `other`, before the operands may swap: torch.add(2, x, alpha=3) is 2 + 3x
+        other = other * alpha if is_number(other) else b.emit("mul", [other, alpha])
     if not isinstance(input, Ref):  # 2 + x == x + 2
         input, other = other, input
-    if alpha != 1:
-        other = other * alpha if is_number(other) else b.emit("mul", [other, alpha])
     return b.emit("add", [input, other])
 
 
@@ -310,7 +310,13 @@ def attention(b: ProgramBuilder, q: Ref, k: Ref, v: Ref, *, mask: Ref | None, ca
     boolean = mask is not None and mask.dtype == torch.bool
     if mask is not None and not boolean:
         scores = b.emit("add", [scores, mask])
-    weights = b.emit("softmax", [scores, mask] if boolean else [scores], dim=scores.ndim - 1, causal=bool(causal))
+    weights = b.emit(
+        "softmax",
+        [scores, mask] if boolean else [scores],
+        dim=scores.ndim - 1,
+        causal=bool(causal),
+        zero_empty_rows=True,  # a query that may see no key attends to nothing (0), as eager's attention
+    )
     result = b.emit("matmul", [weights, v])
     return b.emit("reshape", [result], shape=out_shape) if out_shape else result
 

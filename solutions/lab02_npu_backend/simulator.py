@@ -66,7 +66,8 @@ def _future_positions(queries: int, keys: int, device: torch.device) -> torch.Te
 
 def _softmax(ops: Sequence[Any], attrs: dict[str, Any]) -> torch.Tensor:
     """Softmax along ``dim`` (PyTorch's kernel subtracts each row's maximum first: ``exp`` of a large
-    score overflows otherwise), after the causal mask and the boolean ``mask``, if any."""
+    score overflows otherwise), after the causal mask and the boolean ``mask``, if any; with
+    ``zero_empty_rows``, a row left with no position (its maximum is -inf) weighs nothing, instead of NaN."""
     x, mask, dim = ops[0], ops[1] if len(ops) > 1 else None, attrs["dim"]
     if attrs["causal"]:
         if dim not in (-1, x.ndim - 1) or x.ndim < 2:
@@ -74,7 +75,10 @@ def _softmax(ops: Sequence[Any], attrs: dict[str, Any]) -> torch.Tensor:
         x = x.masked_fill(_future_positions(x.shape[-2], x.shape[-1], x.device), float("-inf"))
     if mask is not None:  # the additive -inf mask scaled_dot_product_attention makes of a boolean one
         x = x + torch.zeros_like(mask, dtype=x.dtype).masked_fill_(mask.logical_not(), float("-inf"))
-    return torch.softmax(x, dim)
+    weights = torch.softmax(x, dim)
+    if attrs["zero_empty_rows"]:
+        weights = weights.masked_fill(x.amax(dim, keepdim=True) == float("-inf"), 0.0)
+    return weights
 
 
 def _trailing(x: torch.Tensor, ndim: int) -> list[int]:

@@ -8,7 +8,8 @@
   another value, but those listed in :data:`MET_AT_ONE_VALUE` with the reason; every argument without a default
   that is a setting (a dim, a shape, a flag) at two values at least, but those in :data:`SETTING_AT_ONE_VALUE`;
   and every argument changed from its default without each other at least once, but those in
-  :data:`ALWAYS_SET_TOGETHER` (a check that reads one of two arguments always set together passes otherwise).
+  :data:`ALWAYS_SET_TOGETHER` (a check that reads one of two arguments always set together passes otherwise); and
+  every number argument whose default is not 0 at 0 once, but those in :data:`NEVER_AT_ZERO` (``eps or 1e-5``).
 - The reference gives eager's answer on the reference inputs too (infinities, NaN, scalars on both sides).
 - Mistakes the reference once made are caught, with a message naming the call.
 """
@@ -32,6 +33,7 @@ from labkit.spellings import (
     arguments_at_default,
     full_target_name,
     note_changed_together,
+    number_arguments_at_zero,
     required_argument_values,
 )
 
@@ -94,6 +96,10 @@ class CompiledSamples:
     settings: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(set)))
     #: target name -> argument -> the arguments changed from their defaults in every call that changes it.
     partners: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(dict))
+    #: target name -> the number arguments with a default other than 0 the support table was asked about, and
+    #: those it was asked about at 0.
+    numbers: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    at_zero: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
 def _record_arguments(node: torch.fx.Node, result: CompiledSamples) -> None:
@@ -109,6 +115,10 @@ def _record_arguments(node: torch.fx.Node, result: CompiledSamples) -> None:
     note_changed_together(result.partners[target], at_default)
     for name, value in (required_argument_values(node) or {}).items():
         result.settings[target][name].add(value)
+    for name, zero in (number_arguments_at_zero(node) or {}).items():
+        result.numbers[target].add(name)
+        if zero:
+            result.at_zero[target].add(name)
 
 
 @pytest.fixture(scope="module", params=["torch", "aten"])
@@ -246,6 +256,28 @@ def test_every_argument_is_changed_without_each_other_at_least_once(compiled_sam
     )
     stale = sorted({key for key in ALWAYS_SET_TOGETHER if key[0] == dialect} - set(together))
     assert not stale, f"ALWAYS_SET_TOGETHER lists arguments the samples now change alone: {stale}"
+
+
+#: Number arguments with a default other than 0 of targets the tables claim that no sample passes at 0, and why none
+#: can be compared. Keyed like MET_AT_ONE_VALUE.
+NEVER_AT_ZERO: dict[tuple[str, str, str], str] = {}
+
+
+def test_every_number_argument_is_met_at_zero(compiled_samples):
+    """``eps or 1e-5``, ``scale or 1 / sqrt(d)``, ``alpha or 1`` read 0 as "not given": a number argument whose
+    default is not 0 must reach the support check at 0 once (``layer_norm(eps=0.0)``, ``sdpa(scale=0.0)``), or a
+    lowering that reads it so passes every sample."""
+    dialect, result = compiled_samples
+    never = {
+        (dialect, target, name) for target, names in result.numbers.items() for name in names - result.at_zero[target]
+    }
+    unexplained = sorted(never - set(NEVER_AT_ZERO))
+    assert not unexplained, (
+        f"number arguments the samples never pass at 0 ((dialect, target, argument)): {unexplained}; add a call to "
+        "WRITTEN_SAMPLES in given/op_samples.py, or say in NEVER_AT_ZERO why none can be compared"
+    )
+    stale = sorted({key for key in NEVER_AT_ZERO if key[0] == dialect} - never)
+    assert not stale, f"NEVER_AT_ZERO lists arguments the samples now pass at 0: {stale}"
 
 
 @pytest.mark.parametrize("dialect", ["torch", "aten"])

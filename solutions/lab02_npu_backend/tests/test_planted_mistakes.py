@@ -360,3 +360,144 @@ def test_a_power_lowered_as_a_square_fails_the_samples(reference, monkeypatch, d
             monkeypatch.setitem(reference.lowering.LOWERINGS, target, _square_whatever_the_exponent)
     wrong, _ = samples_off_eager(reference, dialect, op_samples(["pow"]), tolerance=TOLERANCE)
     assert any("x ** 3" in message for message in wrong), wrong
+
+
+# ------------------------------------------------------------------ shortcuts that well-behaved data hides
+def _plant_relu_as_a_product(reference, monkeypatch):
+    """``x * (x > 0)``: relu on every finite number, nan at -inf (-inf * 0)."""
+    monkeypatch.setitem(reference.simulator._ACTIVATIONS, "relu", lambda x: x * (x > 0))
+
+
+def _plant_mean_as_sum_over_count(reference, monkeypatch):
+    """``sum / n``: the mean, until the sum leaves the dtype's range (float16's ends at 65504)."""
+
+    def mean(ops, attrs):
+        count = 1
+        for dim in attrs["dims"]:
+            count *= ops[0].shape[dim]
+        return torch.sum(ops[0], attrs["dims"], attrs["keepdim"]) / count
+
+    monkeypatch.setitem(reference.simulator.KERNELS, "mean", mean)
+
+
+def _plant_negation_by_a_float(reference, monkeypatch):
+    """``x * -1.0``: ``-x`` on floats; on integers a float result."""
+    for target, rule in list(reference.lowering.LOWERINGS.items()):
+        if rule is reference.lowering._neg:
+            monkeypatch.setitem(
+                reference.lowering.LOWERINGS, target, lambda b, out, input: b.emit("mul", [input, -1.0])
+            )
+
+
+def _plant_mask_as_a_finite_fill(reference, monkeypatch):
+    """A boolean mask as ``-1e4`` added to the scores (as some models write it): a masked key whose score is
+    more than 1e4 above the others still wins."""
+    softmax = reference.simulator.KERNELS["softmax"]
+
+    def finite_fill(ops, attrs):
+        if len(ops) < 2:
+            return softmax(ops, attrs)
+        x, mask = ops
+        return softmax([x + torch.zeros_like(mask, dtype=x.dtype).masked_fill_(mask.logical_not(), -1e4)], attrs)
+
+    monkeypatch.setitem(reference.simulator.KERNELS, "softmax", finite_fill)
+
+
+def _plant_scale_or_default(reference, monkeypatch):
+    """``scale or 1 / sqrt(E)``: the default scale for ``scale=0.0`` too (0.0 is falsy)."""
+    attention = reference.lowering.attention
+
+    def scale_or_default(b, q, k, v, *, mask, causal, scale):
+        return attention(b, q, k, v, mask=mask, causal=causal, scale=scale or None)
+
+    monkeypatch.setattr(reference.lowering, "attention", scale_or_default)
+
+
+def _plant_eps_or_default(reference, monkeypatch):
+    """``eps or 1e-5``: LayerNorm's default eps for ``eps=0.0`` too."""
+    layernorm = reference.simulator.KERNELS["layernorm"]
+    monkeypatch.setitem(
+        reference.simulator.KERNELS,
+        "layernorm",
+        lambda ops, attrs: layernorm(ops, {**attrs, "eps": attrs["eps"] or 1e-5}),
+    )
+
+
+def _plant_zero_dim_tensors_as_numbers(reference, monkeypatch):
+    """A support table that leaves 0-dim tensors out of its dtype check, as if they were numbers; but
+    ``x * torch.tensor(2)`` makes the NPU multiply by an int64 tensor, and type promotion treats a 0-dim tensor
+    as a tensor of its own category (``float16 + tensor(0.5)`` stays float16: the NPU never converts)."""
+    tensors_in = reference.support.tensors_in
+    monkeypatch.setattr(reference.support, "tensors_in", lambda value: [t for t in tensors_in(value) if t.ndim > 0])
+
+
+def _plant_bounds_or_none(reference, monkeypatch):
+    """``min or None``: a clamp to 0 (``x.clamp(min=0)``) read as no bound at all."""
+    clamp = reference.lowering.clamp
+    monkeypatch.setattr(reference.lowering, "clamp", lambda b, x, low, high: clamp(b, x, low or None, high or None))
+
+
+def _plant_alpha_or_one(reference, monkeypatch):
+    """``alpha or 1``: ``x.add(y, alpha=0)`` read as ``x + y``."""
+    add = reference.lowering._add
+    for target, rule in list(reference.lowering.LOWERINGS.items()):
+        if rule is add:
+            monkeypatch.setitem(
+                reference.lowering.LOWERINGS,
+                target,
+                lambda b, out, input, other, alpha=1: add(b, out, input, other, alpha or 1),
+            )
+
+
+#: Mistakes each found by one written sample of ``given/op_samples.py`` and no other test: the OpInfo whose
+#: samples run, how to plant the mistake, the sample that must catch it, and the dialects that reach it (an aten
+#: graph gives scaled_dot_product_attention an additive float mask, never the softmax unit's boolean one).
+SAMPLE_MISTAKES = {
+    "relu as x * (x > 0)": ("nn.functional.relu", _plant_relu_as_a_product, "on -inf, inf and nan", ("torch", "aten")),
+    "mean as sum / n": ("mean", _plant_mean_as_sum_over_count, "float16 over 1000 values", ("torch", "aten")),
+    "neg as x * -1.0": ("neg", _plant_negation_by_a_float, "-x on int32", ("torch", "aten")),
+    "a boolean mask filled with -1e4": (
+        "nn.functional.scaled_dot_product_attention",
+        _plant_mask_as_a_finite_fill,
+        "a masked key scoring far above",
+        ("torch",),
+    ),
+    "scale or its default": (
+        "nn.functional.scaled_dot_product_attention",
+        _plant_scale_or_default,
+        "scale=0.0",
+        ("torch", "aten"),
+    ),
+    "layer_norm's eps or its default": (
+        "nn.functional.layer_norm",
+        _plant_eps_or_default,
+        "eps=0.0",
+        ("torch", "aten"),
+    ),
+    "clamp's bounds or None": ("clamp", _plant_bounds_or_none, "x.clamp(min=0)", ("torch", "aten")),
+    "add's alpha or 1": ("add", _plant_alpha_or_one, "alpha=0", ("torch", "aten")),
+    "0-dim tensors left out of the dtype check": (
+        "mul",
+        _plant_zero_dim_tensors_as_numbers,
+        "torch.tensor(2)",
+        ("torch", "aten"),
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(SAMPLE_MISTAKES))
+def test_a_shortcut_that_well_behaved_data_hides_fails_the_samples(reference, monkeypatch, mistake):
+    """Each shortcut gives eager's answer on ``randn`` data, so OpInfo's sample inputs pass it; the written
+    samples give the data (infinities, float16 sums past its range, int32, a zero scale or eps, a masked key far
+    ahead, 0-dim operands of another dtype) where it shows."""
+    from lab02_npu_backend.given.checks import TOLERANCE
+    from lab02_npu_backend.given.op_samples import op_samples, samples_off_eager
+
+    op, plant, caught_by, dialects = SAMPLE_MISTAKES[mistake]
+    samples = [sample for sample in op_samples([op]) if caught_by in sample.description]  # the graded test runs all
+    assert samples, f"no sample of {op} is described with {caught_by!r}"
+    assert samples_off_eager(reference, dialects[0], samples, tolerance=TOLERANCE)[0] == []
+    plant(reference, monkeypatch)
+    for dialect in dialects:
+        wrong, _ = samples_off_eager(reference, dialect, samples, tolerance=TOLERANCE)
+        assert any(caught_by in message for message in wrong), (dialect, wrong)
